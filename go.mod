@@ -1,0 +1,12 @@
+module github.com/gpu-runtime/gpu-runtime
+
+go 1.26.8
+
+require (
+	github.com/NVIDIA/go-nvml v0.13.3-1
+	github.com/cyphar/filepath-securejoin v0.4.1
+	github.com/opencontainers/runtime-spec v1.2.1
+	github.com/pelletier/go-toml/v2 v2.2.4
+	github.com/sirupsen/logrus v1.9.3
+	golang.org/x/sys v0.38.0
+)

@@ -1,0 +1,70 @@
+package capabilities
+
+// Files names the driver files a capability brings. Libraries are SONAME prefixes
+// ("libcuda"): the file injected is "<prefix>.so.<driver version>". Binaries are file
+// names looked up in the driver's binary directories. Sockets and Configs are absolute
+// paths relative to the driver root; they are injected when present.
+type Files struct {
+	Libraries []string
+	Binaries  []string
+	Sockets   []string
+	Configs   []string
+	// Required names the library prefixes without which the capability cannot work;
+	// their absence is an error rather than a skipped file.
+	Required []string
+}
+
+// Table is what each capability injects (reference §3). Compat32 and Display have no
+// files of their own: compat32 selects the 32-bit variants of the other sets, display
+// implies graphics (see Set.Has).
+var Table = map[Capability]Files{
+	Utility: {
+		Libraries: []string{"libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"},
+		Binaries:  []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"},
+		Sockets:   []string{"/var/run/nvidia-persistenced/socket", "/var/run/nvidia-fabricmanager/socket"},
+		Required:  []string{"libnvidia-ml"},
+	},
+	Compute: {
+		Libraries: []string{
+			"libcuda", "libcudadebugger", "libnvidia-opencl", "libnvidia-gpucomp",
+			"libnvidia-ptxjitcompiler", "libnvidia-fatbinaryloader", "libnvidia-allocator",
+			"libnvidia-compiler", "libnvidia-pkcs11", "libnvidia-pkcs11-openssl3",
+			"libnvidia-nvvm", "libnvidia-tileiras",
+		},
+		Binaries: []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"},
+		Configs:  []string{"/etc/OpenCL/vendors/nvidia.icd"},
+		Required: []string{"libcuda"},
+	},
+	Video: {
+		Libraries: []string{"libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"},
+	},
+	Graphics: {
+		Libraries: []string{
+			"libnvidia-eglcore", "libnvidia-glcore", "libnvidia-tls", "libnvidia-glsi",
+			"libnvidia-fbc", "libnvidia-ifr", "libnvidia-rtcore", "libnvoptix",
+			"libGLX_nvidia", "libEGL_nvidia", "libGLESv2_nvidia", "libGLESv1_CM_nvidia",
+			"libnvidia-glvkspirv", "libnvidia-cbl",
+		},
+		Configs: []string{
+			"/usr/share/vulkan/icd.d/nvidia_icd.json",
+			"/etc/vulkan/icd.d/nvidia_icd.json",
+			"/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+			"/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+			"/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+			"/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+			"/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+		},
+	},
+	NGX: {
+		Libraries: []string{"libnvidia-ngx"},
+	},
+}
+
+// LibraryPrefixes returns every library prefix in the table, for discovery.
+func LibraryPrefixes() []string {
+	var out []string
+	for _, c := range All {
+		out = append(out, Table[c].Libraries...)
+	}
+	return out
+}

@@ -1,0 +1,87 @@
+package discover
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+)
+
+// DeviceNodes holds the NVIDIA device nodes found under a device root.
+type DeviceNodes struct {
+	Root string
+	// Nodes are valid character devices, by container path (/dev/nvidia0).
+	Nodes map[string]edits.DeviceNode
+	// Invalid are /dev/nvidia* entries that are not character devices, with the reason.
+	Invalid map[string]error
+}
+
+// FindDeviceNodes reads <devRoot>/dev/nvidia* (not following symlinks). A missing /dev is
+// an empty result, not an error: the planner reports what it needed and did not find.
+func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
+	dn := DeviceNodes{Root: devRoot, Nodes: map[string]edits.DeviceNode{}, Invalid: map[string]error{}}
+	devDir := filepath.Join(devRoot, "dev")
+	entries, err := os.ReadDir(devDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dn, nil
+	}
+	if err != nil {
+		return dn, fmt.Errorf("read device directory %s: %w", devDir, err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "nvidia") {
+			continue
+		}
+		containerPath := path.Join("/dev", e.Name())
+		node, err := DeviceNode(devRoot, containerPath)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				dn.Invalid[containerPath] = err
+			}
+			continue
+		}
+		dn.Nodes[containerPath] = node
+	}
+	return dn, nil
+}
+
+// DeviceNode stats one node (container path such as /dev/nvidiactl) under devRoot. It must
+// be a character or block device itself: a symlink or regular file is ErrDeviceNode.
+func DeviceNode(devRoot, containerPath string) (edits.DeviceNode, error) {
+	hostPath := filepath.Join(devRoot, containerPath)
+	var st unix.Stat_t
+	if err := unix.Lstat(hostPath, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return edits.DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, fs.ErrNotExist)
+		}
+		return edits.DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, err)
+	}
+	var typ string
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		typ = "c"
+	case unix.S_IFBLK:
+		typ = "b"
+	case unix.S_IFLNK:
+		return edits.DeviceNode{}, fmt.Errorf("%w: %s is a symlink, not a device node", ErrDeviceNode, hostPath)
+	default:
+		return edits.DeviceNode{}, fmt.Errorf("%w: %s is not a device node (mode %#o)", ErrDeviceNode, hostPath, st.Mode&unix.S_IFMT)
+	}
+	return edits.DeviceNode{
+		Path:     containerPath,
+		HostPath: hostPath,
+		Type:     typ,
+		Major:    int64(unix.Major(uint64(st.Rdev))), //nolint:unconvert // Rdev width differs by arch
+		Minor:    int64(unix.Minor(uint64(st.Rdev))), //nolint:unconvert
+		FileMode: fs.FileMode(st.Mode & 0o777),
+		UID:      st.Uid,
+		GID:      st.Gid,
+	}, nil
+}

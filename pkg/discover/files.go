@@ -1,0 +1,250 @@
+package discover
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/ldcache"
+)
+
+// Kind says what a driver file is.
+type Kind string
+
+// The kinds of driver files.
+const (
+	KindLibrary  Kind = "library"
+	KindBinary   Kind = "binary"
+	KindFirmware Kind = "firmware"
+	KindSocket   Kind = "socket"
+	KindConfig   Kind = "config"
+)
+
+// File is one driver file found on the host.
+type File struct {
+	Kind Kind `json:"kind"`
+	// Capability is the capability that brings this file; "" for files every GPU container gets.
+	Capability capabilities.Capability `json:"capability,omitempty"`
+	// Prefix is the library's SONAME prefix (libraries only).
+	Prefix string `json:"prefix,omitempty"`
+	// Bits is 64 or 32 for libraries.
+	Bits int `json:"bits,omitempty"`
+	// HostPath is the file to mount (symlinks already resolved inside the driver root).
+	HostPath string `json:"host_path"`
+	// ContainerPath is where it goes: the path it was found at, minus the driver root.
+	ContainerPath string `json:"container_path"`
+}
+
+// Standard library directories, relative to the driver root.
+var (
+	libDirs64 = []string{
+		"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+		"/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib",
+		"/usr/local/nvidia/lib64",
+	}
+	libDirs32 = []string{
+		"/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/lib32", "/usr/lib",
+		"/lib", "/usr/local/nvidia/lib",
+	}
+	binDirs = []string{
+		"/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin",
+		"/usr/local/nvidia/bin",
+	}
+	firmwareDirs = []string{"/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"}
+)
+
+// FindDriverFiles lists the driver files of the given driver version under root: every
+// library of the capability table whose file name is "<prefix>.so.<version>" (found through
+// the root's ld.so.cache directories, then the standard directories, and their vdpau/
+// subdirectories), the binaries, GSP firmware, sockets and config files that exist.
+// Missing files are simply absent from the result.
+func FindDriverFiles(root, version string) ([]File, error) {
+	if version == "" {
+		return nil, errors.New("find driver files: empty driver version")
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("find driver files: driver root: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("find driver files: driver root %s is not a directory", root)
+	}
+
+	dirs64, dirs32 := libSearchDirs(root)
+	var files []File
+	for _, c := range capabilities.All {
+		set := capabilities.Table[c]
+		for _, prefix := range set.Libraries {
+			name := prefix + ".so." + version
+			found := map[int]bool{}
+			for _, dirs := range [][]string{dirs64, dirs32} {
+				for _, dir := range dirs {
+					f, ok := findLibrary(root, dir, name)
+					if !ok || found[f.Bits] {
+						continue
+					}
+					found[f.Bits] = true
+					f.Capability, f.Prefix = c, prefix
+					files = append(files, f)
+				}
+			}
+		}
+		for _, bin := range set.Binaries {
+			for _, dir := range binDirs {
+				if f, ok := findRegular(root, path.Join(dir, bin), KindBinary); ok {
+					f.Capability = c
+					files = append(files, f)
+					break
+				}
+			}
+		}
+		for _, sock := range set.Sockets {
+			if f, ok := find(root, sock, KindSocket, fs.ModeSocket); ok {
+				f.Capability = c
+				files = append(files, f)
+			}
+		}
+		for _, cfg := range set.Configs {
+			if f, ok := findRegular(root, cfg, KindConfig); ok {
+				f.Capability = c
+				files = append(files, f)
+			}
+		}
+	}
+	for _, dir := range firmwareDirs {
+		fwDir := path.Join(dir, version)
+		entries, err := os.ReadDir(inRootLexical(root, fwDir))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "gsp") && strings.HasSuffix(e.Name(), ".bin") {
+				if f, ok := findRegular(root, path.Join(fwDir, e.Name()), KindFirmware); ok {
+					files = append(files, f)
+				}
+			}
+		}
+		break
+	}
+	return files, nil
+}
+
+// libSearchDirs returns the root-relative directories to search, 64-bit and 32-bit: those
+// the root's ld.so.cache names for driver libraries first, then the standard ones, each
+// followed by its vdpau/ subdirectory.
+func libSearchDirs(root string) (dirs64, dirs32 []string) {
+	var cache64, cache32 []string
+	if entries, err := ldcache.Load(inRootLexical(root, "/etc/ld.so.cache")); err == nil {
+		prefixes := capabilities.LibraryPrefixes()
+		for _, e := range entries {
+			if !hasDriverPrefix(e.Name, prefixes) {
+				continue
+			}
+			dir := path.Dir(e.Path)
+			if e.Bits == 32 {
+				cache32 = append(cache32, dir)
+			} else {
+				cache64 = append(cache64, dir)
+			}
+		}
+	}
+	return withVDPAU(dedupe(append(cache64, libDirs64...))), withVDPAU(dedupe(append(cache32, libDirs32...)))
+}
+
+func hasDriverPrefix(name string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(name, p+".so") {
+			return true
+		}
+	}
+	return false
+}
+
+func withVDPAU(dirs []string) []string {
+	out := make([]string, 0, 2*len(dirs))
+	for _, d := range dirs {
+		out = append(out, d, path.Join(d, "vdpau"))
+	}
+	return dedupe(out)
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	out := in[:0:0]
+	for _, s := range in {
+		s = path.Clean(s)
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func findLibrary(root, dir, name string) (File, bool) {
+	f, ok := findRegular(root, path.Join(dir, name), KindLibrary)
+	if !ok {
+		return File{}, false
+	}
+	bits, err := elfBits(f.HostPath)
+	if err != nil {
+		return File{}, false
+	}
+	f.Bits = bits
+	return f, true
+}
+
+func findRegular(root, p string, kind Kind) (File, bool) {
+	return find(root, p, kind, 0)
+}
+
+// find looks up root-relative path p, resolving symlinks inside root, and checks the
+// result has the wanted type (0 = regular file).
+func find(root, p string, kind Kind, typ fs.FileMode) (File, bool) {
+	lexical := inRootLexical(root, p)
+	if _, err := os.Lstat(lexical); err != nil {
+		return File{}, false
+	}
+	resolved, err := resolveInRoot(root, lexical)
+	if err != nil {
+		return File{}, false
+	}
+	fi, err := os.Stat(resolved)
+	if err != nil || fi.Mode().Type() != typ {
+		return File{}, false
+	}
+	return File{Kind: kind, HostPath: resolved, ContainerPath: path.Clean(p)}, true
+}
+
+// elfBits reads the ELF class of a shared library.
+func elfBits(p string) (int, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	var ident [elf.EI_NIDENT]byte
+	if _, err := io.ReadFull(fh, ident[:]); err != nil {
+		return 0, fmt.Errorf("read ELF header of %s: %w", p, err)
+	}
+	if string(ident[:4]) != elf.ELFMAG {
+		return 0, fmt.Errorf("%s is not an ELF file", p)
+	}
+	switch elf.Class(ident[elf.EI_CLASS]) {
+	case elf.ELFCLASS64:
+		return 64, nil
+	case elf.ELFCLASS32:
+		return 32, nil
+	}
+	return 0, fmt.Errorf("%s: unknown ELF class %d", p, ident[elf.EI_CLASS])
+}
+
+// SortFiles orders files by container path, for stable output.
+func SortFiles(files []File) {
+	sort.SliceStable(files, func(i, j int) bool { return files[i].ContainerPath < files[j].ContainerPath })
+}

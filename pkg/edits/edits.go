@@ -1,0 +1,84 @@
+// Package edits is the one description of what gpu-runtime injects into a container:
+// device nodes (each with its cgroup rule), mounts, hooks and environment, in the shape of
+// a CDI spec's containerEdits. A planner produces an Edits value; Apply is the only place
+// that turns it into changes of an OCI spec.
+package edits
+
+import (
+	"os"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+)
+
+// DeviceNode is a device node to create in the container, with the numbers read from the host.
+type DeviceNode struct {
+	Path     string // path in the container, e.g. /dev/nvidia0
+	HostPath string // where it was found on the host (under the device root)
+	Type     string // "c" or "b"
+	Major    int64
+	Minor    int64
+	FileMode os.FileMode
+	UID      uint32
+	GID      uint32
+}
+
+// Mount is a bind mount of a host file into the container.
+type Mount struct {
+	HostPath      string
+	ContainerPath string
+	Options       []string
+}
+
+// Hook is an OCI hook to add.
+type Hook struct {
+	Stage string // one of the oci.Stage* constants
+	Path  string
+	Args  []string
+	Env   []string
+}
+
+// Edits is everything to change in a container's spec.
+type Edits struct {
+	Env         []string
+	DeviceNodes []DeviceNode
+	Mounts      []Mount
+	Hooks       []Hook
+	// RemoveHooks names hook executables to drop from every stage (e.g. docker's
+	// nvidia-container-runtime-hook, whose request gpu-runtime honours itself).
+	RemoveHooks []string
+}
+
+// Options returns the spec edits, in a fixed order: hook removals, env, devices, mounts, hooks.
+func (e Edits) Options() []oci.SpecOpt {
+	var opts []oci.SpecOpt
+	for _, name := range e.RemoveHooks {
+		opts = append(opts, oci.WithoutHooksNamed(name))
+	}
+	if len(e.Env) > 0 {
+		opts = append(opts, oci.WithEnv(e.Env...))
+	}
+	for _, d := range e.DeviceNodes {
+		mode := d.FileMode
+		uid, gid := d.UID, d.GID
+		opts = append(opts, oci.WithDevice(specs.LinuxDevice{
+			Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
+			FileMode: &mode, UID: &uid, GID: &gid,
+		}))
+	}
+	for _, m := range e.Mounts {
+		opts = append(opts, oci.WithMount(specs.Mount{
+			Destination: m.ContainerPath, Type: "bind", Source: m.HostPath, Options: m.Options,
+		}))
+	}
+	for _, h := range e.Hooks {
+		opts = append(opts, oci.WithHook(h.Stage, specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}))
+	}
+	return opts
+}
+
+// Apply changes spec according to e.
+func (e Edits) Apply(spec *specs.Spec) error {
+	return oci.Apply(spec, e.Options()...)
+}

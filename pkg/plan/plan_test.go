@@ -1,0 +1,207 @@
+package plan
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+func node(path string, major, minor int64) edits.DeviceNode {
+	return edits.DeviceNode{Path: path, HostPath: "/devroot" + path, Type: "c", Major: major, Minor: minor, FileMode: 0o666}
+}
+
+func lib(c capabilities.Capability, prefix string, bits int) discover.File {
+	dir := "/usr/lib/x86_64-linux-gnu"
+	if bits == 32 {
+		dir = "/usr/lib/i386-linux-gnu"
+	}
+	p := dir + "/" + prefix + ".so.550.54.15"
+	return discover.File{Kind: discover.KindLibrary, Capability: c, Prefix: prefix, Bits: bits, HostPath: "/drv" + p, ContainerPath: p}
+}
+
+func testHost() Host {
+	nodes := map[string]edits.DeviceNode{}
+	for _, n := range []edits.DeviceNode{
+		node("/dev/nvidia0", 195, 0), node("/dev/nvidia1", 195, 1), node("/dev/nvidia2", 195, 2),
+		node("/dev/nvidiactl", 195, 255), node("/dev/nvidia-modeset", 195, 254),
+		node("/dev/nvidia-uvm", 235, 0), node("/dev/nvidia-uvm-tools", 235, 1),
+	} {
+		nodes[n.Path] = n
+	}
+	return Host{
+		Driver: discover.Driver{Version: "550.54.15", CUDAVersion: "12.4", GPUs: []discover.GPU{
+			{Index: 0, Minor: 0, UUID: "GPU-aaaa"}, {Index: 1, Minor: 2, UUID: "GPU-bbbb"},
+		}},
+		Devices: discover.DeviceNodes{Root: "/devroot", Nodes: nodes, Invalid: map[string]error{}},
+		Files: []discover.File{
+			lib(capabilities.Utility, "libnvidia-ml", 64),
+			lib(capabilities.Compute, "libcuda", 64),
+			lib(capabilities.Compute, "libcuda", 32),
+			lib(capabilities.Graphics, "libGLX_nvidia", 64),
+			{Kind: discover.KindBinary, Capability: capabilities.Utility, HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"},
+			{Kind: discover.KindFirmware, HostPath: "/drv/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", ContainerPath: "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+		},
+		HookPath: "/opt/bin/gpu-hook",
+		LDConfig: "/sbin/ldconfig",
+	}
+}
+
+func req(t *testing.T, env ...string) request.Request {
+	t.Helper()
+	r, err := request.FromEnv(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func paths[T any](items []T, get func(T) string) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, get(it))
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		wantNodes   []string
+		wantMounts  []string
+		wantGPUs    []string
+		wantHook    bool
+	}{
+		{description: "not a GPU container: only the docker hook removal", env: nil},
+		{description: "all GPUs, default capabilities", env: []string{"NVIDIA_VISIBLE_DEVICES=all"},
+			wantNodes:  []string{"/dev/nvidia0", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+			wantMounts: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+			wantGPUs:   []string{"GPU-aaaa", "GPU-bbbb"}, wantHook: true},
+		{description: "second GPU by index uses its minor", env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			wantNodes:  []string{"/dev/nvidia2", "/dev/nvidiactl"},
+			wantMounts: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+			wantGPUs:   []string{"GPU-bbbb"}, wantHook: true},
+		{description: "UUID, case-insensitive, and order kept", env: []string{"NVIDIA_VISIBLE_DEVICES=gpu-BBBB,0", "NVIDIA_DRIVER_CAPABILITIES=compute"},
+			wantNodes:  []string{"/dev/nvidia2", "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+			wantMounts: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+			wantGPUs:   []string{"GPU-bbbb", "GPU-aaaa"}, wantHook: true},
+		{description: "none: control nodes and files, no GPU node", env: []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			wantNodes:  []string{"/dev/nvidiactl"},
+			wantMounts: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+			wantHook:   true},
+		{description: "compat32 adds 32-bit libraries, graphics adds modeset", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,compat32,graphics"},
+			wantNodes: []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
+			wantMounts: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "/usr/lib/i386-linux-gnu/libcuda.so.550.54.15",
+				"/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.550.54.15", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+			wantGPUs: []string{"GPU-aaaa"}, wantHook: true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			p, err := Build(req(t, tc.env...), testHost())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := paths(p.Edits.DeviceNodes, func(n edits.DeviceNode) string { return n.Path }); !reflect.DeepEqual(got, tc.wantNodes) {
+				t.Errorf("nodes = %v, want %v", got, tc.wantNodes)
+			}
+			if got := paths(p.Edits.Mounts, func(m edits.Mount) string { return m.ContainerPath }); !reflect.DeepEqual(got, tc.wantMounts) {
+				t.Errorf("mounts = %v, want %v", got, tc.wantMounts)
+			}
+			if got := paths(p.GPUs, func(g discover.GPU) string { return g.UUID }); !reflect.DeepEqual(got, tc.wantGPUs) {
+				t.Errorf("gpus = %v, want %v", got, tc.wantGPUs)
+			}
+			if !reflect.DeepEqual(p.Edits.RemoveHooks, []string{DockerHookName}) {
+				t.Errorf("RemoveHooks = %v", p.Edits.RemoveHooks)
+			}
+			if (len(p.Edits.Hooks) == 1) != tc.wantHook {
+				t.Fatalf("hooks = %+v, want hook %v", p.Edits.Hooks, tc.wantHook)
+			}
+			if tc.wantHook {
+				h := p.Edits.Hooks[0]
+				if h.Stage != "createContainer" || h.Path != "/opt/bin/gpu-hook" || len(h.Env) == 0 || h.Args[1] != "update-ldcache" {
+					t.Errorf("hook = %+v", h)
+				}
+				for _, m := range p.Edits.Mounts {
+					if strings.Contains(m.ContainerPath, ".so.") && !strings.Contains(strings.Join(h.Args, " "), "--library "+m.ContainerPath) {
+						t.Errorf("hook does not list library %s: %v", m.ContainerPath, h.Args)
+					}
+				}
+			}
+			for _, m := range p.Edits.Mounts {
+				if !reflect.DeepEqual(m.Options[:4], []string{"ro", "nosuid", "nodev", "bind"}) || !strings.HasPrefix(m.HostPath, "/drv/") {
+					t.Errorf("mount %+v: want read-only bind from the driver root", m)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	noUVM := testHost()
+	delete(noUVM.Devices.Nodes, "/dev/nvidia-uvm")
+	noCtl := testHost()
+	delete(noCtl.Devices.Nodes, "/dev/nvidiactl")
+	delete(noCtl.Devices.Nodes, "/dev/nvidia2")
+	badNode := testHost()
+	delete(badNode.Devices.Nodes, "/dev/nvidia0")
+	badNode.Devices.Invalid["/dev/nvidia0"] = errors.New("bad device node: /devroot/dev/nvidia0 is a symlink, not a device node")
+	noCuda := testHost()
+	noCuda.Files = noCuda.Files[:1]
+
+	testCases := []struct {
+		description string
+		host        Host
+		env         []string
+		wantErr     string
+		is          error
+	}{
+		{description: "unknown index lists the GPUs", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=0,7"},
+			wantErr: `unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
+		{description: "unknown UUID and index together", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-zzzz,9"},
+			wantErr: `unknown device "GPU-zzzz", "9" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
+		{description: "negative and padded indices are not indices", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=-1,01"},
+			wantErr: `unknown device "-1", "01" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
+		{description: "index and UUID of the same GPU", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=1,GPU-bbbb"},
+			wantErr: `invalid GPU request: "1" and "GPU-bbbb" in NVIDIA_VISIBLE_DEVICES both name GPU 1`, is: request.ErrInvalid},
+		{description: "MIG not supported yet", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"},
+			wantErr: `unsupported device request: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: MIG devices are not supported yet; name whole GPUs by index or UUID`, is: ErrUnsupported},
+		{description: "no GPUs on host", host: Host{Devices: discover.DeviceNodes{Root: "/d"}}, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			wantErr: "unknown device \"0\" in NVIDIA_VISIBLE_DEVICES: this host has no GPUs\nmissing device node: /dev/nvidiactl not found under device root \"/d\": check that the NVIDIA driver is loaded, or set driver.dev-root\nmissing driver library: libnvidia-ml.so. (capability utility) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrUnknownDevice},
+		{description: "every missing node reported at once", host: noCtl, env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			wantErr: "missing device node: /dev/nvidia2 not found under device root \"/devroot\": check that the NVIDIA driver is loaded, or set driver.dev-root\nmissing device node: /dev/nvidiactl not found under device root \"/devroot\": check that the NVIDIA driver is loaded, or set driver.dev-root", is: ErrMissingNode},
+		{description: "node that is not a device", host: badNode, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			wantErr: "missing device node: bad device node: /devroot/dev/nvidia0 is a symlink, not a device node", is: ErrMissingNode},
+		{description: "compute without libcuda", host: noCuda, env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			wantErr: "missing driver library: libcuda.so.550.54.15 (capability compute) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrMissingLibrary},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_, err := Build(req(t, tc.env...), tc.host)
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error =\n%v\nwant\n%s", err, tc.wantErr)
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error is not %v", tc.is)
+			}
+		})
+	}
+}
+
+func TestBuildWarnsOnMissingUVM(t *testing.T) {
+	h := testHost()
+	delete(h.Devices.Nodes, "/dev/nvidia-uvm")
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0"), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`device node /dev/nvidia-uvm not found under device root "/devroot", not injected (CUDA needs it: load the nvidia-uvm module (nvidia-modprobe -u -c=0))`}
+	if !reflect.DeepEqual(p.Warnings, want) {
+		t.Errorf("warnings = %q", p.Warnings)
+	}
+}

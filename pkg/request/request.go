@@ -1,0 +1,194 @@
+// Package request reads what a container asks for — which GPUs, which driver capabilities,
+// which driver requirements — from its OCI process environment (reference §1). The container's
+// environment is attacker input: this package only parses it into plain values and never acts
+// on it.
+package request
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+)
+
+// Environment variable names read from the container.
+const (
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	EnvCapabilities   = "NVIDIA_DRIVER_CAPABILITIES"
+	EnvRequirePrefix  = "NVIDIA_REQUIRE_"
+	EnvRequireCUDA    = "NVIDIA_REQUIRE_CUDA"
+	EnvDisableRequire = "NVIDIA_DISABLE_REQUIRE"
+	EnvCUDAVersion    = "CUDA_VERSION"
+)
+
+// Mode says how NVIDIA_VISIBLE_DEVICES selected devices.
+type Mode int
+
+// The device selection modes.
+const (
+	// NoGPU: not a GPU container; the spec is left alone.
+	NoGPU Mode = iota
+	// AllGPUs: every GPU of the host.
+	AllGPUs
+	// NoDevices: a GPU container with driver files and control nodes but no GPU.
+	NoDevices
+	// DeviceList: the GPUs named in Request.Devices, in order.
+	DeviceList
+)
+
+// ErrInvalid marks a malformed request.
+var ErrInvalid = errors.New("invalid GPU request")
+
+// Request is what a container asks for.
+type Request struct {
+	Mode         Mode
+	Devices      []string // DeviceList only: the tokens as written (indices, UUIDs)
+	Capabilities capabilities.Set
+	// Requirements holds each NVIDIA_REQUIRE_* expression (NVIDIA_REQUIRE_JETPACK* excluded),
+	// sorted by variable name, and for a legacy CUDA image the implied cuda>= requirement.
+	Requirements   []Requirement
+	DisableRequire bool
+	// Legacy is set for a legacy CUDA image: CUDA_VERSION set and NVIDIA_REQUIRE_CUDA empty.
+	Legacy bool
+}
+
+// Requirement is one NVIDIA_REQUIRE_* variable.
+type Requirement struct {
+	Name       string // the variable, e.g. NVIDIA_REQUIRE_CUDA; "CUDA_VERSION" for the legacy rule
+	Expression string
+}
+
+// IsGPU reports whether the container asked for GPU injection at all.
+func (r Request) IsGPU() bool { return r.Mode != NoGPU }
+
+// Env is a container environment with getenv semantics: for a variable listed more
+// than once, the last entry wins (what docker and containerd produce when merging).
+type Env map[string]string
+
+// ParseEnv turns a "KEY=value" list into an Env. Entries without '=' are ignored.
+func ParseEnv(list []string) Env {
+	env := make(Env, len(list))
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// FromEnv reads a request from a container environment.
+func FromEnv(list []string) (Request, error) {
+	env := ParseEnv(list)
+	var req Request
+
+	cudaVersion, hasCUDAVersion := env[EnvCUDAVersion]
+	req.Legacy = hasCUDAVersion && env[EnvRequireCUDA] == ""
+
+	visible, set := env[EnvVisibleDevices]
+	switch {
+	case !set && req.Legacy:
+		req.Mode = AllGPUs
+	case !set:
+		return Request{Mode: NoGPU}, nil
+	default:
+		mode, devices, err := parseVisibleDevices(visible)
+		if err != nil {
+			return Request{}, err
+		}
+		if mode == NoGPU {
+			return Request{Mode: NoGPU}, nil
+		}
+		req.Mode, req.Devices = mode, devices
+	}
+
+	capsValue, capsSet := env[EnvCapabilities]
+	if req.Legacy && !capsSet {
+		req.Capabilities = capabilities.Everything()
+	} else {
+		caps, err := capabilities.Parse(capsValue)
+		if err != nil {
+			return Request{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		req.Capabilities = caps
+	}
+
+	req.DisableRequire = parseBool(env[EnvDisableRequire])
+	req.Requirements = requirements(env)
+	if req.Legacy && cudaVersion != "" {
+		if r, ok := legacyRequirement(cudaVersion); ok {
+			req.Requirements = append(req.Requirements, r)
+		}
+	}
+	return req, nil
+}
+
+// parseVisibleDevices implements the NVIDIA_VISIBLE_DEVICES rules: split on ',', trim,
+// drop empty tokens; any "void" → not a GPU container; else the first "all"/"none" decides;
+// else an ordered list without duplicates.
+func parseVisibleDevices(value string) (Mode, []string, error) {
+	var tokens []string
+	for _, tok := range strings.Split(value, ",") {
+		if tok = strings.TrimSpace(tok); tok != "" {
+			tokens = append(tokens, tok)
+		}
+	}
+	if len(tokens) == 0 {
+		return NoGPU, nil, nil
+	}
+	for _, tok := range tokens {
+		if tok == "void" {
+			return NoGPU, nil, nil
+		}
+	}
+	for _, tok := range tokens {
+		switch tok {
+		case "all":
+			return AllGPUs, nil, nil
+		case "none":
+			return NoDevices, nil, nil
+		}
+	}
+	seen := map[string]bool{}
+	for _, tok := range tokens {
+		if seen[tok] {
+			return NoGPU, nil, fmt.Errorf("%w: device %q is listed twice in %s=%q", ErrInvalid, tok, EnvVisibleDevices, value)
+		}
+		seen[tok] = true
+	}
+	return DeviceList, tokens, nil
+}
+
+func requirements(env Env) []Requirement {
+	var out []Requirement
+	for k, v := range env {
+		if !strings.HasPrefix(k, EnvRequirePrefix) || strings.HasPrefix(k, "NVIDIA_REQUIRE_JETPACK") {
+			continue
+		}
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		out = append(out, Requirement{Name: k, Expression: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// legacyRequirement turns CUDA_VERSION=12.4.1 into cuda>=12.4.
+func legacyRequirement(version string) (Requirement, bool) {
+	parts := strings.SplitN(strings.TrimSpace(version), ".", 3)
+	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return Requirement{}, false
+	}
+	return Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]}, true
+}
+
+func parseBool(v string) bool {
+	switch v {
+	case "1", "t", "T", "true", "TRUE", "True":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,88 @@
+package request
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+)
+
+func TestFromEnv(t *testing.T) {
+	def := capabilities.Default()
+	all := capabilities.Everything()
+	testCases := []struct {
+		description string
+		env         []string
+		want        Request
+	}{
+		{description: "unset: not a GPU container", env: []string{"PATH=/bin"}, want: Request{Mode: NoGPU}},
+		{description: "empty: not a GPU container", env: []string{"NVIDIA_VISIBLE_DEVICES="}, want: Request{Mode: NoGPU}},
+		{description: "only commas and spaces: empty", env: []string{"NVIDIA_VISIBLE_DEVICES= , ,"}, want: Request{Mode: NoGPU}},
+		{description: "void", env: []string{"NVIDIA_VISIBLE_DEVICES=void"}, want: Request{Mode: NoGPU}},
+		{description: "void anywhere wins over all", env: []string{"NVIDIA_VISIBLE_DEVICES=all,void"}, want: Request{Mode: NoGPU}},
+		{description: "all", env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, want: Request{Mode: AllGPUs, Capabilities: def}},
+		{description: "none", env: []string{"NVIDIA_VISIBLE_DEVICES=none"}, want: Request{Mode: NoDevices, Capabilities: def}},
+		{description: "first of all/none decides", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none,all"}, want: Request{Mode: NoDevices, Capabilities: def}},
+		{description: "indices, trimmed, empty tokens dropped", env: []string{"NVIDIA_VISIBLE_DEVICES= 1, ,0 "}, want: Request{Mode: DeviceList, Devices: []string{"1", "0"}, Capabilities: def}},
+		{description: "mixed index and UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=0,GPU-abc"}, want: Request{Mode: DeviceList, Devices: []string{"0", "GPU-abc"}, Capabilities: def}},
+		{description: "last duplicate env entry wins", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=1"}, want: Request{Mode: DeviceList, Devices: []string{"1"}, Capabilities: def}},
+		{description: "legacy CUDA image: all GPUs, all capabilities, cuda requirement", env: []string{"CUDA_VERSION=12.4.1"},
+			want: Request{Mode: AllGPUs, Capabilities: all, Legacy: true, Requirements: []Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=12.4"}}}},
+		{description: "legacy image with empty visible devices: not GPU", env: []string{"CUDA_VERSION=12.4.1", "NVIDIA_VISIBLE_DEVICES="}, want: Request{Mode: NoGPU}},
+		{description: "legacy image with explicit capabilities keeps them", env: []string{"CUDA_VERSION=11.0", "NVIDIA_DRIVER_CAPABILITIES=compute"},
+			want: Request{Mode: AllGPUs, Capabilities: capabilities.Set{capabilities.Compute: true}, Legacy: true, Requirements: []Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=11.0"}}}},
+		{description: "CUDA image with NVIDIA_REQUIRE_CUDA is not legacy", env: []string{"CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"}, want: Request{Mode: NoGPU}},
+		{description: "requirements sorted, jetpack and empty ones skipped", env: []string{
+			"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_X=driver>=500", "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+			"NVIDIA_REQUIRE_JETPACK=csv-mounts=all", "NVIDIA_REQUIRE_EMPTY= ", "NVIDIA_DISABLE_REQUIRE=true"},
+			want: Request{Mode: AllGPUs, Capabilities: def, DisableRequire: true, Requirements: []Requirement{
+				{Name: "NVIDIA_REQUIRE_CUDA", Expression: "cuda>=12.0"}, {Name: "NVIDIA_REQUIRE_X", Expression: "driver>=500"}}}},
+		{description: "disable require is a strict boolean", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DISABLE_REQUIRE=yes"}, want: Request{Mode: AllGPUs, Capabilities: def}},
+		{description: "capabilities all", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, want: Request{Mode: AllGPUs, Capabilities: all}},
+		{description: "empty capabilities: default", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES="}, want: Request{Mode: AllGPUs, Capabilities: def}},
+		{description: "capability list", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility, video"},
+			want: Request{Mode: AllGPUs, Capabilities: capabilities.Set{capabilities.Utility: true, capabilities.Video: true}}},
+		{description: "bad capabilities ignored when not a GPU container", env: []string{"NVIDIA_DRIVER_CAPABILITIES=bogus"}, want: Request{Mode: NoGPU}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, err := FromEnv(tc.env)
+			if err != nil {
+				t.Fatalf("FromEnv: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFromEnvErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		wantErr     string
+		is          error
+	}{
+		{description: "duplicate device", env: []string{"NVIDIA_VISIBLE_DEVICES=0,1,0"},
+			wantErr: `invalid GPU request: device "0" is listed twice in NVIDIA_VISIBLE_DEVICES="0,1,0"`, is: ErrInvalid},
+		{description: "unknown capability", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,gaming"},
+			wantErr: `invalid GPU request: unknown driver capability "gaming" in NVIDIA_DRIVER_CAPABILITIES="compute,gaming": allowed are all, compute, compat32, display, graphics, ngx, utility, video`,
+			is:      capabilities.ErrUnknown},
+		{description: "several unknown capabilities", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=a,b"},
+			wantErr: `invalid GPU request: unknown driver capability "a", "b" in NVIDIA_DRIVER_CAPABILITIES="a,b": allowed are all, compute, compat32, display, graphics, ngx, utility, video`,
+			is:      ErrInvalid},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_, err := FromEnv(tc.env)
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error %v is not %v", err, tc.is)
+			}
+		})
+	}
+}
