@@ -1,0 +1,578 @@
+// Package config loads the gpu-runtime configuration file
+// (/etc/gpu-runtime/config.toml, or the file $GPU_RUNTIME_CONFIG names).
+//
+// It guarantees that a Config it returns is complete and valid: keys missing
+// from the file keep their defaults, every path is absolute and cleaned, and
+// the log level is one logrus knows. Every problem in the file is reported
+// with the file name and, where there is one, the line and column; unknown
+// keys are returned as warnings rather than errors so that a newer config
+// file still works with an older runtime. The package only reads files.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	// DefaultPath is where the configuration file is installed.
+	DefaultPath = "/etc/gpu-runtime/config.toml"
+	// EnvPath is the environment variable that names another configuration
+	// file.
+	EnvPath = "GPU_RUNTIME_CONFIG"
+)
+
+// ErrInvalid is wrapped by every error about the contents of a
+// configuration file: bad TOML, a value of the wrong type, a bad value.
+// Errors reading the file wrap the underlying fs error instead.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the runtime's configuration. The toml tags are the keys of the
+// configuration file.
+type Config struct {
+	Runtime RuntimeConfig `toml:"runtime"`
+	Driver  DriverConfig  `toml:"driver"`
+	Hook    HookConfig    `toml:"hook"`
+}
+
+// RuntimeConfig is the [runtime] table: the low-level runtime and logging.
+type RuntimeConfig struct {
+	// Runtimes lists low-level OCI runtimes to try in order; the first one
+	// found is used. An entry without a slash is looked up in PATH, an
+	// absolute path is used as is.
+	Runtimes []string `toml:"runtimes"`
+	// LogFile is a file to log to besides runc's --log; "" means none.
+	LogFile string `toml:"log-file"`
+	// LogLevel is a logrus level name; see Level.
+	LogLevel string `toml:"log-level"`
+}
+
+// DriverConfig is the [driver] table: where the NVIDIA driver is installed.
+type DriverConfig struct {
+	// Root is where driver libraries, binaries and firmware live, e.g.
+	// /run/nvidia/driver for a containerized driver.
+	Root string `toml:"root"`
+	// DevRoot is where the /dev/nvidia* device nodes live.
+	DevRoot string `toml:"dev-root"`
+}
+
+// HookConfig is the [hook] table: the prestart hook the runtime injects.
+type HookConfig struct {
+	// Path is the gpu-hook binary; "" means next to the gpu-runtime
+	// executable, then PATH.
+	Path string `toml:"path"`
+	// LDConfig is the host's ldconfig, run confined to the container root.
+	LDConfig string `toml:"ldconfig"`
+}
+
+// logLevels are the accepted values of runtime.log-level, as logrus parses
+// them.
+var logLevels = []string{"panic", "fatal", "error", "warn", "warning", "info", "debug", "trace"}
+
+// Default returns the configuration used when there is no file, and the
+// value of every key a file leaves out.
+func Default() Config {
+	return Config{
+		Runtime: RuntimeConfig{
+			Runtimes: []string{"runc", "crun"},
+			LogFile:  "",
+			LogLevel: "info",
+		},
+		Driver: DriverConfig{
+			Root:    "/",
+			DevRoot: "/",
+		},
+		Hook: HookConfig{
+			Path:     "",
+			LDConfig: "/sbin/ldconfig",
+		},
+	}
+}
+
+// Path returns the configuration file to load: the value of $GPU_RUNTIME_CONFIG
+// if it is set and not empty, else DefaultPath. getenv is usually os.Getenv;
+// nil means os.Getenv.
+func Path(getenv func(string) string) string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if p := getenv(EnvPath); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
+// Load reads and parses the configuration file at path. A missing file is
+// not an error: Load returns Default(). Warnings (unknown keys) come back
+// separately for the caller to log; they do not stop the rest of the file
+// from applying.
+func Load(path string) (Config, []string, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Default(), nil, nil
+	}
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	return Parse(data, path)
+}
+
+// LoadFromEnv loads the file named by $GPU_RUNTIME_CONFIG, or DefaultPath. Unlike the
+// default file, a file named explicitly must exist: a typo in the variable must not
+// silently mean defaults.
+func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	p := Path(getenv)
+	if getenv(EnvPath) != "" {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			return Config{}, nil, fmt.Errorf("read config %s (named by %s): %w", p, EnvPath, err)
+		}
+	}
+	return Load(p)
+}
+
+// Parse parses the contents of a configuration file; name is the file's
+// name in messages. Keys the data leaves out keep their Default() values.
+// Errors wrap ErrInvalid; warnings name unknown keys that were ignored, and
+// come back even with an error about a bad value.
+func Parse(data []byte, name string) (Config, []string, error) {
+	// Syntax first, without a schema, so that the first problem reported
+	// is that the file is not TOML at all.
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		return Config{}, nil, syntaxError(data, name, err)
+	}
+
+	// Types next, by walking the document: go-toml's own type errors name
+	// Go struct fields, not keys.
+	if problems := checkTypes(data); len(problems) > 0 {
+		return Config{}, nil, invalid(nil, "parse config %s: %s", name, strings.Join(problems, "; "))
+	}
+
+	cfg := Default()
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var warnings []string
+	var strict *toml.StrictMissingError
+	switch err := dec.Decode(&cfg); {
+	case errors.As(err, &strict):
+		// Known keys are decoded even when unknown ones are present.
+		warnings = unknownKeyWarnings(name, strict)
+	case err != nil:
+		// checkTypes should have caught it; report what go-toml says.
+		return Config{}, nil, syntaxError(data, name, err)
+	}
+
+	if problems := cfg.clean(); len(problems) > 0 {
+		return Config{}, warnings, invalid(nil, "config %s: %s", name, strings.Join(problems, "; "))
+	}
+	return cfg, warnings, nil
+}
+
+// Level returns the logrus level of Runtime.LogLevel. A Config from Load or
+// Parse always has a valid level; for any other, Level falls back to
+// logrus.InfoLevel.
+func (c Config) Level() logrus.Level {
+	l, err := logrus.ParseLevel(c.Runtime.LogLevel)
+	if err != nil {
+		return logrus.InfoLevel
+	}
+	return l
+}
+
+// clean validates every value and cleans paths in place. It returns one
+// message per bad value.
+func (c *Config) clean() []string {
+	var problems []string
+	bad := func(key string, value any, want string) {
+		problems = append(problems, fmt.Sprintf("invalid %s %s: want %s", key, formatValue(value), want))
+	}
+
+	if len(c.Runtime.Runtimes) == 0 {
+		bad("runtime.runtimes", c.Runtime.Runtimes, "at least one runtime")
+	}
+	for i, r := range c.Runtime.Runtimes {
+		switch {
+		case r != "" && !strings.Contains(r, "/"):
+			// A name, looked up in PATH.
+		case filepath.IsAbs(r):
+			c.Runtime.Runtimes[i] = filepath.Clean(r)
+		default:
+			bad(fmt.Sprintf("runtime.runtimes[%d]", i), r, "a name to look up in PATH or an absolute path")
+		}
+	}
+	if !isLevel(c.Runtime.LogLevel) {
+		bad("runtime.log-level", c.Runtime.LogLevel, "one of "+strings.Join(logLevels, ", "))
+	}
+
+	optionalPath := func(key string, p *string) {
+		switch {
+		case *p == "":
+		case filepath.IsAbs(*p):
+			*p = filepath.Clean(*p)
+		default:
+			bad(key, *p, `an absolute path or ""`)
+		}
+	}
+	requiredPath := func(key string, p *string) {
+		if !filepath.IsAbs(*p) {
+			bad(key, *p, "an absolute path")
+			return
+		}
+		*p = filepath.Clean(*p)
+	}
+	optionalPath("runtime.log-file", &c.Runtime.LogFile)
+	requiredPath("driver.root", &c.Driver.Root)
+	requiredPath("driver.dev-root", &c.Driver.DevRoot)
+	optionalPath("hook.path", &c.Hook.Path)
+	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
+	return problems
+}
+
+func isLevel(s string) bool {
+	for _, l := range logLevels {
+		if s == l {
+			return true
+		}
+	}
+	return false
+}
+
+// formatValue writes a value as it would appear in the file.
+func formatValue(v any) string {
+	switch v := v.(type) {
+	case []string:
+		q := make([]string, len(v))
+		for i, s := range v {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	default:
+		return fmt.Sprintf("%q", v)
+	}
+}
+
+// configError is an error about a file's contents: it reads as msg and
+// wraps ErrInvalid and, if there is one, the go-toml error behind it.
+type configError struct {
+	msg string
+	err error
+}
+
+func (e *configError) Error() string { return e.msg }
+
+func (e *configError) Unwrap() []error {
+	if e.err == nil {
+		return []error{ErrInvalid}
+	}
+	return []error{ErrInvalid, e.err}
+}
+
+func invalid(cause error, format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...), err: cause}
+}
+
+// syntaxError reports an error from go-toml with the position it gives. A
+// redefined key or table comes without one: it is located by walking the
+// document.
+func syntaxError(data []byte, name string, err error) error {
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, col := de.Position()
+		return invalid(err, "parse config %s: line %d, column %d: %s", name, line, col, strings.TrimPrefix(de.Error(), "toml: "))
+	}
+	if msg, ok := findRedefinition(data); ok {
+		return invalid(err, "parse config %s: %s", name, msg)
+	}
+	return invalid(err, "parse config %s: %s", name, strings.TrimPrefix(err.Error(), "toml: "))
+}
+
+// unknownKeyWarnings turns go-toml's strict-mode report into one warning
+// per unknown key. Keys inside an unknown table are not repeated.
+func unknownKeyWarnings(name string, strict *toml.StrictMissingError) []string {
+	var warnings, seen []string
+next:
+	for _, e := range strict.Errors {
+		key := dottedKey(e.Key())
+		for _, s := range seen {
+			if strings.HasPrefix(key, s+".") {
+				continue next
+			}
+		}
+		seen = append(seen, key)
+		warnings = append(warnings, fmt.Sprintf("config %s: unknown key %q ignored", name, key))
+	}
+	return warnings
+}
+
+// dottedKey writes a key path as TOML would, quoting parts that are not
+// bare keys.
+func dottedKey(parts []string) string {
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		q[i] = p
+		if !isBareKey(p) {
+			q[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(q, ".")
+}
+
+func isBareKey(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// valueKind is the TOML type a known key takes.
+type valueKind int
+
+const (
+	kindTable valueKind = iota
+	kindString
+	kindStrings
+)
+
+func (k valueKind) String() string {
+	switch k {
+	case kindTable:
+		return "a table"
+	case kindString:
+		return "a string"
+	default:
+		return "an array of strings"
+	}
+}
+
+// schema maps every known dotted key to its kind. It is derived from the
+// toml tags of Config, so the two cannot disagree.
+var schema = func() map[string]valueKind {
+	m := map[string]valueKind{}
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := prefix + f.Tag.Get("toml")
+			switch f.Type.Kind() {
+			case reflect.Struct:
+				m[key] = kindTable
+				walk(key+".", f.Type)
+			case reflect.String:
+				m[key] = kindString
+			case reflect.Slice:
+				m[key] = kindStrings
+			default:
+				panic(fmt.Sprintf("config: field %s has a type the schema does not know", f.Name))
+			}
+		}
+	}
+	walk("", reflect.TypeFor[Config]())
+	return m
+}()
+
+// tomlKind names the type of a TOML value node for messages.
+func tomlKind(n *unstable.Node) string {
+	switch n.Kind {
+	case unstable.String:
+		return "a string"
+	case unstable.Bool:
+		return "a boolean"
+	case unstable.Integer:
+		return "an integer"
+	case unstable.Float:
+		return "a float"
+	case unstable.Array:
+		return "an array"
+	case unstable.InlineTable:
+		return "a table"
+	default: // dates and times
+		return "a date or time"
+	}
+}
+
+// document is a parser over a syntactically valid TOML document whose
+// top-level expressions checkTypes and findRedefinition walk.
+type document struct {
+	p unstable.Parser
+}
+
+// keyParts returns the parts of n's key and the position of its first part.
+func (d *document) keyParts(n *unstable.Node) (parts []string, line, col int) {
+	it := n.Key()
+	for it.Next() {
+		k := it.Node()
+		if parts == nil {
+			pos := d.p.Shape(k.Raw).Start
+			line, col = pos.Line, pos.Column
+		}
+		parts = append(parts, string(k.Data))
+	}
+	return parts, line, col
+}
+
+// checkTypes returns a message for every known key in data whose value has
+// the wrong type, with its position. data must be valid TOML.
+func checkTypes(data []byte) []string {
+	var d document
+	var problems []string
+	reported := map[string]bool{} // one problem per key: the first place
+	problem := func(line, col int, key string, got string) {
+		if reported[key] {
+			return
+		}
+		reported[key] = true
+		problems = append(problems, fmt.Sprintf("line %d, column %d: %s must be %s, not %s", line, col, key, schema[key], got))
+	}
+	// scalarPrefix returns the first of the first n prefixes of parts that
+	// is a known non-table key: parts then puts a table inside a value.
+	scalarPrefix := func(parts []string, n int) (string, bool) {
+		for i := 1; i <= n; i++ {
+			key := dottedKey(parts[:i])
+			if k, ok := schema[key]; ok && k != kindTable {
+				return key, true
+			}
+		}
+		return "", false
+	}
+
+	var checkKeyValue func(table []string, n *unstable.Node)
+	checkKeyValue = func(table []string, n *unstable.Node) {
+		parts, line, col := d.keyParts(n)
+		full := append(append([]string(nil), table...), parts...)
+		if key, ok := scalarPrefix(full, len(full)-1); ok {
+			problem(line, col, key, "a table")
+			return
+		}
+		key := dottedKey(full)
+		want, known := schema[key]
+		if !known {
+			return // an unknown key: a warning later
+		}
+		v := n.Value()
+		switch want {
+		case kindTable:
+			if v.Kind != unstable.InlineTable {
+				problem(line, col, key, tomlKind(v))
+				return
+			}
+			it := v.Children()
+			for it.Next() {
+				checkKeyValue(full, it.Node())
+			}
+		case kindString:
+			if v.Kind != unstable.String {
+				problem(line, col, key, tomlKind(v))
+			}
+		case kindStrings:
+			if v.Kind != unstable.Array {
+				problem(line, col, key, tomlKind(v))
+				return
+			}
+			it := v.Children()
+			for it.Next() {
+				if e := it.Node(); e.Kind != unstable.String && e.Kind != unstable.Comment {
+					problem(line, col, key, "an array containing "+tomlKind(e))
+					return
+				}
+			}
+		}
+	}
+
+	var table []string
+	d.p.Reset(data)
+	for d.p.NextExpression() {
+		n := d.p.Expression()
+		switch n.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			parts, line, col := d.keyParts(n)
+			table = parts
+			got := "a table"
+			if n.Kind == unstable.ArrayTable {
+				got = "an array of tables"
+			}
+			key := dottedKey(parts)
+			if prefix, ok := scalarPrefix(parts, len(parts)-1); ok {
+				problem(line, col, prefix, "a table")
+			} else if k, ok := schema[key]; ok && (k != kindTable || n.Kind == unstable.ArrayTable) {
+				problem(line, col, key, got)
+			}
+		case unstable.KeyValue:
+			checkKeyValue(table, n)
+		}
+	}
+	return problems
+}
+
+// findRedefinition finds the first key or table defined twice in data and
+// describes it with its position. It covers the usual mistake (a key or
+// table header repeated), not every conflict the TOML spec forbids.
+func findRedefinition(data []byte) (string, bool) {
+	var d document
+	type def struct{ line int }
+	keys := map[string]def{}   // key/value pairs, by full key
+	tables := map[string]def{} // [table] headers
+	var table []string
+	d.p.Reset(data)
+	for d.p.NextExpression() {
+		n := d.p.Expression()
+		if n.Kind != unstable.Table && n.Kind != unstable.ArrayTable && n.Kind != unstable.KeyValue {
+			continue
+		}
+		parts, line, col := d.keyParts(n)
+		switch n.Kind {
+		case unstable.Table:
+			table = parts
+			key := dottedKey(parts)
+			if first, ok := tables[key]; ok {
+				return fmt.Sprintf("line %d, column %d: table [%s] defined twice (first on line %d)", line, col, key, first.line), true
+			}
+			if first, ok := keys[key]; ok {
+				return fmt.Sprintf("line %d, column %d: table [%s] redefines key %s (set on line %d)", line, col, key, key, first.line), true
+			}
+			tables[key] = def{line}
+		case unstable.ArrayTable:
+			// Each [[table]] starts a new element: forget its old keys.
+			table = parts
+			prefix := dottedKey(parts) + "."
+			for k := range keys {
+				if strings.HasPrefix(k, prefix) {
+					delete(keys, k)
+				}
+			}
+			for k := range tables {
+				if strings.HasPrefix(k, prefix) {
+					delete(tables, k)
+				}
+			}
+		case unstable.KeyValue:
+			key := dottedKey(append(append([]string(nil), table...), parts...))
+			if first, ok := keys[key]; ok {
+				return fmt.Sprintf("line %d, column %d: key %s defined twice (first on line %d)", line, col, key, first.line), true
+			}
+			if first, ok := tables[key]; ok {
+				return fmt.Sprintf("line %d, column %d: key %s redefines table [%s] (line %d)", line, col, key, key, first.line), true
+			}
+			keys[key] = def{line}
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,524 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/sirupsen/logrus"
+)
+
+// shippedConfig is the repository's reference config, installed as
+// DefaultPath.
+const shippedConfig = "../../config.toml"
+
+func TestShippedConfigIsDefault(t *testing.T) {
+	got, warnings, err := Load(shippedConfig)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", shippedConfig, err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("Load(%s) warnings: %q", shippedConfig, warnings)
+	}
+	if want := Default(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load(%s) = %+v, want Default() = %+v", shippedConfig, got, want)
+	}
+}
+
+// TestShippedConfigSetsEveryKey makes sure the reference config documents
+// every key: a key left out would still parse to the default.
+func TestShippedConfigSetsEveryKey(t *testing.T) {
+	data, err := os.ReadFile(shippedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for key, kind := range schema {
+		if kind == kindTable {
+			continue
+		}
+		var v any = doc
+		for _, part := range strings.Split(key, ".") {
+			m, _ := v.(map[string]any)
+			v = m[part]
+		}
+		if v == nil {
+			t.Errorf("%s does not set %s", shippedConfig, key)
+		}
+	}
+	if len(schema) != 10 {
+		t.Errorf("schema has %d keys, want 10 (3 tables, 7 keys): %v", len(schema), schema)
+	}
+}
+
+func TestPath(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         map[string]string
+		want        string
+	}{
+		{description: "unset", env: nil, want: DefaultPath},
+		{description: "empty", env: map[string]string{EnvPath: ""}, want: DefaultPath},
+		{description: "set", env: map[string]string{EnvPath: "/opt/gpu/config.toml"}, want: "/opt/gpu/config.toml"},
+		{description: "other variables ignored", env: map[string]string{"NVIDIA_CONFIG": "/x.toml"}, want: DefaultPath},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			getenv := func(k string) string { return tc.env[k] }
+			if got := Path(getenv); got != tc.want {
+				t.Errorf("Path() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	withDefaults := func(edit func(*Config)) Config {
+		c := Default()
+		edit(&c)
+		return c
+	}
+	testCases := []struct {
+		description  string
+		data         string
+		want         Config
+		wantWarnings []string
+	}{
+		{
+			description: "empty file is the default",
+			data:        "",
+			want:        Default(),
+		},
+		{
+			description: "comments only",
+			data:        "# nothing here\n\n[runtime]\n# runtimes = []\n",
+			want:        Default(),
+		},
+		{
+			description: "partial file keeps other defaults",
+			data:        "[driver]\nroot = \"/run/nvidia/driver\"\n",
+			want:        withDefaults(func(c *Config) { c.Driver.Root = "/run/nvidia/driver" }),
+		},
+		{
+			description: "every key set; paths cleaned",
+			data: `[runtime]
+runtimes = ["/usr/local/sbin//runc/", "crun", "youki"]
+log-file = "/var/log/gpu-runtime/../gpu-runtime.log"
+log-level = "debug"
+[driver]
+root = "/run/nvidia/driver/"
+dev-root = "/run/nvidia/driver/./"
+[hook]
+path = "/usr/local/bin/gpu-hook"
+ldconfig = "/usr/sbin/ldconfig"
+`,
+			want: Config{
+				Runtime: RuntimeConfig{
+					Runtimes: []string{"/usr/local/sbin/runc", "crun", "youki"},
+					LogFile:  "/var/log/gpu-runtime.log",
+					LogLevel: "debug",
+				},
+				Driver: DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
+				Hook:   HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig"},
+			},
+		},
+		{
+			description: "dotted keys and inline tables",
+			data:        "driver.root = \"/drv\"\nhook = { path = \"/bin/gpu-hook\" }\n[runtime]\n'log-level' = \"trace\"\n",
+			want: withDefaults(func(c *Config) {
+				c.Driver.Root = "/drv"
+				c.Hook.Path = "/bin/gpu-hook"
+				c.Runtime.LogLevel = "trace"
+			}),
+		},
+		{
+			description: "unknown keys are warnings and the rest applies",
+			data: `[runtime]
+runtims = ["crun"]
+log-level = "warn"
+[driver]
+root = "/drv"
+extra.deep = 1
+[nvidia]
+x = 1
+[nvidia.sub]
+y = 2
+["odd.key"]
+`,
+			want: withDefaults(func(c *Config) {
+				c.Runtime.LogLevel = "warn"
+				c.Driver.Root = "/drv"
+			}),
+			wantWarnings: []string{
+				`config /x.toml: unknown key "runtime.runtims" ignored`,
+				`config /x.toml: unknown key "driver.extra.deep" ignored`,
+				`config /x.toml: unknown key "nvidia" ignored`,
+				`config /x.toml: unknown key "\"odd.key\"" ignored`,
+			},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, warnings, err := Parse([]byte(tc.data), "/x.toml")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Parse:\n got %+v\nwant %+v", got, tc.want)
+			}
+			if !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("Parse warnings:\n got %q\nwant %q", warnings, tc.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	testCases := []struct {
+		description  string
+		data         string
+		wantErr      string
+		wantWarnings []string
+	}{
+		// Syntax.
+		{
+			description: "syntax error",
+			data:        "[runtime]\nruntimes = [\"runc\"]\nlog-level \"debug\"\n",
+			wantErr:     `parse config /x.toml: line 3, column 11: expected character =`,
+		},
+		{
+			description: "unterminated string",
+			data:        "[driver]\nroot = \"/run/nvidia\n",
+			wantErr:     `parse config /x.toml: line 2, column 20: basic strings cannot have new lines`,
+		},
+		{
+			description: "unclosed table header",
+			data:        "[runtime\n",
+			wantErr:     `parse config /x.toml: line 1, column 9: expected character ]`,
+		},
+		{
+			description: "not UTF-8",
+			data:        "\xff\xfe",
+			wantErr:     `parse config /x.toml: line 1, column 1: invalid character at start of key: ÿ`,
+		},
+		{
+			description: "key defined twice",
+			data:        "[runtime]\nlog-level = \"info\"\n\nlog-level = \"debug\"\n",
+			wantErr:     `parse config /x.toml: line 4, column 1: key runtime.log-level defined twice (first on line 2)`,
+		},
+		{
+			description: "table defined twice",
+			data:        "[driver]\nroot = \"/a\"\n[hook]\n[driver]\n",
+			wantErr:     `parse config /x.toml: line 4, column 2: table [driver] defined twice (first on line 1)`,
+		},
+		{
+			description: "syntax error is reported before type errors",
+			data:        "[runtime]\nlog-level = 5\n[driver\n",
+			wantErr:     `parse config /x.toml: line 3, column 8: expected character ]`,
+		},
+
+		// Types.
+		{
+			description: "integer for a string",
+			data:        "[runtime]\nlog-level = 5\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: runtime.log-level must be a string, not an integer`,
+		},
+		{
+			description: "string for an array",
+			data:        "[runtime]\n  runtimes = \"runc\"\n",
+			wantErr:     `parse config /x.toml: line 2, column 3: runtime.runtimes must be an array of strings, not a string`,
+		},
+		{
+			description: "array of integers",
+			data:        "[runtime]\nruntimes = [\"runc\", 2]\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: runtime.runtimes must be an array of strings, not an array containing an integer`,
+		},
+		{
+			description: "value for a table",
+			data:        "driver = \"/run/nvidia/driver\"\n",
+			wantErr:     `parse config /x.toml: line 1, column 1: driver must be a table, not a string`,
+		},
+		{
+			description: "array of tables for a table",
+			data:        "[[hook]]\npath = \"/x\"\n",
+			wantErr:     `parse config /x.toml: line 1, column 3: hook must be a table, not an array of tables`,
+		},
+		{
+			description: "table for a string",
+			data:        "[hook.ldconfig]\npath = \"/sbin/ldconfig\"\n",
+			wantErr:     `parse config /x.toml: line 1, column 2: hook.ldconfig must be a string, not a table`,
+		},
+		{
+			description: "dotted key under a string",
+			data:        "[driver]\nroot.path = \"/x\"\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: driver.root must be a string, not a table`,
+		},
+		{
+			description: "wrong type inside an inline table",
+			data:        "hook = { path = true }\n",
+			wantErr:     `parse config /x.toml: line 1, column 10: hook.path must be a string, not a boolean`,
+		},
+		{
+			description: "every type error at once",
+			data:        "[runtime]\nlog-file = 1.5\nlog-level = 2024-01-01\n[driver]\ndev-root = [\"/\"]\n",
+			wantErr: `parse config /x.toml: line 2, column 1: runtime.log-file must be a string, not a float; ` +
+				`line 3, column 1: runtime.log-level must be a string, not a date or time; ` +
+				`line 5, column 1: driver.dev-root must be a string, not an array`,
+		},
+
+		// Values.
+		{
+			description: "bad log level",
+			data:        "[runtime]\nlog-level = \"verbose\"\n",
+			wantErr:     `config /x.toml: invalid runtime.log-level "verbose": want one of panic, fatal, error, warn, warning, info, debug, trace`,
+		},
+		{
+			description: "log level is case-sensitive",
+			data:        "[runtime]\nlog-level = \"INFO\"\n",
+			wantErr:     `config /x.toml: invalid runtime.log-level "INFO": want one of panic, fatal, error, warn, warning, info, debug, trace`,
+		},
+		{
+			description: "no runtimes",
+			data:        "[runtime]\nruntimes = []\n",
+			wantErr:     `config /x.toml: invalid runtime.runtimes []: want at least one runtime`,
+		},
+		{
+			description: "empty and relative runtimes",
+			data:        "[runtime]\nruntimes = [\"runc\", \"\", \"bin/crun\"]\n",
+			wantErr: `config /x.toml: invalid runtime.runtimes[1] "": want a name to look up in PATH or an absolute path; ` +
+				`invalid runtime.runtimes[2] "bin/crun": want a name to look up in PATH or an absolute path`,
+		},
+		{
+			description: "relative driver root",
+			data:        "[driver]\nroot = \"run/nvidia/driver\"\n",
+			wantErr:     `config /x.toml: invalid driver.root "run/nvidia/driver": want an absolute path`,
+		},
+		{
+			description: "every bad value at once, with unknown-key warnings",
+			data: `[runtime]
+log-file = "gpu.log"
+log-level = ""
+[driver]
+root = ""
+dev-root = "dev"
+typo = 1
+[hook]
+path = "./gpu-hook"
+ldconfig = "ldconfig"
+`,
+			wantErr: `config /x.toml: invalid runtime.log-level "": want one of panic, fatal, error, warn, warning, info, debug, trace; ` +
+				`invalid runtime.log-file "gpu.log": want an absolute path or ""; ` +
+				`invalid driver.root "": want an absolute path; ` +
+				`invalid driver.dev-root "dev": want an absolute path; ` +
+				`invalid hook.path "./gpu-hook": want an absolute path or ""; ` +
+				`invalid hook.ldconfig "ldconfig": want an absolute path`,
+			wantWarnings: []string{`config /x.toml: unknown key "driver.typo" ignored`},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, warnings, err := Parse([]byte(tc.data), "/x.toml")
+			if err == nil {
+				t.Fatalf("Parse = %+v, want error %s", got, tc.wantErr)
+			}
+			if err.Error() != tc.wantErr {
+				t.Errorf("Parse error:\n got %s\nwant %s", err, tc.wantErr)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("Parse error %v does not wrap ErrInvalid", err)
+			}
+			if !reflect.DeepEqual(got, Config{}) {
+				t.Errorf("Parse returned %+v with an error, want the zero Config", got)
+			}
+			if !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("Parse warnings:\n got %q\nwant %q", warnings, tc.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestParseSyntaxErrorWrapsDecodeError(t *testing.T) {
+	_, _, err := Parse([]byte("[runtime\n"), "/x.toml")
+	var de *toml.DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("Parse error %v (%T) does not wrap *toml.DecodeError", err, err)
+	}
+	if line, col := de.Position(); line != 1 || col != 9 {
+		t.Errorf("DecodeError.Position() = %d, %d; want 1, 9", line, col)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	valid := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(valid, []byte("[runtime]\nlog-level = \"debug\"\nlog-levle = \"x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[driver]\nroot = \"drv\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	debug := Default()
+	debug.Runtime.LogLevel = "debug"
+
+	testCases := []struct {
+		description  string
+		path         string
+		want         Config
+		wantWarnings []string
+		wantErr      string
+		wantIs       error
+	}{
+		{
+			description: "missing file is the default",
+			path:        filepath.Join(dir, "missing.toml"),
+			want:        Default(),
+		},
+		{
+			description: "missing directory is the default",
+			path:        filepath.Join(dir, "missing", "config.toml"),
+			want:        Default(),
+		},
+		{
+			description:  "file",
+			path:         valid,
+			want:         debug,
+			wantWarnings: []string{`config ` + valid + `: unknown key "runtime.log-levle" ignored`},
+		},
+		{
+			description: "bad value names the file",
+			path:        bad,
+			wantErr:     `config ` + bad + `: invalid driver.root "drv": want an absolute path`,
+			wantIs:      ErrInvalid,
+		},
+		{
+			description: "directory",
+			path:        dir,
+			wantErr:     `read config ` + dir + `: read ` + dir + `: is a directory`,
+		},
+		{
+			description: "parent is a file",
+			path:        filepath.Join(valid, "config.toml"),
+			wantErr:     `read config ` + valid + `/config.toml: open ` + valid + `/config.toml: not a directory`,
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, warnings, err := Load(tc.path)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("Load(%s) error:\n got %v\nwant %s", tc.path, err, tc.wantErr)
+				}
+				if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
+					t.Errorf("Load(%s) error %v does not wrap %v", tc.path, err, tc.wantIs)
+				}
+				if errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("Load(%s) error %v wraps fs.ErrNotExist", tc.path, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load(%s): %v", tc.path, err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Load(%s):\n got %+v\nwant %+v", tc.path, got, tc.want)
+			}
+			if !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("Load(%s) warnings:\n got %q\nwant %q", tc.path, warnings, tc.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestLoadUnreadable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("SKIP: root reads files whatever their mode; the unreadable-file case needs a non-root user")
+	}
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(""), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := Load(path)
+	want := `read config ` + path + `: open ` + path + `: permission denied`
+	if err == nil || err.Error() != want {
+		t.Errorf("Load error:\n got %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("Load error %v does not wrap fs.ErrPermission", err)
+	}
+}
+
+func TestLevel(t *testing.T) {
+	testCases := []struct {
+		description string
+		level       string
+		want        logrus.Level
+	}{
+		{description: "default", level: Default().Runtime.LogLevel, want: logrus.InfoLevel},
+		{description: "warning", level: "warning", want: logrus.WarnLevel},
+		{description: "warn", level: "warn", want: logrus.WarnLevel},
+		{description: "trace", level: "trace", want: logrus.TraceLevel},
+		{description: "panic", level: "panic", want: logrus.PanicLevel},
+		{description: "unvalidated bad level falls back to info", level: "verbose", want: logrus.InfoLevel},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			c := Default()
+			c.Runtime.LogLevel = tc.level
+			if got := c.Level(); got != tc.want {
+				t.Errorf("Level() for %q = %v, want %v", tc.level, got, tc.want)
+			}
+		})
+	}
+	// Every level Parse accepts must be one logrus knows.
+	for _, l := range logLevels {
+		if _, err := logrus.ParseLevel(l); err != nil {
+			t.Errorf("accepted log level %q: %v", l, err)
+		}
+	}
+}
+
+func TestLoadFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	present := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(present, []byte("[runtime]\nlog-level = \"debug\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.toml")
+	testCases := []struct {
+		description string
+		env         string
+		wantErr     string
+		wantLevel   string
+	}{
+		{description: "named file is read", env: present, wantLevel: "debug"},
+		{description: "named file must exist", env: missing, wantErr: "read config " + missing + " (named by GPU_RUNTIME_CONFIG): stat " + missing + ": no such file or directory"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			cfg, _, err := LoadFromEnv(func(k string) string {
+				if k == EnvPath {
+					return tc.env
+				}
+				return ""
+			})
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || cfg.Runtime.LogLevel != tc.wantLevel {
+				t.Fatalf("cfg %+v, err %v", cfg.Runtime, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,264 @@
+// Package ldcache reads glibc's dynamic linker cache (/etc/ld.so.cache) and
+// lists the libraries it records.
+//
+// It understands both formats ldconfig writes: the current
+// "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since glibc
+// 2.32 and what Debian 12 writes) and the historic "ld.so-1.7.0" format,
+// alone (ldconfig -c old) or followed by a new-format cache (ldconfig -c
+// compat). The layout follows glibc's sysdeps/generic/dl-cache.h (structures
+// and flag values), elf/cache.c (the writer) and elf/dl-cache.c (the reader,
+// _dl_load_cache_lookup).
+//
+// The cache may come from an untrusted root (a container image, a driver
+// container), so parsing is read-only and bounds-checked: a malformed cache
+// yields an error wrapping ErrFormat, never a panic, an out-of-range read or
+// an allocation larger than the input.
+package ldcache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// DefaultPath is where glibc's dynamic linker looks for its cache.
+const DefaultPath = "/etc/ld.so.cache"
+
+// MaxSize is the largest cache Load reads. Real caches are well under a
+// megabyte; the limit stops a hostile root from making Load read without
+// bound.
+const MaxSize = 64 << 20
+
+// ErrFormat is wrapped by every error about a cache that is truncated,
+// malformed or in a format this package does not know.
+var ErrFormat = errors.New("malformed ld.so.cache")
+
+// Entry is one library in the cache.
+type Entry struct {
+	Name  string // the SONAME-style key, e.g. "libcuda.so.1"
+	Path  string // path as recorded, e.g. "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+	Flags int32  // raw flags (FLAG_* in glibc's sysdeps/generic/ldconfig.h)
+	Bits  int    // 64 or 32, from the ABI recorded in Flags; 0 if unknown
+}
+
+// Layout constants from sysdeps/generic/dl-cache.h.
+const (
+	// struct cache_file: char magic[11]; uint32 nlibs; struct file_entry libs[].
+	oldMagic      = "ld.so-1.7.0"
+	oldHeaderSize = 16
+	oldEntrySize  = 12 // int32 flags; uint32 key, value
+
+	// struct cache_file_new: char magic[17]; char version[3]; uint32 nlibs;
+	// uint32 len_strings; uint8 flags; uint8 pad[3]; uint32 extension_offset;
+	// uint32 unused[3]; struct file_entry_new libs[].
+	newMagic      = "glibc-ld.so.cache1.1"
+	newHeaderSize = 48
+	newEntrySize  = 24 // int32 flags; uint32 key, value; uint32 osversion; uint64 hwcap
+
+	// cache_file_new.flags values (enum cache_file_new_flags).
+	endianUnset  = 0 // written by ldconfig before glibc 2.33: native order
+	endianLittle = 2
+	endianBig    = 3
+)
+
+// Load reads and parses the cache at path. A missing file returns an error
+// wrapping fs.ErrNotExist; a file that is not a regular file or is larger
+// than MaxSize returns an error wrapping ErrFormat. Load follows symbolic
+// links in path: to read a cache inside an untrusted root, open it safely
+// and pass its contents to Parse.
+func Load(path string) ([]Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ld cache %q: %w", path, err)
+	}
+	defer f.Close()
+
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat ld cache %q: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read ld cache %q: %w: not a regular file (%s)", path, ErrFormat, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read ld cache %q: %w", path, err)
+	}
+	if len(data) > MaxSize {
+		return nil, fmt.Errorf("read ld cache %q: %w: larger than %d bytes", path, ErrFormat, MaxSize)
+	}
+	entries, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse ld cache %q: %w", path, err)
+	}
+	return entries, nil
+}
+
+// Parse parses the contents of an ld.so.cache file and returns its entries
+// in file order, which is the order the dynamic linker searches them. For a
+// combined old+new cache the entries of the new-format part are returned, as
+// glibc does. Errors wrap ErrFormat.
+func Parse(data []byte) ([]Entry, error) {
+	switch {
+	case bytes.HasPrefix(data, []byte(newMagic)):
+		return parseNew(data)
+	case bytes.HasPrefix(data, []byte(oldMagic)):
+		return parseOld(data)
+	default:
+		return nil, fmt.Errorf("%w: unknown magic %q", ErrFormat, data[:min(len(data), len(newMagic))])
+	}
+}
+
+// parseOld parses a cache that starts with the old-format header. If a
+// new-format cache follows the old entries, that part is parsed instead,
+// as in glibc's _dl_load_cache_lookup.
+func parseOld(data []byte) ([]Entry, error) {
+	if len(data) < oldHeaderSize {
+		return nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
+	}
+	// The old format has no byte-order marker: ldconfig writes it in the
+	// native order. If the new part follows, its marker decides.
+	nlibs := uint64(binary.NativeEndian.Uint32(data[12:]))
+	end := oldHeaderSize + nlibs*oldEntrySize
+	if end > uint64(len(data)) {
+		return nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+	}
+
+	// The new header is aligned to __alignof__(struct cache_file_new): 8
+	// where uint64_t is 8-aligned, 4 on i386. The old entries end 4-aligned,
+	// so try the 8-aligned offset, then the 4-aligned one.
+	for _, off := range []uint64{(end + 7) &^ 7, end} {
+		if off+uint64(len(newMagic)) <= uint64(len(data)) && bytes.HasPrefix(data[off:], []byte(newMagic)) {
+			entries, err := parseNew(data[off:])
+			if err != nil {
+				return nil, fmt.Errorf("new-format part at offset %d: %w", off, err)
+			}
+			return entries, nil
+		}
+	}
+
+	// Old format alone: string offsets are relative to the end of the
+	// entries, and the string table runs to the end of the file.
+	strs := data[end:]
+	entries := make([]Entry, 0, nlibs)
+	for i := range nlibs {
+		e := data[oldHeaderSize+i*oldEntrySize:]
+		entry, err := makeEntry(binary.NativeEndian, e, strs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+		}
+		entries = append(entries, entry)
+	}
+	return entries, nil
+}
+
+// parseNew parses a new-format cache starting at data[0]. String offsets
+// are relative to the start of the new-format header.
+func parseNew(data []byte) ([]Entry, error) {
+	if len(data) < newHeaderSize {
+		return nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
+	}
+	var order binary.ByteOrder
+	switch data[28] {
+	case endianUnset:
+		order = binary.NativeEndian
+	case endianLittle:
+		order = binary.LittleEndian
+	case endianBig:
+		order = binary.BigEndian
+	default:
+		return nil, fmt.Errorf("%w: invalid byte-order flag %d", ErrFormat, data[28])
+	}
+	nlibs := uint64(order.Uint32(data[20:]))
+	if newHeaderSize+nlibs*newEntrySize > uint64(len(data)) {
+		return nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+	}
+	entries := make([]Entry, 0, nlibs)
+	for i := range nlibs {
+		e := data[newHeaderSize+i*newEntrySize:]
+		entry, err := makeEntry(order, e, data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+		}
+		entries = append(entries, entry)
+	}
+	return entries, nil
+}
+
+// makeEntry decodes the flags, key and value fields common to both entry
+// layouts from e, resolving the string offsets in strs.
+func makeEntry(order binary.ByteOrder, e, strs []byte) (Entry, error) {
+	flags := int32(order.Uint32(e[0:]))
+	name, err := cString(strs, order.Uint32(e[4:]))
+	if err != nil {
+		return Entry{}, fmt.Errorf("key: %w", err)
+	}
+	path, err := cString(strs, order.Uint32(e[8:]))
+	if err != nil {
+		return Entry{}, fmt.Errorf("value: %w", err)
+	}
+	return Entry{Name: name, Path: path, Flags: flags, Bits: bits(flags)}, nil
+}
+
+// cString returns the non-empty NUL-terminated string at strs[off:].
+func cString(strs []byte, off uint32) (string, error) {
+	if uint64(off) >= uint64(len(strs)) {
+		return "", fmt.Errorf("string offset %d outside string table of %d bytes", off, len(strs))
+	}
+	s := strs[off:]
+	n := bytes.IndexByte(s, 0)
+	switch {
+	case n < 0:
+		return "", fmt.Errorf("string at offset %d is not NUL-terminated", off)
+	case n == 0:
+		return "", fmt.Errorf("empty string at offset %d", off)
+	}
+	return string(s[:n]), nil
+}
+
+// Flag values from glibc's sysdeps/generic/ldconfig.h. The low byte is the
+// library type (FLAG_ELF, FLAG_ELF_LIBC6…), the next byte the ABI the
+// library requires.
+const (
+	flagRequiredMask         = 0xff00
+	flagSparcLib64           = 0x0100
+	flagIA64Lib64            = 0x0200
+	flagX8664Lib64           = 0x0300
+	flagS390Lib64            = 0x0400
+	flagPowerPCLib64         = 0x0500
+	flagMIPS64LibN32         = 0x0600
+	flagMIPS64LibN64         = 0x0700
+	flagX8664LibX32          = 0x0800
+	flagARMLibHF             = 0x0900
+	flagAArch64Lib64         = 0x0a00
+	flagARMLibSF             = 0x0b00
+	flagMIPSLib32NaN2008     = 0x0c00
+	flagMIPS64LibN32NaN2008  = 0x0d00
+	flagMIPS64LibN64NaN2008  = 0x0e00
+	flagRISCVFloatABISoft    = 0x0f00
+	flagRISCVFloatABIDouble  = 0x1000
+	flagLoongArchFloatSoft   = 0x1100
+	flagLoongArchFloatDouble = 0x1200
+)
+
+// bits returns the word size of the ABI recorded in flags: 64 or 32, or 0
+// when the flags do not say. No required-ABI bits is the base ABI of every
+// multilib architecture ldconfig distinguishes (i386, 32-bit SPARC,
+// PowerPC, S/390 and MIPS o32), all 32-bit. RISC-V records only the float
+// ABI, the same for RV32 and RV64, so its word size is unknown.
+func bits(flags int32) int {
+	switch flags & flagRequiredMask {
+	case 0, flagX8664LibX32, flagMIPS64LibN32, flagMIPS64LibN32NaN2008,
+		flagARMLibHF, flagARMLibSF, flagMIPSLib32NaN2008:
+		return 32
+	case flagSparcLib64, flagIA64Lib64, flagX8664Lib64, flagS390Lib64,
+		flagPowerPCLib64, flagMIPS64LibN64, flagMIPS64LibN64NaN2008,
+		flagAArch64Lib64, flagLoongArchFloatSoft, flagLoongArchFloatDouble:
+		return 64
+	default: // flagRISCVFloatABISoft, flagRISCVFloatABIDouble, and newer flags
+		return 0
+	}
+}
