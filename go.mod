@@ -1,6 +1,6 @@
 module github.com/gpu-runtime/gpu-runtime
 
-go 1.26.8
+go 1.24.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
