@@ -1,0 +1,81 @@
+// Command gpu-runtime is an OCI runtime that gives containers NVIDIA GPUs. It wraps runc
+// (or crun): for create and run it edits the bundle's config.json to inject the GPUs the
+// container asked for, then it replaces itself with the low-level runtime, arguments
+// unchanged. Every other subcommand goes straight to the low-level runtime.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/internal/version"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+)
+
+func main() {
+	args := os.Args[1:]
+	inv, argErr := oci.ParseArgs(args)
+	if inv.Version && inv.Command == "" {
+		fmt.Println(version.String("gpu-runtime"))
+		return
+	}
+	cfg, warnings, cfgErr := config.LoadFromEnv(os.Getenv)
+	level := logrus.InfoLevel
+	if cfgErr == nil {
+		level = cfg.Level()
+	} else {
+		cfg = config.Default()
+	}
+	log := runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, ExtraFile: cfg.Runtime.LogFile, Level: level, Stderr: os.Stderr})
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	self, _ := os.Executable()
+	cwd, _ := os.Getwd()
+
+	if inv.ModifiesSpec() {
+		err := errors.Join(cfgErr, unsupported(argErr))
+		if err == nil && argErr == nil {
+			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log})
+		}
+		if err != nil {
+			fail(log, err)
+		}
+	} else if cfgErr != nil {
+		log.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
+	}
+
+	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
+	if err != nil {
+		fail(log, err)
+	}
+	log.Close()
+	err = unix.Exec(runc, append([]string{runc}, args...), os.Environ())
+	fail(runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, Level: level, Stderr: os.Stderr}), fmt.Errorf("exec %s: %w", runc, err))
+}
+
+// unsupported keeps only argument errors that must stop a create (ErrArgs passes through
+// to runc, which reports its own error).
+func unsupported(err error) error {
+	if errors.Is(err, oci.ErrUnsupported) {
+		return err
+	}
+	return nil
+}
+
+// fail reports err the way runc does (its log, and stderr when the log is a file) and exits 1.
+func fail(log *runlog.Logger, err error) {
+	log.Error("gpu-runtime: " + err.Error())
+	if log.ToFile {
+		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
+	}
+	log.Close()
+	os.Exit(1)
+}

@@ -1,0 +1,167 @@
+package hook
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDevLinkName(t *testing.T) {
+	testCases := []struct{ description, in, want string }{
+		{"versioned", "libcuda.so.550.54.15", "libcuda.so"},
+		{"soname", "libGLX_nvidia.so.0", "libGLX_nvidia.so"},
+		{"no version", "libcuda.so", ""},
+		{"not a library", "nvidia-smi", ""},
+		{"leading .so.", ".so.1", ""},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := DevLinkName(tc.in); got != tc.want {
+				t.Errorf("DevLinkName(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestContainerRoot(t *testing.T) {
+	bundle := t.TempDir()
+	write := func(spec string) {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testCases := []struct {
+		description string
+		spec        string
+		state       string
+		want        string
+		wantErr     string
+	}{
+		{description: "relative root", spec: `{"root":{"path":"rootfs"}}`, state: `{"bundle":"` + bundle + `"}`, want: filepath.Join(bundle, "rootfs")},
+		{description: "absolute root", spec: `{"root":{"path":"/x/y/"}}`, state: `{"bundle":"` + bundle + `"}`, want: "/x/y"},
+		{description: "no state", spec: `{}`, state: ``, wantErr: "bad hook input: decode container state from stdin: EOF"},
+		{description: "relative bundle", spec: `{}`, state: `{"bundle":"b"}`, wantErr: `bad hook input: container state has bundle "b", want an absolute path`},
+		{description: "no root", spec: `{}`, state: `{"bundle":"` + bundle + `"}`, wantErr: "bad hook input: spec of bundle " + bundle + " has no root.path"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			write(tc.spec)
+			got, err := ContainerRoot(strings.NewReader(tc.state))
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func buildLib(t *testing.T, path, soname string) {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("SKIPPED: gcc not installed")
+	}
+	src := filepath.Join(t.TempDir(), "s.c")
+	if err := os.WriteFile(src, []byte("int f(void){return 1;}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,"+soname, "-o", path, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: ldconfig -r chroots and needs root")
+	}
+}
+
+func TestUpdateLDCache(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir() // no /etc: the hook must create it inside the root
+	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+	buildLib(t, filepath.Join(root, lib), "libcuda.so.1")
+	// The image already ships its own dev link for libnvidia-ml: it must be left alone.
+	ml := "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
+	buildLib(t, filepath.Join(root, ml), "libnvidia-ml.so.1")
+	if err := os.Symlink("image-choice", filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so")); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib, ml}}); err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ link, want string }{
+		{"/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.550.54.15"},
+		{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.550.54.15"},
+		{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so", "image-choice"},
+	}
+	for _, c := range checks {
+		got, err := os.Readlink(filepath.Join(root, c.link))
+		if err != nil || got != c.want {
+			t.Errorf("%s -> %q (%v), want %q", c.link, got, err, c.want)
+		}
+	}
+	cache, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil || !strings.Contains(string(cache), "libcuda.so.1") {
+		t.Errorf("ld.so.cache lacks libcuda.so.1 (%v)", err)
+	}
+}
+
+// TestUpdateLDCacheConfined: an image whose library directory is a symlink to a host
+// directory must not get links created on the host.
+func TestUpdateLDCacheConfined(t *testing.T) {
+	requireRoot(t)
+	host := t.TempDir()
+	root := t.TempDir()
+	for _, target := range []string{host, "../../../../../../../../" + host} {
+		t.Run(target, func(t *testing.T) {
+			if err := os.RemoveAll(filepath.Join(root, "usr")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(root, "usr/lib"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, filepath.Join(root, "usr/lib/x86_64-linux-gnu")); err != nil {
+				t.Fatal(err)
+			}
+			err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}})
+			entries, _ := os.ReadDir(host)
+			if len(entries) != 0 {
+				t.Fatalf("hook wrote to the host through an image symlink: %v (err %v)", entries, err)
+			}
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Logf("hook refused: %v", err)
+			}
+		})
+	}
+}
+
+func TestUpdateLDCacheErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		opts        LDCacheOptions
+		wantErr     string
+	}{
+		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `run ldconfig: path "ldconfig" is not absolute`},
+		{"relative library", LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"lib/x.so.1"}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			err := UpdateLDCache(t.TempDir(), tc.opts)
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package hook
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"golang.org/x/sys/unix"
+)
+
+// LDCacheOptions are the arguments of `gpu-hook update-ldcache`.
+type LDCacheOptions struct {
+	// LDConfig is the host's ldconfig (absolute path).
+	LDConfig string
+	// Libraries are the container paths of the injected libraries.
+	Libraries []string
+}
+
+// UpdateLDCache makes the injected libraries loadable inside the container root: it creates
+// each library's development link (libcuda.so -> libcuda.so.550.54.15) where the image has
+// none, then runs the host's ldconfig chrooted into the root (ldconfig -r) over the
+// libraries' directories, which creates the SONAME links and rewrites /etc/ld.so.cache.
+func UpdateLDCache(root string, opts LDCacheOptions) error {
+	if !filepath.IsAbs(opts.LDConfig) {
+		return fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
+	}
+	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {
+		return fmt.Errorf("create /etc in container root %s: %w", root, err)
+	}
+	var dirs []string
+	seen := map[string]bool{}
+	for _, lib := range opts.Libraries {
+		if !path.IsAbs(lib) {
+			return fmt.Errorf("update ldcache: library path %q is not absolute", lib)
+		}
+		lib = path.Clean(lib)
+		if d := path.Dir(lib); !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+		if err := devLink(root, lib); err != nil {
+			return err
+		}
+	}
+	args := append([]string{"-r", root}, dirs...)
+	cmd := exec.Command(opts.LDConfig, args...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run %s %s: %w: %s", opts.LDConfig, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// DevLinkName returns the development link name of a versioned library file name
+// ("libcuda.so.550.54.15" -> "libcuda.so"), or "" if the name has no ".so." part.
+func DevLinkName(file string) string {
+	i := strings.Index(file, ".so.")
+	if i <= 0 {
+		return ""
+	}
+	return file[:i+3]
+}
+
+// devLink creates <dir>/<dev link name> -> <file> inside root unless something exists there.
+// The directory is opened inside the root and the link made relative to that handle, so a
+// symlinked directory in the image cannot redirect the write outside the root.
+func devLink(root, lib string) error {
+	dir, file := path.Split(lib)
+	name := DevLinkName(file)
+	if name == "" {
+		return nil
+	}
+	handle, err := securejoin.OpenInRoot(root, dir)
+	if err != nil {
+		return fmt.Errorf("open %s in container root %s: %w", dir, root, err)
+	}
+	defer handle.Close()
+	fd := int(handle.Fd())
+	var st unix.Stat_t
+	err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("stat %s in container root: %w", path.Join(dir, name), err)
+	}
+	if err := unix.Symlinkat(file, fd, name); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("create link %s -> %s in container root: %w", path.Join(dir, name), file, err)
+	}
+	return nil
+}

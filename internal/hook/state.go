@@ -1,0 +1,49 @@
+// Package hook implements gpu-hook's subcommands, run by the low-level runtime as OCI hooks.
+// Everything under the container's root is attacker-controlled: every path the hook touches
+// there is resolved inside the root (openat2 RESOLVE_IN_ROOT through filepath-securejoin), and
+// the only program it runs is the host's ldconfig, chrooted into the container root.
+package hook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// ErrState marks unusable hook input.
+var ErrState = errors.New("bad hook input")
+
+// ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
+// returns the container's root filesystem path from <bundle>/config.json.
+func ContainerRoot(r io.Reader) (string, error) {
+	var state specs.State
+	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&state); err != nil {
+		return "", fmt.Errorf("%w: decode container state from stdin: %w", ErrState, err)
+	}
+	if state.Bundle == "" || !filepath.IsAbs(state.Bundle) {
+		return "", fmt.Errorf("%w: container state has bundle %q, want an absolute path", ErrState, state.Bundle)
+	}
+	data, err := os.ReadFile(filepath.Join(state.Bundle, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("read spec of bundle %s: %w", state.Bundle, err)
+	}
+	var spec struct {
+		Root *specs.Root `json:"root"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return "", fmt.Errorf("decode spec of bundle %s: %w", state.Bundle, err)
+	}
+	if spec.Root == nil || spec.Root.Path == "" {
+		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, state.Bundle)
+	}
+	root := spec.Root.Path
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(state.Bundle, root)
+	}
+	return filepath.Clean(root), nil
+}

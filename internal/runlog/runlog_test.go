@@ -1,0 +1,80 @@
+package runlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+)
+
+func TestFormatsMatchRunc(t *testing.T) {
+	testCases := []struct {
+		description string
+		format      string
+		check       func(t *testing.T, line string)
+	}{
+		{"json like runc --log-format json", "json", func(t *testing.T, line string) {
+			var m map[string]string
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("not JSON: %q", line)
+			}
+			if m["level"] != "error" || m["msg"] != "boom \"x\"" || m["time"] == "" {
+				t.Errorf("fields = %v", m)
+			}
+		}},
+		{"text like runc's default", "text", func(t *testing.T, line string) {
+			if !strings.HasPrefix(line, "time=\"") || !strings.Contains(line, `level=error msg="boom \"x\""`) {
+				t.Errorf("line = %q", line)
+			}
+		}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "log")
+			if err := os.WriteFile(p, []byte("existing line\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			l := New(Options{RuncLog: p, Format: tc.format, Level: logrus.InfoLevel, Stderr: &stderr})
+			l.Debug("hidden")
+			l.Error(`boom "x"`)
+			l.Close()
+			data, _ := os.ReadFile(p)
+			got := strings.Split(strings.TrimSpace(string(data)), "\n")
+			if len(got) != 2 || got[0] != "existing line" {
+				t.Fatalf("log must be appended to, one line per entry: %q", got)
+			}
+			tc.check(t, got[1])
+			if stderr.Len() != 0 || !l.ToFile {
+				t.Errorf("with --log, nothing goes to stderr: %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestNoLogFileMeansStderr(t *testing.T) {
+	var stderr bytes.Buffer
+	extra := filepath.Join(t.TempDir(), "extra.log")
+	l := New(Options{Format: "text", ExtraFile: extra, Level: logrus.WarnLevel, Stderr: &stderr})
+	l.Warn("careful")
+	l.Close()
+	if !strings.Contains(stderr.String(), "careful") || l.ToFile {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	if data, _ := os.ReadFile(extra); !strings.Contains(string(data), "careful") {
+		t.Errorf("extra log file = %q", data)
+	}
+}
+
+func TestUnopenableLogReported(t *testing.T) {
+	var stderr bytes.Buffer
+	l := New(Options{RuncLog: "/nonexistent/dir/log.json", Format: "json", Level: logrus.InfoLevel, Stderr: &stderr})
+	l.Error("still logged")
+	if !strings.Contains(stderr.String(), "gpu-runtime: open log file /nonexistent/dir/log.json") || !strings.Contains(stderr.String(), "still logged") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+}

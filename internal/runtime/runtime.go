@@ -1,0 +1,199 @@
+// Package runtime is gpu-runtime's create path: read the bundle's spec, decide whether the
+// container asked for GPUs, discover the host, plan, validate and apply the injection, and
+// write the spec back atomically. It never execs anything; main does that afterwards.
+package runtime
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+// HookName is the file name of the hook binary.
+const HookName = "gpu-hook"
+
+// ErrRuntimeNotFound: none of the configured low-level runtimes exists.
+var ErrRuntimeNotFound = errors.New("low-level runtime not found")
+
+// Options configure one invocation.
+type Options struct {
+	Config config.Config
+	// Executable is gpu-runtime's own path (to find gpu-hook beside it and to avoid exec'ing itself).
+	Executable string
+	Cwd        string
+	Logger     logrus.FieldLogger
+}
+
+// PrepareBundle applies the GPU injection to the bundle of a create/run invocation. A
+// container that asks for no GPU (and carries no docker GPU hook) is left byte-identical
+// and costs no NVML work.
+func PrepareBundle(inv oci.Invocation, opts Options) error {
+	bundle := inv.BundleDir(opts.Cwd)
+	log := opts.Logger.WithFields(logrus.Fields{"container_id": inv.ContainerID, "bundle": bundle})
+
+	sf, err := oci.ReadSpec(oci.ConfigPath(bundle))
+	if err != nil {
+		return err
+	}
+	var env []string
+	if sf.Spec.Process != nil {
+		env = sf.Spec.Process.Env
+	}
+	req, err := request.FromEnv(env)
+	if err != nil {
+		return err
+	}
+	dockerHook := hasDockerHook(sf)
+	if !req.IsGPU() && !dockerHook {
+		log.Debug("no GPU requested; spec unchanged")
+		return nil
+	}
+
+	host := plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
+	if req.IsGPU() {
+		if host, err = discoverHost(opts); err != nil {
+			return err
+		}
+	}
+	p, err := plan.Build(req, host)
+	if err != nil {
+		return fmt.Errorf("plan GPU injection: %w", err)
+	}
+	for _, w := range p.Warnings {
+		log.Warn(w)
+	}
+	if err := p.Edits.Apply(sf.Spec); err != nil {
+		return fmt.Errorf("edit spec: %w", err)
+	}
+	if err := sf.Write(); err != nil {
+		return err
+	}
+	log.WithFields(logrus.Fields{
+		"gpus":         gpuIDs(p.GPUs),
+		"capabilities": req.Capabilities.String(),
+		"devices":      len(p.Edits.DeviceNodes),
+		"mounts":       len(p.Edits.Mounts),
+	}).Info("injected NVIDIA GPUs")
+	return nil
+}
+
+func hasDockerHook(sf *oci.SpecFile) bool {
+	if sf.Spec.Hooks == nil || !bytes.Contains(sf.Raw, []byte(plan.DockerHookName)) {
+		return false
+	}
+	h := sf.Spec.Hooks
+	for _, list := range [][]specs.Hook{h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop} { //nolint:staticcheck
+		for _, hk := range list {
+			if oci.HookNamed(hk, plan.DockerHookName) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func discoverHost(opts Options) (plan.Host, error) {
+	cfg := opts.Config
+	driver, err := discover.QueryNVML(cfg.Driver.Root)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	devices, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	return plan.Host{Driver: driver, Files: files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig}, nil
+}
+
+// HookPath returns the absolute path of gpu-hook: the configured one, else next to the
+// gpu-runtime executable, else from PATH.
+func HookPath(configured, executable string) (string, error) {
+	if configured != "" {
+		return checkExecutable(configured, "hook.path")
+	}
+	if executable != "" {
+		beside := filepath.Join(filepath.Dir(executable), HookName)
+		if _, err := os.Stat(beside); err == nil {
+			return checkExecutable(beside, "hook.path")
+		}
+	}
+	p, err := exec.LookPath(HookName)
+	if err != nil {
+		return "", fmt.Errorf("find %s: not next to %s nor in PATH; set hook.path in the gpu-runtime config", HookName, executable)
+	}
+	return filepath.Abs(p)
+}
+
+func checkExecutable(p, setting string) (string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", setting, p, err)
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s %s: not an executable file", setting, p)
+	}
+	return filepath.Abs(p)
+}
+
+// LowLevelRuntime returns the first configured runtime that exists: a name is looked up in
+// PATH, a path used as is. gpu-runtime itself is skipped so a misconfiguration cannot loop.
+func LowLevelRuntime(candidates []string, self string) (string, error) {
+	var tried []string
+	for _, c := range candidates {
+		var p string
+		var err error
+		if filepath.IsAbs(c) || filepath.Base(c) != c {
+			p = c
+			_, err = checkExecutable(c, "runtime.runtimes")
+		} else {
+			p, err = exec.LookPath(c)
+		}
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%v)", c, err))
+			continue
+		}
+		if sameFile(p, self) {
+			tried = append(tried, fmt.Sprintf("%s (is gpu-runtime itself)", c))
+			continue
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("%w: tried %v; install runc or set runtime.runtimes in the gpu-runtime config", ErrRuntimeNotFound, tried)
+}
+
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+func gpuIDs(gpus []discover.GPU) []string {
+	out := make([]string, len(gpus))
+	for i, g := range gpus {
+		out[i] = g.UUID
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+package runtime
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func exe(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLowLevelRuntime(t *testing.T) {
+	dir := t.TempDir()
+	runc := exe(t, filepath.Join(dir, "path", "runc"))
+	crun := exe(t, filepath.Join(dir, "abs", "crun"))
+	self := exe(t, filepath.Join(dir, "path", "gpu-runtime"))
+	notExec := filepath.Join(dir, "abs", "plain")
+	if err := os.WriteFile(notExec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Join(dir, "path"))
+	testCases := []struct {
+		description string
+		candidates  []string
+		want        string
+		wantErr     string
+	}{
+		{description: "name found in PATH", candidates: []string{"runc", "crun"}, want: runc},
+		{description: "first missing, path used as is", candidates: []string{"nope", crun}, want: crun},
+		{description: "itself is skipped", candidates: []string{"gpu-runtime", "runc"}, want: runc},
+		{description: "nothing usable", candidates: []string{"nope", notExec},
+			wantErr: "low-level runtime not found: tried [nope (exec: \"nope\": executable file not found in $PATH) " + notExec + " (runtime.runtimes " + notExec + ": not an executable file)]; install runc or set runtime.runtimes in the gpu-runtime config"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, err := LowLevelRuntime(tc.candidates, self)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr || !errors.Is(err, ErrRuntimeNotFound) {
+					t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHookPath(t *testing.T) {
+	dir := t.TempDir()
+	self := exe(t, filepath.Join(dir, "bin", "gpu-runtime"))
+	beside := exe(t, filepath.Join(dir, "bin", "gpu-hook"))
+	configured := exe(t, filepath.Join(dir, "opt", "hook"))
+	inPath := exe(t, filepath.Join(dir, "path", "gpu-hook"))
+	lonely := exe(t, filepath.Join(dir, "alone", "gpu-runtime"))
+	t.Setenv("PATH", filepath.Join(dir, "path"))
+	testCases := []struct {
+		description, configured, executable, want, wantErr string
+	}{
+		{description: "configured wins", configured: configured, executable: self, want: configured},
+		{description: "next to the executable", executable: self, want: beside},
+		{description: "then PATH", executable: lonely, want: inPath},
+		{description: "configured but missing", configured: filepath.Join(dir, "missing"), executable: self,
+			wantErr: "hook.path " + filepath.Join(dir, "missing") + ": stat " + filepath.Join(dir, "missing") + ": no such file or directory"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			got, err := HookPath(tc.configured, tc.executable)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	t.Setenv("PATH", t.TempDir())
+	if _, err := HookPath("", lonely); err == nil || !strings.Contains(err.Error(), "set hook.path") {
+		t.Errorf("missing hook: error %v should say to set hook.path", err)
+	}
+}
