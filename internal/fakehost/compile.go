@@ -1,0 +1,197 @@
+package fakehost
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed" // for the C sources
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// The C sources live in csrc/ because the go command treats .c files next to Go files as cgo
+// sources, which would compile the fake NVML into this package.
+var (
+	//go:embed csrc/stub.c
+	stubSource []byte
+	//go:embed csrc/fakecuda.c
+	cudaSource []byte
+	//go:embed csrc/fakenvml.c
+	nvmlSource []byte
+	//go:embed csrc/fakenvml.h
+	nvmlHeader []byte
+)
+
+// withCFlags returns the flags used for every C file followed by extra: only symbols marked
+// visible are exported.
+func withCFlags(extra ...string) []string {
+	return append([]string{"-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"}, extra...)
+}
+
+// artifact is one compiled file, built at most once per process.
+type artifact struct {
+	once sync.Once
+	data []byte
+	err  error
+}
+
+// artifacts caches compiled objects and libraries in memory, by a key naming their inputs, so
+// that building many hosts in one process runs gcc once per distinct library.
+var artifacts struct {
+	sync.Mutex
+	m map[string]*artifact
+}
+
+// cached returns the bytes build produces for key, calling build only the first time.
+func cached(key string, build func() ([]byte, error)) ([]byte, error) {
+	artifacts.Lock()
+	if artifacts.m == nil {
+		artifacts.m = make(map[string]*artifact)
+	}
+	a, ok := artifacts.m[key]
+	if !ok {
+		a = &artifact{}
+		artifacts.m[key] = a
+	}
+	artifacts.Unlock()
+	a.once.Do(func() { a.data, a.err = build() })
+	return a.data, a.err
+}
+
+// gccBuild runs gcc in a fresh temporary directory holding inputs (name to content) and
+// returns the content of the file it writes to "out".
+func gccBuild(inputs map[string][]byte, args ...string) ([]byte, error) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		return nil, fmt.Errorf("find C compiler (install gcc): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "fakehost-gcc-")
+	if err != nil {
+		return nil, fmt.Errorf("create build directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	for name, content := range inputs {
+		if err := writeNewFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command(gcc, append(args, "-o", "out")...)
+	cmd.Dir = dir
+	var output bytes.Buffer
+	cmd.Stdout = &output
+	cmd.Stderr = &output
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("run gcc %q: %w: %s", args, err, bytes.TrimSpace(output.Bytes()))
+	}
+	out, err := os.ReadFile(filepath.Join(dir, "out"))
+	if err != nil {
+		return nil, fmt.Errorf("read gcc output: %w", err)
+	}
+	return out, nil
+}
+
+// stubObject returns the object file every stub library is linked from.
+func stubObject() ([]byte, error) {
+	return cached("object:stub", func() ([]byte, error) {
+		return gccBuild(map[string][]byte{"stub.c": stubSource}, withCFlags("-c", "stub.c")...)
+	})
+}
+
+// stubLibrary returns an empty shared library with the given SONAME.
+func stubLibrary(soname string) ([]byte, error) {
+	return cached("stub:"+soname, func() ([]byte, error) {
+		obj, err := stubObject()
+		if err != nil {
+			return nil, err
+		}
+		return gccBuild(map[string][]byte{"stub.o": obj}, "-shared", "stub.o", "-Wl,-soname,"+soname)
+	})
+}
+
+// cudaLibrary returns a fake libcuda reporting cudaVersion.
+func cudaLibrary(soname string, cudaVersion int) ([]byte, error) {
+	key := "cuda:" + soname + ":" + strconv.Itoa(cudaVersion)
+	return cached(key, func() ([]byte, error) {
+		args := withCFlags("-shared", "-DFAKEHOST_CUDA_VERSION="+strconv.Itoa(cudaVersion),
+			"fakecuda.c", "-Wl,-soname,"+soname)
+		return gccBuild(map[string][]byte{"fakecuda.c": cudaSource}, args...)
+	})
+}
+
+// nvmlObject returns the compiled csrc/fakenvml.c, which every fake NVML is linked from.
+func nvmlObject() ([]byte, error) {
+	return cached("object:nvml", func() ([]byte, error) {
+		inputs := map[string][]byte{"fakenvml.c": nvmlSource, "fakenvml.h": nvmlHeader}
+		return gccBuild(inputs, withCFlags("-pthread", "-c", "fakenvml.c")...)
+	})
+}
+
+// nvmlLibrary returns a fake NVML with the data of config, a generated fakenvml_config.c.
+func nvmlLibrary(config []byte) ([]byte, error) {
+	sum := sha256.Sum256(config)
+	return cached("nvml:"+hex.EncodeToString(sum[:]), func() ([]byte, error) {
+		obj, err := nvmlObject()
+		if err != nil {
+			return nil, err
+		}
+		inputs := map[string][]byte{"fakenvml.o": obj, "fakenvml.h": nvmlHeader, "fakenvml_config.c": config}
+		// The generated data needs no optimising: -O0 keeps building many hosts cheap.
+		args := append(withCFlags("-O0", "-shared", "-pthread", "fakenvml.o", "fakenvml_config.c"),
+			"-Wl,-soname,libnvidia-ml.so.1")
+		return gccBuild(inputs, args...)
+	})
+}
+
+// BuildLibrary writes a tiny real ELF shared library with the given SONAME to path, creating
+// missing parent directories. It fails if path exists. Needs gcc; the library is compiled once
+// per process and SONAME.
+func BuildLibrary(path, soname string) error {
+	data, err := stubLibrary(soname)
+	if err != nil {
+		return fmt.Errorf("build library %s: %w", soname, err)
+	}
+	return installFile(path, data, 0o755)
+}
+
+// BuildCUDALibrary is BuildLibrary for a fake libcuda whose cuDriverGetVersion reports
+// cudaVersion (12040 is CUDA 12.4) and whose cuInit succeeds, e.g. for an image's
+// /usr/local/cuda/compat/libcuda.so.<version>.
+func BuildCUDALibrary(path, soname string, cudaVersion int) error {
+	data, err := cudaLibrary(soname, cudaVersion)
+	if err != nil {
+		return fmt.Errorf("build libcuda %s: %w", soname, err)
+	}
+	return installFile(path, data, 0o755)
+}
+
+// installFile writes a new file at path with mode perm, creating missing parents.
+func installFile(path string, data []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create directory for %q: %w", path, err)
+	}
+	return writeNewFile(path, data, perm)
+}
+
+// writeNewFile writes a file that must not exist yet and gives it exactly mode perm.
+func writeNewFile(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return fmt.Errorf("create file %q: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write file %q: %w", path, err)
+	}
+	if err := f.Chmod(perm); err != nil { // not subject to the umask, unlike OpenFile
+		f.Close()
+		return fmt.Errorf("chmod file %q: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close file %q: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,429 @@
+// Package fakehost builds a fake NVIDIA GPU host in a directory, for tests on machines without
+// a GPU: real character device nodes (mknod), tiny real ELF driver libraries with the real
+// driver SONAMEs, a fake NVML library that github.com/NVIDIA/go-nvml loads through the normal
+// dlopen path and that reports the GPUs it was built for, a fake libcuda, a real ld.so.cache
+// written by the host's ldconfig, driver binaries as shell scripts, firmware, the
+// nvidia-persistenced socket and the graphics ICD files.
+//
+// Everything it writes stays under the directory given to Build; it never touches the rest of
+// the host. Build needs root (for mknod and ldconfig -r, which chroots), gcc and ldconfig.
+//
+// A process can use the fake NVML of only one fake host: go-nvml's calls are bound, on first
+// use, to the first libnvidia-ml the process loads, and that library stays loaded even after
+// nvml.Shutdown. Tests that load the NVML of several different hosts must do so in separate
+// processes (this package's own tests re-run the test binary); a fake NVML detects the mix-up
+// and fails nvmlInit with NVML_ERROR_UNKNOWN rather than report another host's GPUs.
+package fakehost
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Device numbers of the fake host. NVIDIAMajor and the minors are fixed by the real driver;
+// UVMMajor is from the dynamic range, as nvidia-uvm's is on a real host.
+const (
+	NVIDIAMajor        = 195
+	NVIDIACtlMinor     = 255
+	NVIDIAModesetMinor = 254
+	UVMMajor           = 235
+)
+
+// Values of NVML's nvmlBrandType_t used by Default.
+const (
+	BrandTesla  = 2
+	BrandNVIDIA = 14
+)
+
+// Paths of a fake host's files, relative to its driver root.
+const (
+	BinDirRel             = "usr/bin"
+	LDSOConfRel           = "etc/ld.so.conf"
+	LDSOCacheRel          = "etc/ld.so.cache"
+	PersistencedSocketRel = "var/run/nvidia-persistenced/socket"
+	VulkanICDRel          = "usr/share/vulkan/icd.d/nvidia_icd.json"
+	EGLVendorRel          = "usr/share/glvnd/egl_vendor.d/10_nvidia.json"
+	OpenCLVendorRel       = "etc/OpenCL/vendors/nvidia.icd"
+)
+
+// GPU describes one fake GPU.
+type GPU struct {
+	Index            int    // NVML index; the indexes of a host are 0..n-1
+	Minor            int    // device minor: /dev/nvidia<Minor>, 0-253
+	UUID             string // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+	Name             string // e.g. "NVIDIA A100-SXM4-80GB"
+	Brand            int    // nvmlBrandType_t value, e.g. BrandTesla
+	BusID            string // "00000000:0F:00.0"; NVML reports it in this form (8-digit domain, upper case)
+	CCMajor, CCMinor int    // CUDA compute capability, e.g. 8, 0
+}
+
+// Options describe a fake host.
+type Options struct {
+	GPUs          []GPU
+	DriverVersion string // "550.54.15"
+	CUDAVersion   int    // NVML form: 12040 is CUDA 12.4
+	// NVMLInitError makes the fake nvmlInit* return NVML_ERROR_DRIVER_NOT_LOADED (9).
+	NVMLInitError bool
+	// NVMLInitDelay makes the fake nvmlInit* sleep this long before anything else.
+	NVMLInitDelay time.Duration
+	// WithPersistencedSocket creates a unix socket at PersistencedSocketRel.
+	WithPersistencedSocket bool
+}
+
+// Host is a fake host built by Build.
+type Host struct {
+	Dir        string // the directory passed to Build, made absolute
+	DriverRoot string // Dir/driver: plays the role of "/" for driver files
+	DevRoot    string // Dir/devroot: holds dev/nvidia0, dev/nvidiactl, ...
+	LibDir     string // DriverRoot/usr/lib/x86_64-linux-gnu
+	Options    Options
+	UVMMajor   int
+}
+
+// DeviceNode is a character device node of a fake host.
+type DeviceNode struct {
+	RelPath      string // relative to Host.DevRoot, e.g. "dev/nvidia0"
+	Major, Minor uint32
+}
+
+// Default returns options for n GPUs: minors 0..n-1, distinct deterministic UUIDs and PCI bus
+// ids, driver 550.54.15, CUDA 12.4 (12040) and the persistenced socket. Every GPU is an
+// "NVIDIA A100-SXM4-80GB" (brand BrandTesla, compute capability 8.0) except index 1, which is an
+// "NVIDIA H100 80GB HBM3" (brand BrandNVIDIA, compute capability 9.0), so that per-GPU code
+// sees some variety.
+func Default(n int) Options {
+	opts := Options{
+		DriverVersion:          "550.54.15",
+		CUDAVersion:            12040,
+		WithPersistencedSocket: true,
+	}
+	for i := 0; i < n; i++ {
+		gpu := GPU{
+			Index:   i,
+			Minor:   i,
+			UUID:    defaultUUID(i),
+			Name:    "NVIDIA A100-SXM4-80GB",
+			Brand:   BrandTesla,
+			BusID:   defaultBusID(i),
+			CCMajor: 8,
+			CCMinor: 0,
+		}
+		if i == 1 {
+			gpu.Name = "NVIDIA H100 80GB HBM3"
+			gpu.Brand = BrandNVIDIA
+			gpu.CCMajor = 9
+		}
+		opts.GPUs = append(opts.GPUs, gpu)
+	}
+	return opts
+}
+
+// defaultUUID derives a GPU UUID from its index.
+func defaultUUID(i int) string {
+	h := sha256.Sum256([]byte("gpu-runtime fakehost GPU " + strconv.Itoa(i)))
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// defaultBusID gives GPUs the PCI buses of a DGX A100, eight per PCI domain.
+func defaultBusID(i int) string {
+	buses := []int{0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd}
+	return fmt.Sprintf("%08X:%02X:00.0", i/len(buses), buses[i%len(buses)])
+}
+
+// ErrInvalidOptions is returned by Build for options it cannot build a host from.
+var ErrInvalidOptions = errors.New("invalid fake host options")
+
+var (
+	driverVersionRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`)
+	busIDRE         = regexp.MustCompile(`^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-1][0-9a-fA-F]\.[0-7]$`)
+	printableRE     = regexp.MustCompile(`^[ -~]+$`)
+)
+
+// validate returns every problem of opts.
+func (opts *Options) validate() error {
+	var errs []error
+	if !driverVersionRE.MatchString(opts.DriverVersion) {
+		errs = append(errs, fmt.Errorf("driver version %q is not of the form 550.54.15", opts.DriverVersion))
+	}
+	if opts.CUDAVersion <= 0 {
+		errs = append(errs, fmt.Errorf("CUDA version %d is not of the form 12040", opts.CUDAVersion))
+	}
+	if opts.NVMLInitDelay < 0 {
+		errs = append(errs, fmt.Errorf("NVML init delay %v is negative", opts.NVMLInitDelay))
+	}
+	indexes, minors, uuids, busIDs := map[int]bool{}, map[int]bool{}, map[string]bool{}, map[string]bool{}
+	for i, g := range opts.GPUs {
+		switch {
+		case g.Index < 0 || g.Index >= len(opts.GPUs):
+			errs = append(errs, fmt.Errorf("GPU %d: index %d is not in 0-%d", i, g.Index, len(opts.GPUs)-1))
+		case indexes[g.Index]:
+			errs = append(errs, fmt.Errorf("GPU %d: index %d is used twice", i, g.Index))
+		}
+		indexes[g.Index] = true
+		switch {
+		case g.Minor < 0 || g.Minor >= NVIDIAModesetMinor:
+			errs = append(errs, fmt.Errorf("GPU %d: minor %d is not in 0-%d", i, g.Minor, NVIDIAModesetMinor-1))
+		case minors[g.Minor]:
+			errs = append(errs, fmt.Errorf("GPU %d: minor %d is used twice", i, g.Minor))
+		}
+		minors[g.Minor] = true
+		switch {
+		case !printableRE.MatchString(g.UUID):
+			errs = append(errs, fmt.Errorf("GPU %d: UUID %q is empty or not printable ASCII", i, g.UUID))
+		case uuids[g.UUID]:
+			errs = append(errs, fmt.Errorf("GPU %d: UUID %q is used twice", i, g.UUID))
+		}
+		uuids[g.UUID] = true
+		if !printableRE.MatchString(g.Name) {
+			errs = append(errs, fmt.Errorf("GPU %d: name %q is empty or not printable ASCII", i, g.Name))
+		}
+		if g.Brand < 0 {
+			errs = append(errs, fmt.Errorf("GPU %d: brand %d is negative", i, g.Brand))
+		}
+		if g.CCMajor < 0 || g.CCMinor < 0 {
+			errs = append(errs, fmt.Errorf("GPU %d: compute capability %d.%d is negative", i, g.CCMajor, g.CCMinor))
+		}
+		if !busIDRE.MatchString(g.BusID) {
+			errs = append(errs, fmt.Errorf("GPU %d: PCI bus id %q is not of the form 00000000:17:00.0", i, g.BusID))
+		} else if b, err := parseBusID(g.BusID); err != nil {
+			errs = append(errs, fmt.Errorf("GPU %d: %w", i, err))
+		} else if busIDs[b.full] {
+			errs = append(errs, fmt.Errorf("GPU %d: PCI bus id %q is used twice", i, g.BusID))
+		} else {
+			busIDs[b.full] = true
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+	}
+	return nil
+}
+
+// busID is a parsed PCI address.
+type busID struct {
+	domain, bus, device, function uint64
+	full, legacy                  string // as NVML formats them: "00000000:0F:00.0", "0000:0F:00.0"
+}
+
+// parseBusID parses a "domain:bus:device.function" PCI address.
+func parseBusID(s string) (busID, error) {
+	var b busID
+	if _, err := fmt.Sscanf(s, "%x:%x:%x.%x", &b.domain, &b.bus, &b.device, &b.function); err != nil {
+		return busID{}, fmt.Errorf("parse PCI bus id %q: %w", s, err)
+	}
+	b.full = fmt.Sprintf("%08X:%02X:%02X.%X", b.domain, b.bus, b.device, b.function)
+	b.legacy = fmt.Sprintf("%04X:%02X:%02X.%X", b.domain, b.bus, b.device, b.function)
+	return b, nil
+}
+
+// Build creates a fake host under dir, which must be an empty directory or not exist (its
+// parent is created if needed). It needs root, gcc and ldconfig; compiled libraries are cached
+// in memory per process, so building many hosts is cheap. Invalid options fail with
+// ErrInvalidOptions, listing every problem, before anything is written; other errors may leave
+// a partly built host in dir.
+func Build(dir string, opts Options) (*Host, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve fake host directory %q: %w", dir, err)
+	}
+	if err := prepareDir(dir); err != nil {
+		return nil, err
+	}
+	opts.GPUs = append([]GPU(nil), opts.GPUs...)
+	driverRoot := filepath.Join(dir, "driver")
+	h := &Host{
+		Dir:        dir,
+		DriverRoot: driverRoot,
+		DevRoot:    filepath.Join(dir, "devroot"),
+		LibDir:     filepath.Join(driverRoot, LibDirRel),
+		Options:    opts,
+		UVMMajor:   UVMMajor,
+	}
+	steps := []func() error{
+		h.writeLibraries,
+		h.makeDeviceNodes,
+		h.writeBinaries,
+		h.writeFirmware,
+		h.writeGraphicsConfigs,
+		h.runLDConfig,
+	}
+	if opts.WithPersistencedSocket {
+		steps = append(steps, h.makePersistencedSocket)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("build fake host in %q: %w", dir, err)
+		}
+	}
+	return h, nil
+}
+
+// prepareDir makes sure dir is an empty directory.
+func prepareDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create fake host directory: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("read fake host directory: %w", err)
+	case len(entries) > 0:
+		return fmt.Errorf("fake host directory %q is not empty", dir)
+	}
+	return nil
+}
+
+// NVMLPath returns the absolute path of the fake NVML library, for nvml.WithLibraryPath.
+func (h *Host) NVMLPath() string {
+	return filepath.Join(h.LibDir, "libnvidia-ml.so."+h.Options.DriverVersion)
+}
+
+// DeviceNodes returns the host's device nodes: one per GPU in index order, then nvidiactl,
+// nvidia-modeset, nvidia-uvm and nvidia-uvm-tools.
+func (h *Host) DeviceNodes() []DeviceNode {
+	nodes := make([]DeviceNode, len(h.Options.GPUs))
+	for _, g := range h.Options.GPUs {
+		nodes[g.Index] = DeviceNode{"dev/nvidia" + strconv.Itoa(g.Minor), NVIDIAMajor, uint32(g.Minor)}
+	}
+	uvm := uint32(h.UVMMajor)
+	return append(nodes,
+		DeviceNode{"dev/nvidiactl", NVIDIAMajor, NVIDIACtlMinor},
+		DeviceNode{"dev/nvidia-modeset", NVIDIAMajor, NVIDIAModesetMinor},
+		DeviceNode{"dev/nvidia-uvm", uvm, 0},
+		DeviceNode{"dev/nvidia-uvm-tools", uvm, 1},
+	)
+}
+
+func (h *Host) makeDeviceNodes() error {
+	if err := os.MkdirAll(filepath.Join(h.DevRoot, "dev"), 0o755); err != nil {
+		return fmt.Errorf("create device directory: %w", err)
+	}
+	for _, n := range h.DeviceNodes() {
+		path := filepath.Join(h.DevRoot, n.RelPath)
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
+			return fmt.Errorf("create device node %q (needs root): %w", path, err)
+		}
+		if err := os.Chmod(path, 0o666); err != nil { // mknod applies the umask
+			return fmt.Errorf("chmod device node %q: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// writeLibraries compiles (or takes from the cache) and writes every driver library and decoy.
+func (h *Host) writeLibraries() error {
+	opts := &h.Options
+	type job struct {
+		relPath string
+		build   func() ([]byte, error)
+	}
+	var jobs []job
+	for _, l := range append(Libraries(opts.DriverVersion), Decoys(opts.DriverVersion)...) {
+		soname := l.SONAME
+		build := func() ([]byte, error) { return stubLibrary(soname) }
+		switch {
+		case l.Prefix == "libnvidia-ml":
+			build = func() ([]byte, error) { return nvmlLibrary(nvmlConfig(opts)) }
+		case l.Prefix == "libcuda" && l.Capability != "":
+			build = func() ([]byte, error) { return cudaLibrary(soname, opts.CUDAVersion) }
+		}
+		jobs = append(jobs, job{l.RelPath, build})
+	}
+
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			data, err := j.build()
+			if err != nil {
+				errs[i] = fmt.Errorf("build %s: %w", filepath.Base(j.relPath), err)
+				return
+			}
+			errs[i] = installFile(filepath.Join(h.DriverRoot, j.relPath), data, 0o755)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// runLDConfig writes the driver root's ld.so.conf and has the host's ldconfig build its
+// ld.so.cache (and the SONAME symlinks) as if the driver root were "/".
+func (h *Host) runLDConfig() error {
+	conf := "/" + LibDirRel + "\n/" + LibDirRel + "/vdpau\n"
+	if err := installFile(filepath.Join(h.DriverRoot, LDSOConfRel), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	ldconfig, err := findLDConfig()
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command(ldconfig, "-r", h.DriverRoot).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run %s -r %s: %w: %s", ldconfig, h.DriverRoot, err, out)
+	}
+	return nil
+}
+
+// findLDConfig returns the host's ldconfig.
+func findLDConfig() (string, error) {
+	for _, p := range []string{"/sbin/ldconfig", "/usr/sbin/ldconfig"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("ldconfig")
+	if err != nil {
+		return "", fmt.Errorf("find ldconfig: %w", err)
+	}
+	return p, nil
+}
+
+// makePersistencedSocket leaves a real unix socket file behind, as nvidia-persistenced does.
+func (h *Host) makePersistencedSocket() error {
+	path := filepath.Join(h.DriverRoot, PersistencedSocketRel)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create directory for %q: %w", path, err)
+	}
+	name := path
+	if len(name) >= len(unix.RawSockaddrUnix{}.Path) {
+		// Too long for sockaddr_un: bind through the directory's /proc/self/fd link instead.
+		d, err := os.Open(filepath.Dir(path))
+		if err != nil {
+			return fmt.Errorf("open directory for socket %q: %w", path, err)
+		}
+		defer d.Close()
+		name = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path))
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("create socket %q: %w", path, err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("close socket %q: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package fakehost
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireBuildable skips, loudly, where Build cannot work.
+func requireBuildable(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: building a fake host needs root (mknod, ldconfig -r); run these tests as root")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("SKIPPED: building a fake host needs gcc; install it (apt-get install gcc)")
+	}
+}
+
+// buildHost builds a fake host in a fresh temporary directory.
+func buildHost(t *testing.T, opts Options) *Host {
+	t.Helper()
+	h, err := Build(filepath.Join(t.TempDir(), "host"), opts)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return h
+}
+
+func TestDefault(t *testing.T) {
+	uuidRE := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	opts := Default(10)
+	if err := opts.validate(); err != nil {
+		t.Fatalf("Default(10) is not valid: %v", err)
+	}
+	if opts.DriverVersion != "550.54.15" || opts.CUDAVersion != 12040 || !opts.WithPersistencedSocket {
+		t.Errorf("Default(10) = driver %q, CUDA %d, socket %v; want 550.54.15, 12040, true",
+			opts.DriverVersion, opts.CUDAVersion, opts.WithPersistencedSocket)
+	}
+	uuids, busIDs := map[string]bool{}, map[string]bool{}
+	for i, g := range opts.GPUs {
+		if g.Index != i || g.Minor != i {
+			t.Errorf("GPU %d: index %d, minor %d; want %d, %d", i, g.Index, g.Minor, i, i)
+		}
+		if !uuidRE.MatchString(g.UUID) || uuids[g.UUID] {
+			t.Errorf("GPU %d: UUID %q is malformed or repeated", i, g.UUID)
+		}
+		uuids[g.UUID] = true
+		if busIDs[g.BusID] {
+			t.Errorf("GPU %d: bus id %q is repeated", i, g.BusID)
+		}
+		busIDs[g.BusID] = true
+		wantCC := [2]int{8, 0}
+		if i == 1 {
+			wantCC = [2]int{9, 0}
+		}
+		if got := [2]int{g.CCMajor, g.CCMinor}; got != wantCC {
+			t.Errorf("GPU %d: compute capability %v, want %v", i, got, wantCC)
+		}
+	}
+	if opts.GPUs[1].Brand == opts.GPUs[0].Brand || opts.GPUs[1].Name == opts.GPUs[0].Name {
+		t.Errorf("GPU 1 should differ from GPU 0 in brand and name: %+v, %+v", opts.GPUs[0], opts.GPUs[1])
+	}
+	if got, want := opts.GPUs[9].BusID, "00000001:0F:00.0"; got != want {
+		t.Errorf("GPU 9: bus id %q, want %q", got, want)
+	}
+	if !reflect.DeepEqual(Default(3).GPUs, Default(10).GPUs[:3]) {
+		t.Errorf("Default is not deterministic")
+	}
+}
+
+func TestLibraries(t *testing.T) {
+	libs := Libraries("550.54.15")
+	byPrefix := map[string]Library{}
+	caps := map[string]int{}
+	for _, l := range libs {
+		byPrefix[l.Prefix] = l
+		caps[l.Capability]++
+	}
+	if len(byPrefix) != len(libs) {
+		t.Errorf("Libraries has repeated prefixes")
+	}
+	wantCaps := map[string]int{"utility": 3, "compute": 9, "video": 4, "graphics": 13, "ngx": 1}
+	if !reflect.DeepEqual(caps, wantCaps) {
+		t.Errorf("libraries per capability = %v, want %v", caps, wantCaps)
+	}
+	testCases := []struct {
+		description string
+		want        Library
+	}{
+		{"NVML", Library{"libnvidia-ml", "libnvidia-ml.so.1", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", "utility"}},
+		{"libcuda", Library{"libcuda", "libcuda.so.1", "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "compute"}},
+		{"full-version SONAME", Library{"libnvidia-gpucomp", "libnvidia-gpucomp.so.550.54.15", "usr/lib/x86_64-linux-gnu/libnvidia-gpucomp.so.550.54.15", "compute"}},
+		{"VDPAU in a sub-directory", Library{"libvdpau_nvidia", "libvdpau_nvidia.so.1", "usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.550.54.15", "video"}},
+		{"GLX", Library{"libGLX_nvidia", "libGLX_nvidia.so.0", "usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.550.54.15", "graphics"}},
+		{"NVVM", Library{"libnvidia-nvvm", "libnvidia-nvvm.so.4", "usr/lib/x86_64-linux-gnu/libnvidia-nvvm.so.550.54.15", "compute"}},
+		{"NGX", Library{"libnvidia-ngx", "libnvidia-ngx.so.1", "usr/lib/x86_64-linux-gnu/libnvidia-ngx.so.550.54.15", "ngx"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := byPrefix[tc.want.Prefix]; got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecoys(t *testing.T) {
+	testCases := []struct {
+		description   string
+		driverVersion string
+		want          []string
+	}{
+		{"newer driver", "550.54.15", []string{"usr/lib/x86_64-linux-gnu/libfoo.so.1.2.3", "usr/lib/x86_64-linux-gnu/libcuda.so.470.57.02"}},
+		{"older driver", "460.32.03", []string{"usr/lib/x86_64-linux-gnu/libfoo.so.1.2.3"}},
+		{"same driver", "470.57.02", []string{"usr/lib/x86_64-linux-gnu/libfoo.so.1.2.3"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var got []string
+			for _, d := range Decoys(tc.driverVersion) {
+				got = append(got, d.RelPath)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Decoys(%q) = %q, want %q", tc.driverVersion, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	testCases := []struct {
+		a, b string
+		want int
+	}{
+		{"550.54.15", "470.57.02", 1},
+		{"470.57.02", "550.54.15", -1},
+		{"550.54.15", "550.54.15", 0},
+		{"550.100.01", "550.54.15", 1},
+		{"550.54", "550.54.1", -1},
+	}
+	for _, tc := range testCases {
+		if got := compareVersions(tc.a, tc.b); got != tc.want {
+			t.Errorf("compareVersions(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestBuild(t *testing.T) {
+	requireBuildable(t)
+	oldDriver := Default(2)
+	oldDriver.DriverVersion = "460.32.03"
+	oldDriver.CUDAVersion = 11020
+	noSocket := Default(1)
+	noSocket.WithPersistencedSocket = false
+
+	testCases := []struct {
+		description string
+		opts        Options
+		subdir      string // under the temporary directory
+		wantCUDA    string // as nvidia-smi prints it
+	}{
+		{description: "one GPU", opts: Default(1), wantCUDA: "12.4"},
+		{description: "two GPUs", opts: Default(2), wantCUDA: "12.4"},
+		{description: "eight GPUs", opts: Default(8), wantCUDA: "12.4"},
+		{description: "no GPUs", opts: Default(0), wantCUDA: "12.4"},
+		{description: "driver older than the decoy libcuda", opts: oldDriver, wantCUDA: "11.2"},
+		{description: "no persistenced socket", opts: noSocket, wantCUDA: "12.4"},
+		{description: "socket path longer than sockaddr_un", opts: Default(1), subdir: strings.Repeat("d", 120), wantCUDA: "12.4"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			t.Parallel()
+			h, err := Build(filepath.Join(t.TempDir(), tc.subdir, "host"), tc.opts)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			checkDeviceNodes(t, h)
+			checkLibraries(t, h)
+			checkLDCache(t, h)
+			checkBinaries(t, h, tc.wantCUDA)
+			checkFiles(t, h)
+		})
+	}
+}
+
+func checkDeviceNodes(t *testing.T, h *Host) {
+	t.Helper()
+	type node struct {
+		name         string
+		major, minor uint32
+	}
+	var want []node
+	for _, g := range h.Options.GPUs {
+		want = append(want, node{fmt.Sprintf("nvidia%d", g.Minor), 195, uint32(g.Minor)})
+	}
+	want = append(want, node{"nvidiactl", 195, 255}, node{"nvidia-modeset", 195, 254},
+		node{"nvidia-uvm", 235, 0}, node{"nvidia-uvm-tools", 235, 1})
+
+	entries, err := os.ReadDir(filepath.Join(h.DevRoot, "dev"))
+	if err != nil {
+		t.Fatalf("read device directory: %v", err)
+	}
+	var got []node
+	for _, e := range entries {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(h.DevRoot, "dev", e.Name()), &st); err != nil {
+			t.Fatalf("stat %s: %v", e.Name(), err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Mode&0o777 != 0o666 {
+			t.Errorf("%s: mode %o, want a character device with permissions 0666", e.Name(), st.Mode)
+		}
+		got = append(got, node{e.Name(), unix.Major(st.Rdev), unix.Minor(st.Rdev)})
+	}
+	byName := func(a, b node) int { return strings.Compare(a.name, b.name) }
+	slices.SortFunc(got, byName)
+	slices.SortFunc(want, byName)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("device nodes = %v, want %v", got, want)
+	}
+
+	var listed []node
+	for _, n := range h.DeviceNodes() {
+		listed = append(listed, node{strings.TrimPrefix(n.RelPath, "dev/"), n.Major, n.Minor})
+	}
+	slices.SortFunc(listed, byName)
+	if !reflect.DeepEqual(listed, want) {
+		t.Errorf("DeviceNodes() = %v, want %v", listed, want)
+	}
+}
+
+// soname returns the DT_SONAME of an ELF shared library.
+func soname(t *testing.T, path string) string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("open ELF file: %v", err)
+	}
+	defer f.Close()
+	names, err := f.DynString(elf.DT_SONAME)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("read SONAME of %s: %q, %v", path, names, err)
+	}
+	return names[0]
+}
+
+// exports reports whether an ELF shared library exports symbol.
+func exports(t *testing.T, path, symbol string) bool {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("open ELF file: %v", err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatalf("read dynamic symbols of %s: %v", path, err)
+	}
+	for _, s := range syms {
+		if s.Name == symbol && s.Section != elf.SHN_UNDEF {
+			return true
+		}
+	}
+	return false
+}
+
+func checkLibraries(t *testing.T, h *Host) {
+	t.Helper()
+	libs := append(Libraries(h.Options.DriverVersion), Decoys(h.Options.DriverVersion)...)
+	for _, l := range libs {
+		p := filepath.Join(h.DriverRoot, l.RelPath)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("library %s: want a regular file, got %v, %v", l.RelPath, fi, err)
+			continue
+		}
+		if got := soname(t, p); got != l.SONAME {
+			t.Errorf("library %s: SONAME %q, want %q", l.RelPath, got, l.SONAME)
+		}
+	}
+	if p := h.NVMLPath(); !exports(t, p, "nvmlInit_v2") || !exports(t, p, "nvmlDeviceGetPciInfo_v3") {
+		t.Errorf("%s does not export the NVML API", p)
+	}
+	cuda := filepath.Join(h.LibDir, "libcuda.so."+h.Options.DriverVersion)
+	if !exports(t, cuda, "cuDriverGetVersion") {
+		t.Errorf("%s does not export cuDriverGetVersion", cuda)
+	}
+	if exports(t, filepath.Join(h.LibDir, "libnvidia-cfg.so."+h.Options.DriverVersion), "cuDriverGetVersion") {
+		t.Errorf("a stub library exports cuDriverGetVersion")
+	}
+}
+
+// checkLDCache checks the driver root's ld.so.cache with the host's ldconfig -p.
+func checkLDCache(t *testing.T, h *Host) {
+	t.Helper()
+	ldconfig, err := findLDConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(ldconfig, "-p", "-C", filepath.Join(h.DriverRoot, LDSOCacheRel)).Output()
+	if err != nil {
+		t.Fatalf("ldconfig -p: %v", err)
+	}
+	cache := map[string]string{} // SONAME => path
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), " (libc6,x86-64) => ")
+		if ok {
+			cache[name] = rest
+		}
+	}
+	want := map[string]string{"libfoo.so.1": "/usr/lib/x86_64-linux-gnu/libfoo.so.1"}
+	for _, l := range Libraries(h.Options.DriverVersion) {
+		want[l.SONAME] = "/" + path.Join(path.Dir(l.RelPath), l.SONAME)
+	}
+	if !reflect.DeepEqual(cache, want) {
+		t.Errorf("ld.so.cache = %v, want %v", cache, want)
+	}
+	link, err := os.Readlink(filepath.Join(h.LibDir, "libcuda.so.1"))
+	if want := "libcuda.so." + h.Options.DriverVersion; err != nil || link != want {
+		t.Errorf("libcuda.so.1 -> %q (%v), want %q", link, err, want)
+	}
+}
+
+func checkBinaries(t *testing.T, h *Host, wantCUDA string) {
+	t.Helper()
+	for _, rel := range Binaries() {
+		fi, err := os.Stat(filepath.Join(h.DriverRoot, rel))
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("binary %s: want mode 0755, got %v, %v", rel, fi, err)
+		}
+	}
+	smi := filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi")
+	out, err := exec.Command(smi).Output()
+	if err != nil {
+		t.Fatalf("run nvidia-smi: %v", err)
+	}
+	header := regexp.MustCompile(`Driver Version: ` + regexp.QuoteMeta(h.Options.DriverVersion) +
+		` +CUDA Version: ` + regexp.QuoteMeta(wantCUDA) + ` `)
+	if !header.Match(out) {
+		t.Errorf("nvidia-smi output lacks the version header:\n%s", out)
+	}
+	var list []string
+	for _, g := range h.Options.GPUs { // Default lists GPUs in index order
+		line := fmt.Sprintf("GPU %d: %s (UUID: %s)", g.Index, g.Name, g.UUID)
+		list = append(list, line)
+		if !bytes.Contains(out, []byte(line)) {
+			t.Errorf("nvidia-smi output lacks %q:\n%s", line, out)
+		}
+	}
+	out, err = exec.Command(smi, "-L").Output()
+	if err != nil {
+		t.Fatalf("run nvidia-smi -L: %v", err)
+	}
+	var got []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if line != "" {
+			got = append(got, line)
+		}
+	}
+	if !reflect.DeepEqual(got, list) {
+		t.Errorf("nvidia-smi -L = %q, want %q", got, list)
+	}
+}
+
+func checkFiles(t *testing.T, h *Host) {
+	t.Helper()
+	for _, rel := range append(FirmwareFiles(h.Options.DriverVersion), ConfigFiles()...) {
+		fi, err := os.Stat(filepath.Join(h.DriverRoot, rel))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+			t.Errorf("%s: want a non-empty file, got %v, %v", rel, fi, err)
+		}
+	}
+	fi, err := os.Lstat(filepath.Join(h.DriverRoot, PersistencedSocketRel))
+	switch {
+	case !h.Options.WithPersistencedSocket:
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("persistenced socket exists without WithPersistencedSocket: %v, %v", fi, err)
+		}
+	case err != nil || fi.Mode().Type() != fs.ModeSocket:
+		t.Errorf("persistenced socket: want a socket, got %v, %v", fi, err)
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	withGPUs := func(edit func(gpus []GPU)) Options {
+		opts := Default(2)
+		edit(opts.GPUs)
+		return opts
+	}
+	badDriver := Default(1)
+	badDriver.DriverVersion = "550"
+	noCUDA := Default(1)
+	noCUDA.CUDAVersion = 0
+	testCases := []struct {
+		description string
+		opts        Options
+		want        string
+	}{
+		{"driver version without dots", badDriver, `driver version "550"`},
+		{"no CUDA version", noCUDA, "CUDA version 0"},
+		{"index gap", withGPUs(func(g []GPU) { g[1].Index = 2 }), "index 2 is not in 0-1"},
+		{"repeated minor", withGPUs(func(g []GPU) { g[1].Minor = 0 }), "minor 0 is used twice"},
+		{"minor of nvidiactl", withGPUs(func(g []GPU) { g[1].Minor = 255 }), "minor 255 is not in 0-253"},
+		{"repeated UUID", withGPUs(func(g []GPU) { g[1].UUID = g[0].UUID }), "is used twice"},
+		{"empty UUID", withGPUs(func(g []GPU) { g[0].UUID = "" }), `UUID ""`},
+		{"name with a newline", withGPUs(func(g []GPU) { g[0].Name = "A100\nFAKEHOST_EOF" }), "not printable"},
+		{"malformed bus id", withGPUs(func(g []GPU) { g[0].BusID = "17:00.0" }), `bus id "17:00.0"`},
+		{"same bus id twice", withGPUs(func(g []GPU) { g[1].BusID = "0000:07:00.0" }), `bus id "0000:07:00.0" is used twice`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "host")
+			_, err := Build(dir, tc.opts)
+			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build error = %v, want ErrInvalidOptions mentioning %q", err, tc.want)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("Build created %s for invalid options: %v", dir, err)
+			}
+		})
+	}
+
+	t.Run("directory not empty", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := writeNewFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Build(dir, Default(1)); err == nil || !strings.Contains(err.Error(), "not empty") {
+			t.Errorf("Build error = %v, want a directory-not-empty error", err)
+		}
+	})
+}
+
+func TestBuildLibrary(t *testing.T) {
+	requireBuildable(t)
+	dir := t.TempDir()
+	testCases := []struct {
+		description string
+		build       func(path string) error
+		soname      string
+		cuda        bool
+	}{
+		{"stub", func(p string) error { return BuildLibrary(p, "libfoo.so.2") }, "libfoo.so.2", false},
+		{"CUDA forward-compat libcuda", func(p string) error {
+			return BuildCUDALibrary(p, "libcuda.so.1", 12060)
+		}, "libcuda.so.1", true},
+	}
+	for i, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			p := filepath.Join(dir, strconv.Itoa(i), "usr/local/cuda/compat/lib.so")
+			if err := tc.build(p); err != nil {
+				t.Fatalf("build: %v", err)
+			}
+			if got := soname(t, p); got != tc.soname {
+				t.Errorf("SONAME %q, want %q", got, tc.soname)
+			}
+			if got := exports(t, p, "cuDriverGetVersion"); got != tc.cuda {
+				t.Errorf("exports cuDriverGetVersion: %v, want %v", got, tc.cuda)
+			}
+			if err := tc.build(p); !errors.Is(err, fs.ErrExist) {
+				t.Errorf("building over an existing file: error %v, want fs.ErrExist", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFailures: each case must fail create, leave config.json byte-identical, print the
+// message on stderr, and write it as the last error line of runc's JSON --log.
+func TestFailures(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		brokenRoot  bool
+		wantMsg     []string
+	}{
+		{description: "unknown index", env: []string{"NVIDIA_VISIBLE_DEVICES=0,7"},
+			wantMsg: []string{`unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`, `), 1 (GPU-`}},
+		{description: "unknown UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000"},
+			wantMsg: []string{`unknown device "GPU-00000000-0000-0000-0000-000000000000" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`}},
+		{description: "duplicate entry", env: []string{"NVIDIA_VISIBLE_DEVICES=1,1"},
+			wantMsg: []string{`device "1" is listed twice in NVIDIA_VISIBLE_DEVICES="1,1"`}},
+		{description: "unknown capability", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,gaming"},
+			wantMsg: []string{`unknown driver capability "gaming" in NVIDIA_DRIVER_CAPABILITIES="compute,gaming": allowed are all, compute, compat32, display, graphics, ngx, utility, video`}},
+		{description: "driver root without NVML", env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, brokenRoot: true,
+			wantMsg: []string{"NVML library not found: load libnvidia-ml.so.1 from driver root", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 (not found)", "set driver.root in the gpu-runtime config"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e := newEnv(t, 2)
+			if tc.brokenRoot {
+				e.host = withDriverRoot(e.host, t.TempDir())
+				e.writeConfig(t, "")
+			}
+			b := e.bundle(t, tc.env, "echo should-not-run")
+			cfgPath := filepath.Join(b, "config.json")
+			before, _ := os.ReadFile(cfgPath)
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if r.code == 0 || strings.Contains(r.stdout, "should-not-run") {
+				t.Fatalf("container started: exit %d\n%s", r.code, r.stdout)
+			}
+			for _, m := range tc.wantMsg {
+				if !strings.Contains(r.stderr, m) {
+					t.Errorf("stderr lacks %q:\n%s", m, r.stderr)
+				}
+			}
+			msg := lastJSONError(t, logPath)
+			for _, m := range tc.wantMsg {
+				if !strings.Contains(msg, m) {
+					t.Errorf("last error in --log lacks %q: %q", m, msg)
+				}
+			}
+			if !strings.HasPrefix(msg, "gpu-runtime: ") {
+				t.Errorf("log message should name gpu-runtime: %q", msg)
+			}
+			after, _ := os.ReadFile(cfgPath)
+			if !bytes.Equal(before, after) {
+				t.Errorf("config.json changed by a failed create")
+			}
+			entries, _ := os.ReadDir(b)
+			for _, en := range entries {
+				if strings.HasPrefix(en.Name(), ".config.json") {
+					t.Errorf("temporary file left in bundle: %s", en.Name())
+				}
+			}
+		})
+	}
+}
+
+func TestFailureTextLog(t *testing.T) {
+	e := newEnv(t, 1)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=3"}, "true")
+	logPath := filepath.Join(t.TempDir(), "log.txt")
+	r := e.run(t, b, "--log", logPath)
+	if r.code == 0 {
+		t.Fatal("want failure")
+	}
+	data, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(data), `level=error msg="gpu-runtime: `) || !strings.Contains(string(data), `unknown device \"3\" in NVIDIA_VISIBLE_DEVICES`) {
+		t.Errorf("text log lacks the error in runc's format:\n%s", data)
+	}
+}
+
+func TestPassThrough(t *testing.T) {
+	e := newEnv(t, 1)
+	// runc's own error and exit code come back unchanged for other subcommands.
+	r := e.runtime(t, nil, "state", "no-such-container")
+	if r.code != 1 || !strings.Contains(r.stderr, "container does not exist") {
+		t.Errorf("state of a missing container: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = e.runtime(t, nil, "--version")
+	if r.code != 0 || !strings.Contains(r.stdout, "gpu-runtime version") || !strings.Contains(r.stdout, "spec: 1.") {
+		t.Errorf("--version: exit %d: %q", r.code, r.stdout)
+	}
+	// A broken config does not stop non-create commands (containers must stay deletable).
+	if err := os.WriteFile(e.config, []byte("[runtime\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.runtime(t, nil, "list")
+	if r.code != 0 || !strings.Contains(r.stdout, "ID") {
+		t.Errorf("list with broken config: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
+	r = e.run(t, b)
+	if r.code == 0 || !strings.Contains(r.stderr, "config.toml") {
+		t.Errorf("create with broken config must fail naming the file: exit %d %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,273 @@
+// Package e2e drives the real gpu-runtime and gpu-hook binaries against real runc on a fake
+// GPU host built by internal/fakehost. It needs root. Under `make test` (GPU_RUNTIME_E2E=1)
+// a missing prerequisite fails the run; otherwise the tests skip with the reason.
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+)
+
+var (
+	skipReason     string
+	binDir         string // built gpu-runtime and gpu-hook
+	workDir        string
+	specTmpl       []byte // `runc spec` output
+	busyboxApplets []string
+
+	hostsMu sync.Mutex
+	hosts   = map[int]*fakehost.Host{}
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		var err error
+		workDir, err = os.MkdirTemp("", "gpu-runtime-e2e-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(workDir)
+		if reason := setup(); reason != "" {
+			if os.Getenv("GPU_RUNTIME_E2E") == "1" {
+				fmt.Fprintf(os.Stderr, "e2e: FAIL: prerequisite missing under GPU_RUNTIME_E2E=1: %s\n", reason)
+				return 1
+			}
+			skipReason = reason
+			fmt.Fprintf(os.Stderr, "\n*** e2e tests SKIPPED: %s (run `make test` as root to run them) ***\n\n", reason)
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// setup checks prerequisites and builds the binaries; it returns a reason to skip, or "".
+func setup() string {
+	if os.Geteuid() != 0 {
+		return "end-to-end tests need root (mknod, runc)"
+	}
+	for _, tool := range []string{"runc", "gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return tool + " is not installed (make deps)"
+		}
+	}
+	out, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		return "/bin/busybox is not installed (apt-get install busybox-static)"
+	}
+	busyboxApplets = strings.Fields(string(out))
+
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "cannot find the module root: " + err.Error()
+	}
+	binDir = filepath.Join(workDir, "bin")
+	for _, b := range []struct{ name, cgo string }{{"gpu-runtime", "1"}, {"gpu-hook", "0"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), "./cmd/"+b.name)
+		cmd.Dir = strings.TrimSpace(string(root))
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Sprintf("build %s: %v: %s", b.name, err, out)
+		}
+	}
+	tmpl := filepath.Join(workDir, "spec")
+	if err := os.MkdirAll(tmpl, 0o755); err != nil {
+		return err.Error()
+	}
+	if out, err := exec.Command("runc", "spec", "-b", tmpl).CombinedOutput(); err != nil {
+		return fmt.Sprintf("runc spec: %v: %s", err, out)
+	}
+	if specTmpl, err = os.ReadFile(filepath.Join(tmpl, "config.json")); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func requireE2E(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip("SKIPPED: " + skipReason)
+	}
+}
+
+// fakeHost returns a shared fake host with n GPUs (built once per test binary).
+func fakeHost(t *testing.T, n int) *fakehost.Host {
+	t.Helper()
+	hostsMu.Lock()
+	defer hostsMu.Unlock()
+	if h, ok := hosts[n]; ok {
+		return h
+	}
+	h, err := fakehost.Build(filepath.Join(workDir, fmt.Sprintf("host%d", n)), fakehost.Default(n))
+	if err != nil {
+		t.Fatalf("build fake host with %d GPUs: %v", n, err)
+	}
+	hosts[n] = h
+	return h
+}
+
+// env is one test's world: a fake host, a gpu-runtime config pointing at it, and a private
+// runc state root.
+type env struct {
+	host      *fakehost.Host
+	dir       string
+	config    string
+	stateRoot string
+}
+
+func newEnv(t *testing.T, gpus int) *env {
+	t.Helper()
+	requireE2E(t)
+	h := fakeHost(t, gpus)
+	dir := t.TempDir()
+	e := &env{host: h, dir: dir, config: filepath.Join(dir, "config.toml"), stateRoot: filepath.Join(dir, "runc-state")}
+	e.writeConfig(t, "")
+	return e
+}
+
+func (e *env) writeConfig(t *testing.T, extra string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`[runtime]
+runtimes = ["runc"]
+log-level = "debug"
+[driver]
+root = %q
+dev-root = %q
+[hook]
+path = %q
+%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), extra)
+	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bundle creates a bundle whose container runs `sh -c script` with the given environment.
+func (e *env) bundle(t *testing.T, containerEnv []string, script string) string {
+	t.Helper()
+	b := filepath.Join(t.TempDir(), "bundle")
+	rootfs := filepath.Join(b, "rootfs")
+	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "usr/bin", "usr/lib"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link("/bin/busybox", filepath.Join(rootfs, "bin/busybox")); err != nil {
+		if out, err := exec.Command("cp", "/bin/busybox", filepath.Join(rootfs, "bin/busybox")).CombinedOutput(); err != nil {
+			t.Fatalf("copy busybox: %v: %s", err, out)
+		}
+	}
+	for _, a := range busyboxApplets {
+		if a == "busybox" {
+			continue
+		}
+		_ = os.Symlink("busybox", filepath.Join(rootfs, "bin", a))
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(specTmpl, &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Process.Terminal = false
+	spec.Process.Args = []string{"/bin/sh", "-c", script}
+	spec.Process.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, containerEnv...)
+	spec.Root.Readonly = false
+	data, err := json.MarshalIndent(&spec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runtime runs bin/gpu-runtime with the test config and private runc root. Output goes to
+// files, not pipes: a created container inherits them and would hold a pipe open.
+func (e *env) runtime(t *testing.T, stdout *os.File, args ...string) result {
+	t.Helper()
+	full := append([]string{"--root", e.stateRoot}, args...)
+	cmd := exec.Command(filepath.Join(binDir, "gpu-runtime"), full...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	dir := t.TempDir()
+	outFile, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	errFile, err := os.OpenFile(filepath.Join(dir, "stderr"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd.Stdout, cmd.Stderr = outFile, errFile
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("gpu-runtime %v: timed out", args)
+	}
+	out, _ := os.ReadFile(outFile.Name())
+	errb, _ := os.ReadFile(errFile.Name())
+	return result{stdout: string(out), stderr: string(errb), code: cmd.ProcessState.ExitCode()}
+}
+
+// run runs a container to completion with `gpu-runtime run` and returns its output.
+func (e *env) run(t *testing.T, bundle string, extraArgs ...string) result {
+	t.Helper()
+	id := containerID(t)
+	args := append(append([]string{}, extraArgs...), "run", "--bundle", bundle, id)
+	r := e.runtime(t, nil, args...)
+	_ = e.runtime(t, nil, "delete", "--force", id)
+	return r
+}
+
+var idSeq struct {
+	sync.Mutex
+	n int
+}
+
+func containerID(t *testing.T) string {
+	idSeq.Lock()
+	defer idSeq.Unlock()
+	idSeq.n++
+	return fmt.Sprintf("e2e-%d-%d", os.Getpid(), idSeq.n)
+}
+
+// lines splits output into a set of trimmed lines.
+func lines(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(s, "\n") {
+		out[strings.TrimSpace(l)] = true
+	}
+	return out
+}
+
+// withDriverRoot returns a copy of h whose driver root is root (for broken-host cases).
+func withDriverRoot(h *fakehost.Host, root string) *fakehost.Host {
+	c := *h
+	c.DriverRoot = root
+	return &c
+}
