@@ -56,6 +56,11 @@ func New(opts Options) *Logger {
 	l.ToFile = opts.RuncLog != "" && len(l.files) > 0
 	if opts.RuncLog == "" || !l.ToFile {
 		writers = append(writers, opts.Stderr)
+		// On a terminal, routine info lines are noise (runc prints none either);
+		// debug and trace are still honoured when asked for.
+		if opts.Level == logrus.InfoLevel && len(l.files) == 0 {
+			l.SetLevel(logrus.WarnLevel)
+		}
 	}
 	l.SetOutput(io.MultiWriter(writers...))
 	return l
