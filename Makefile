@@ -32,6 +32,7 @@ e2e: build ## end-to-end tests with real runc on a fake GPU host (needs root)
 
 fuzz: ## run each fuzz target briefly
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/ldcache/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/config/
 
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
 	./scripts/demo.sh

@@ -78,3 +78,25 @@ func TestUnopenableLogReported(t *testing.T) {
 		t.Errorf("stderr = %q", stderr.String())
 	}
 }
+
+func TestTerminalHidesInfoButNotDebug(t *testing.T) {
+	testCases := []struct {
+		description string
+		level       logrus.Level
+		wantInfo    bool
+	}{
+		{"info level: info lines stay off stderr", logrus.InfoLevel, false},
+		{"debug level: shown", logrus.DebugLevel, true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var stderr bytes.Buffer
+			l := New(Options{Format: "text", Level: tc.level, Stderr: &stderr})
+			l.Info("routine")
+			l.Warn("important")
+			if strings.Contains(stderr.String(), "routine") != tc.wantInfo || !strings.Contains(stderr.String(), "important") {
+				t.Errorf("stderr = %q", stderr.String())
+			}
+		})
+	}
+}

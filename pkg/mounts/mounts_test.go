@@ -1,0 +1,39 @@
+package mounts
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+)
+
+func TestForFile(t *testing.T) {
+	testCases := []struct {
+		description string
+		file        discover.File
+		want        edits.Mount
+	}{
+		{"library keeps exec", discover.File{Kind: discover.KindLibrary, HostPath: "/run/nvidia/driver/usr/lib/libcuda.so.1.2", ContainerPath: "/usr/lib/libcuda.so.1.2"},
+			edits.Mount{HostPath: "/run/nvidia/driver/usr/lib/libcuda.so.1.2", ContainerPath: "/usr/lib/libcuda.so.1.2", Options: []string{"ro", "nosuid", "nodev", "bind"}}},
+		{"binary keeps exec", discover.File{Kind: discover.KindBinary, HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"},
+			edits.Mount{HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: []string{"ro", "nosuid", "nodev", "bind"}}},
+		{"firmware is noexec", discover.File{Kind: discover.KindFirmware, HostPath: "/lib/firmware/nvidia/1/gsp.bin", ContainerPath: "/lib/firmware/nvidia/1/gsp.bin"},
+			edits.Mount{HostPath: "/lib/firmware/nvidia/1/gsp.bin", ContainerPath: "/lib/firmware/nvidia/1/gsp.bin", Options: []string{"ro", "nosuid", "nodev", "bind", "noexec"}}},
+		{"socket is noexec", discover.File{Kind: discover.KindSocket, HostPath: "/d/var/run/nvidia-persistenced/socket", ContainerPath: "/var/run/nvidia-persistenced/socket"},
+			edits.Mount{HostPath: "/d/var/run/nvidia-persistenced/socket", ContainerPath: "/var/run/nvidia-persistenced/socket", Options: []string{"ro", "nosuid", "nodev", "bind", "noexec"}}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := ForFile(tc.file); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+	// Options must not alias the shared ReadOnly slice.
+	a := ForFile(discover.File{Kind: discover.KindSocket})
+	a.Options[0] = "rw"
+	if ReadOnly[0] != "ro" {
+		t.Fatal("ForFile returned options aliasing ReadOnly")
+	}
+}
