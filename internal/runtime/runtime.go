@@ -47,13 +47,16 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	if err != nil {
 		return err
 	}
-	var env []string
-	if sf.Spec.Process != nil {
-		env = sf.Spec.Process.Env
+	policy := request.Policy{
+		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
+		AcceptVolumeMounts:        opts.Config.Request.AcceptDeviceListAsVolumeMounts,
 	}
-	req, err := request.FromEnv(env)
+	req, warnings, err := request.FromSpec(sf.Spec, policy)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
 	}
 	dockerHook := hasDockerHook(sf)
 	if !req.IsGPU() && !dockerHook {

@@ -44,6 +44,7 @@ type Config struct {
 	Runtime RuntimeConfig `toml:"runtime"`
 	Driver  DriverConfig  `toml:"driver"`
 	Hook    HookConfig    `toml:"hook"`
+	Request RequestConfig `toml:"request"`
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
@@ -76,6 +77,17 @@ type HookConfig struct {
 	LDConfig string `toml:"ldconfig"`
 }
 
+// RequestConfig says which channels may request GPUs (multi-tenant hardening).
+type RequestConfig struct {
+	// AcceptEnvvarWhenUnprivileged honours NVIDIA_VISIBLE_DEVICES (and the other device
+	// variables) from containers without CAP_SYS_ADMIN. Set false on multi-tenant hosts,
+	// where images bake NVIDIA_VISIBLE_DEVICES=all.
+	AcceptEnvvarWhenUnprivileged bool `toml:"accept-envvar-when-unprivileged"`
+	// AcceptDeviceListAsVolumeMounts honours /dev/null mounts at
+	// /var/run/nvidia-container-devices/<device> (how a device plugin allocates).
+	AcceptDeviceListAsVolumeMounts bool `toml:"accept-device-list-as-volume-mounts"`
+}
+
 // logLevels are the accepted values of runtime.log-level, as logrus parses
 // them.
 var logLevels = []string{"panic", "fatal", "error", "warn", "warning", "info", "debug", "trace"}
@@ -96,6 +108,10 @@ func Default() Config {
 		Hook: HookConfig{
 			Path:     "",
 			LDConfig: "/sbin/ldconfig",
+		},
+		Request: RequestConfig{
+			AcceptEnvvarWhenUnprivileged:   true,
+			AcceptDeviceListAsVolumeMounts: false,
 		},
 	}
 }
@@ -350,6 +366,7 @@ const (
 	kindTable valueKind = iota
 	kindString
 	kindStrings
+	kindBool
 )
 
 func (k valueKind) String() string {
@@ -358,6 +375,8 @@ func (k valueKind) String() string {
 		return "a table"
 	case kindString:
 		return "a string"
+	case kindBool:
+		return "a boolean"
 	default:
 		return "an array of strings"
 	}
@@ -380,6 +399,8 @@ var schema = func() map[string]valueKind {
 				m[key] = kindString
 			case reflect.Slice:
 				m[key] = kindStrings
+			case reflect.Bool:
+				m[key] = kindBool
 			default:
 				panic(fmt.Sprintf("config: field %s has a type the schema does not know", f.Name))
 			}
@@ -480,6 +501,10 @@ func checkTypes(data []byte) []string {
 			}
 		case kindString:
 			if v.Kind != unstable.String {
+				problem(line, col, key, tomlKind(v))
+			}
+		case kindBool:
+			if v.Kind != unstable.Bool {
 				problem(line, col, key, tomlKind(v))
 			}
 		case kindStrings:

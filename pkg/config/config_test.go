@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(schema) != 10 {
-		t.Errorf("schema has %d keys, want 10 (3 tables, 7 keys): %v", len(schema), schema)
+	if len(schema) != 13 {
+		t.Errorf("schema has %d keys, want 13 (4 tables, 9 keys): %v", len(schema), schema)
 	}
 }
 
@@ -119,6 +119,9 @@ dev-root = "/run/nvidia/driver/./"
 [hook]
 path = "/usr/local/bin/gpu-hook"
 ldconfig = "/usr/sbin/ldconfig"
+[request]
+accept-envvar-when-unprivileged = false
+accept-device-list-as-volume-mounts = true
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -128,6 +131,7 @@ ldconfig = "/usr/sbin/ldconfig"
 				},
 				Driver: DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
 				Hook:   HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig"},
+				Request: RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 			},
 		},
 		{
@@ -226,6 +230,11 @@ func TestParseErrors(t *testing.T) {
 		},
 
 		// Types.
+		{
+			description: "string for a boolean",
+			data:        "[request]\naccept-envvar-when-unprivileged = \"no\"\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: request.accept-envvar-when-unprivileged must be a boolean, not a string`,
+		},
 		{
 			description: "integer for a string",
 			data:        "[runtime]\nlog-level = 5\n",

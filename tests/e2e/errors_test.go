@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // TestFailures: each case must fail create, leave config.json byte-identical, print the
@@ -108,5 +111,59 @@ func TestPassThrough(t *testing.T) {
 	r = e.run(t, b)
 	if r.code == 0 || !strings.Contains(r.stderr, "config.toml") {
 		t.Errorf("create with broken config must fail naming the file: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// TestMultiTenantPolicy: with accept-envvar-when-unprivileged=false an unprivileged
+// container's NVIDIA_VISIBLE_DEVICES=all gets nothing (and a warning); a device plugin's
+// /dev/null volume mount still allocates a GPU.
+func TestMultiTenantPolicy(t *testing.T) {
+	e := newEnv(t, 2)
+	e.writeConfig(t, "[request]\naccept-envvar-when-unprivileged = false\naccept-device-list-as-volume-mounts = true\n")
+
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, probe)
+	before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	r := e.run(t, b, "--log", logPath, "--log-format", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if f := facts(lines(r.stdout)); len(f.devs()) != 0 || f["ldcache-libcuda"] {
+		t.Errorf("unprivileged env request was honoured:\n%s", r.stdout)
+	}
+	after, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	if !bytes.Equal(before, after) {
+		t.Errorf("spec changed although no GPU was injected")
+	}
+	logData, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(logData), `"level":"warning"`) || !strings.Contains(string(logData), `request.accept-envvar-when-unprivileged is false`) {
+		t.Errorf("no warning in the log:\n%s", logData)
+	}
+
+	// The device plugin's way: a /dev/null mount naming GPU 1.
+	b = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, probe)
+	addMount(t, b, specs.Mount{Source: "/dev/null", Destination: "/var/run/nvidia-container-devices/1", Type: "bind", Options: []string{"bind", "ro"}})
+	r = e.run(t, b)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	f := facts(lines(r.stdout))
+	if !f["dev /dev/nvidia1 c3 1"] || f["dev /dev/nvidia0 c3 0"] || !f["ldcache-libcuda"] {
+		t.Errorf("volume-mount request not honoured:\n%s", r.stdout)
+	}
+}
+
+func addMount(t *testing.T, bundle string, m specs.Mount) {
+	t.Helper()
+	p := filepath.Join(bundle, "config.json")
+	var spec specs.Spec
+	data, _ := os.ReadFile(p)
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Mounts = append(spec.Mounts, m)
+	data, _ = json.Marshal(&spec)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,90 @@
+package request
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DeviceListMountDir is where a device plugin requests devices with /dev/null mounts:
+// a mount of /dev/null at <DeviceListMountDir>/<device> asks for <device>.
+const DeviceListMountDir = "/var/run/nvidia-container-devices"
+
+// Policy says which request channels are honoured (config section [request]).
+type Policy struct {
+	// AcceptEnvWhenUnprivileged honours NVIDIA_VISIBLE_DEVICES from containers without
+	// CAP_SYS_ADMIN in their bounding set.
+	AcceptEnvWhenUnprivileged bool
+	// AcceptVolumeMounts honours devices named by /dev/null mounts under DeviceListMountDir;
+	// when present they replace NVIDIA_VISIBLE_DEVICES.
+	AcceptVolumeMounts bool
+}
+
+// FromSpec reads a container's request from its spec under a policy. Warnings say which
+// request was ignored and why.
+func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
+	var list []string
+	if spec.Process != nil {
+		list = spec.Process.Env
+	}
+	env := ParseEnv(list)
+	if p.AcceptVolumeMounts {
+		ids, err := VolumeMountDevices(spec.Mounts)
+		if err != nil {
+			return Request{}, nil, err
+		}
+		if len(ids) > 0 {
+			req, err := build(env, strings.Join(ids, ","), true)
+			return req, nil, err
+		}
+	}
+	visible, set := env[EnvVisibleDevices]
+	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+		if req, err := build(env, visible, set); err != nil || req.IsGPU() {
+			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
+				"%s=%q ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
+				EnvVisibleDevices, visible)}, nil
+		}
+		return Request{Mode: NoGPU}, nil, nil
+	}
+	req, err := build(env, visible, set)
+	return req, nil, err
+}
+
+// Privileged reports whether the container has CAP_SYS_ADMIN in its bounding set.
+func Privileged(spec *specs.Spec) bool {
+	if spec.Process == nil || spec.Process.Capabilities == nil {
+		return false
+	}
+	for _, c := range spec.Process.Capabilities.Bounding {
+		if c == "CAP_SYS_ADMIN" {
+			return true
+		}
+	}
+	return false
+}
+
+// VolumeMountDevices returns the devices named by /dev/null mounts under
+// DeviceListMountDir, sorted. CDI names there (cdi/<vendor>/<class>=<dev>) are refused.
+func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
+	var ids []string
+	for _, m := range mounts {
+		dest := path.Clean(m.Destination)
+		if m.Source != "/dev/null" || !strings.HasPrefix(dest, DeviceListMountDir+"/") {
+			continue
+		}
+		id := strings.TrimPrefix(dest, DeviceListMountDir+"/")
+		if strings.HasPrefix(id, "cdi/") {
+			return nil, fmt.Errorf("%w: CDI device %q requested by volume mount %s: CDI devices are not supported yet", ErrInvalid, strings.TrimPrefix(id, "cdi/"), dest)
+		}
+		if strings.Contains(id, "/") || strings.Contains(id, ",") {
+			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, dest)
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}

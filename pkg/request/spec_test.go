@@ -1,0 +1,89 @@
+package request
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+)
+
+func devMount(id string) specs.Mount {
+	return specs.Mount{Source: "/dev/null", Destination: DeviceListMountDir + "/" + id, Type: "bind", Options: []string{"bind"}}
+}
+
+func TestFromSpecPolicy(t *testing.T) {
+	privileged := &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN", "CAP_SYS_ADMIN"}}
+	unprivileged := &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}
+	strict := Policy{AcceptEnvWhenUnprivileged: false, AcceptVolumeMounts: true}
+	lenient := Policy{AcceptEnvWhenUnprivileged: true, AcceptVolumeMounts: false}
+	def := capabilities.Default()
+	testCases := []struct {
+		description  string
+		policy       Policy
+		caps         *specs.LinuxCapabilities
+		env          []string
+		mounts       []specs.Mount
+		want         Request
+		wantWarnings []string
+	}{
+		{description: "default policy: env honoured for unprivileged", policy: lenient, caps: unprivileged,
+			env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, want: Request{Mode: AllGPUs, Capabilities: def}},
+		{description: "default policy: volume mounts ignored", policy: lenient, caps: unprivileged,
+			env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, mounts: []specs.Mount{devMount("1")}, want: Request{Mode: DeviceList, Devices: []string{"0"}, Capabilities: def}},
+		{description: "strict: unprivileged env ignored with a warning", policy: strict, caps: unprivileged,
+			env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, want: Request{Mode: NoGPU},
+			wantWarnings: []string{`NVIDIA_VISIBLE_DEVICES="all" ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected`}},
+		{description: "strict: legacy CUDA image ignored too", policy: strict, caps: nil,
+			env: []string{"CUDA_VERSION=12.0"}, want: Request{Mode: NoGPU},
+			wantWarnings: []string{`NVIDIA_VISIBLE_DEVICES="" ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected`}},
+		{description: "strict: no request, no warning", policy: strict, caps: unprivileged, env: []string{"PATH=/bin"}, want: Request{Mode: NoGPU}},
+		{description: "strict: privileged env honoured", policy: strict, caps: privileged,
+			env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, want: Request{Mode: DeviceList, Devices: []string{"1"}, Capabilities: def}},
+		{description: "strict: volume mounts honoured and replace env", policy: strict, caps: unprivileged,
+			env:    []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			mounts: []specs.Mount{{Source: "proc", Destination: "/proc"}, devMount("GPU-b"), devMount("0")},
+			want:   Request{Mode: DeviceList, Devices: []string{"0", "GPU-b"}, Capabilities: capabilities.Set{capabilities.Utility: true}}},
+		{description: "volume mount all", policy: strict, caps: unprivileged, mounts: []specs.Mount{devMount("all")},
+			want: Request{Mode: AllGPUs, Capabilities: def}},
+		{description: "mount under the dir but not from /dev/null is not a request", policy: strict, caps: unprivileged,
+			mounts: []specs.Mount{{Source: "/tmp/x", Destination: DeviceListMountDir + "/0"}}, want: Request{Mode: NoGPU}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			spec := &specs.Spec{Process: &specs.Process{Env: tc.env, Capabilities: tc.caps}, Mounts: tc.mounts}
+			got, warnings, err := FromSpec(spec, tc.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+			if !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("warnings = %q\nwant       %q", warnings, tc.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestVolumeMountErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		mount       specs.Mount
+		wantErr     string
+	}{
+		{"CDI name", devMount("cdi/nvidia.com/gpu=0"), `invalid GPU request: CDI device "nvidia.com/gpu=0" requested by volume mount /var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0: CDI devices are not supported yet`},
+		{"nested path", devMount("a/b"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/a/b does not name one device"},
+		{"list in one mount", devMount("0,1"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/0,1 does not name one device"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_, _, err := FromSpec(&specs.Spec{Mounts: []specs.Mount{tc.mount}}, Policy{AcceptVolumeMounts: true})
+			if err == nil || err.Error() != tc.wantErr || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+			}
+		})
+	}
+}
