@@ -40,19 +40,17 @@ func main() {
 	self, _ := os.Executable()
 	cwd, _ := os.Getwd()
 
+	if cfgErr != nil && !inv.ModifiesSpec() {
+		log.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
+	}
+	// Resolve runc before touching the spec: a create must not leave an edited spec behind.
+	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
 	if inv.ModifiesSpec() {
-		err := errors.Join(cfgErr, unsupported(argErr))
+		err = errors.Join(cfgErr, unsupported(argErr), err)
 		if err == nil && argErr == nil {
 			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log})
 		}
-		if err != nil {
-			fail(log, err)
-		}
-	} else if cfgErr != nil {
-		log.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
 	}
-
-	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
 	if err != nil {
 		fail(log, err)
 	}

@@ -110,7 +110,8 @@ func ParseArgs(args []string) (Invocation, error) {
 		return inv, nil
 	}
 	for j := 0; j < len(rest); j++ {
-		name, value, hasValue, ok := flag(rest[j])
+		arg := rest[j]
+		name, value, hasValue, ok := flag(arg)
 		if !ok {
 			if rest[j] == "--" {
 				if j+1 < len(rest) && inv.ContainerID == "" {
@@ -139,7 +140,7 @@ func ParseArgs(args []string) (Invocation, error) {
 		case "config", "f":
 			// crun's --config overrides the spec file name; gpu-runtime only edits
 			// <bundle>/config.json, so refuse rather than silently inject nothing.
-			return inv, fmt.Errorf("%w: %s %s %q: gpu-runtime only reads <bundle>/config.json", ErrUnsupported, inv.Command, rest[j], value)
+			return inv, fmt.Errorf("%w: %s %s %q: gpu-runtime only reads <bundle>/config.json", ErrUnsupported, inv.Command, strings.SplitN(arg, "=", 2)[0], value)
 		}
 	}
 	return inv, nil

@@ -271,3 +271,24 @@ func withDriverRoot(h *fakehost.Host, root string) *fakehost.Host {
 	c.DriverRoot = root
 	return &c
 }
+
+// editSpec edits a bundle's config.json as generic JSON.
+func editSpec(t *testing.T, bundle string, edit func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	edit(s)
+	if data, err = json.Marshal(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
