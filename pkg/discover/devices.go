@@ -40,6 +40,22 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 			continue
 		}
 		containerPath := path.Join("/dev", e.Name())
+		if e.IsDir() && strings.HasPrefix(e.Name(), "nvidia-caps") {
+			// /dev/nvidia-caps/nvidia-capN and /dev/nvidia-caps-imex-channels/channelN.
+			sub, err := os.ReadDir(filepath.Join(devDir, e.Name()))
+			if err != nil {
+				return dn, fmt.Errorf("read device directory %s: %w", filepath.Join(devDir, e.Name()), err)
+			}
+			for _, s := range sub {
+				p := path.Join(containerPath, s.Name())
+				if node, err := DeviceNode(devRoot, p); err == nil {
+					dn.Nodes[p] = node
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					dn.Invalid[p] = err
+				}
+			}
+			continue
+		}
 		node, err := DeviceNode(devRoot, containerPath)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {

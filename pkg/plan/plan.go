@@ -62,6 +62,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 	}
 	var errs []error
 
+	if req.MIGConfig || req.MIGMonitor {
+		errs = append(errs, fmt.Errorf("%w: %s/%s: MIG configuration and monitoring access is not supported yet", ErrUnsupported, request.EnvMIGConfig, request.EnvMIGMonitor))
+	}
 	gpus, err := selectGPUs(req, host.Driver.GPUs)
 	if err != nil {
 		errs = append(errs, err)
@@ -85,6 +88,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 	}
 	if req.Capabilities.Has(capabilities.Graphics) {
 		nodes = append(nodes, want{path: "/dev/nvidia-modeset", hint: "load the nvidia-modeset module"})
+	}
+	for _, ch := range imexChannels(req, host.Devices) {
+		nodes = append(nodes, want{path: ch, required: true})
 	}
 	for _, w := range nodes {
 		node, ok := host.Devices.Nodes[w.path]
@@ -141,6 +147,28 @@ func Build(req request.Request, host Host) (Plan, error) {
 		})
 	}
 	return p, nil
+}
+
+// IMEXChannelDir holds the IMEX channel nodes.
+const IMEXChannelDir = "/dev/nvidia-caps-imex-channels"
+
+// imexChannels returns the channel node paths a request needs: the named ones, or every
+// channel node the host has for "all".
+func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
+	var out []string
+	if req.AllIMEXChannels {
+		for p := range dn.Nodes {
+			if strings.HasPrefix(p, IMEXChannelDir+"/channel") {
+				out = append(out, p)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	for _, ch := range req.IMEXChannels {
+		out = append(out, fmt.Sprintf("%s/channel%d", IMEXChannelDir, ch))
+	}
+	return out
 }
 
 // wanted says whether a discovered file belongs in a container with caps.

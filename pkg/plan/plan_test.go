@@ -205,3 +205,41 @@ func TestBuildWarnsOnMissingUVM(t *testing.T) {
 		t.Errorf("warnings = %q", p.Warnings)
 	}
 }
+
+func TestIMEXAndMIGPlanning(t *testing.T) {
+	h := testHost()
+	h.Devices.Nodes["/dev/nvidia-caps-imex-channels/channel0"] = node("/dev/nvidia-caps-imex-channels/channel0", 511, 0)
+	h.Devices.Nodes["/dev/nvidia-caps-imex-channels/channel5"] = node("/dev/nvidia-caps-imex-channels/channel5", 511, 5)
+	testCases := []struct {
+		description string
+		env         []string
+		wantNodes   []string
+		wantErr     string
+	}{
+		{description: "named channel", env: []string{"NVIDIA_IMEX_CHANNELS=5"},
+			wantNodes: []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel5"}},
+		{description: "all channels the host has", env: []string{"NVIDIA_IMEX_CHANNELS=all"},
+			wantNodes: []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel0", "/dev/nvidia-caps-imex-channels/channel5"}},
+		{description: "missing channel", env: []string{"NVIDIA_IMEX_CHANNELS=7"},
+			wantErr: `missing device node: /dev/nvidia-caps-imex-channels/channel7 not found under device root "/devroot": check that the NVIDIA driver is loaded, or set driver.dev-root`},
+		{description: "MIG config refused", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all"},
+			wantErr: "unsupported device request: NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES: MIG configuration and monitoring access is not supported yet"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			p, err := Build(req(t, append([]string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"}, tc.env...)...), h)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := paths(p.Edits.DeviceNodes, func(n edits.DeviceNode) string { return n.Path }); !reflect.DeepEqual(got, tc.wantNodes) {
+				t.Errorf("nodes = %v, want %v", got, tc.wantNodes)
+			}
+		})
+	}
+}

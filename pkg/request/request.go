@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -21,7 +22,13 @@ const (
 	EnvRequireCUDA    = "NVIDIA_REQUIRE_CUDA"
 	EnvDisableRequire = "NVIDIA_DISABLE_REQUIRE"
 	EnvCUDAVersion    = "CUDA_VERSION"
+	EnvIMEXChannels   = "NVIDIA_IMEX_CHANNELS"
+	EnvMIGConfig      = "NVIDIA_MIG_CONFIG_DEVICES"
+	EnvMIGMonitor     = "NVIDIA_MIG_MONITOR_DEVICES"
 )
+
+// MaxIMEXChannel is the highest IMEX channel number.
+const MaxIMEXChannel = 2047
 
 // Mode says how NVIDIA_VISIBLE_DEVICES selected devices.
 type Mode int
@@ -52,6 +59,12 @@ type Request struct {
 	DisableRequire bool
 	// Legacy is set for a legacy CUDA image: CUDA_VERSION set and NVIDIA_REQUIRE_CUDA empty.
 	Legacy bool
+	// IMEXChannels are the IMEX channel numbers asked for; AllIMEXChannels asks for every one.
+	IMEXChannels    []int
+	AllIMEXChannels bool
+	// MIGConfig and MIGMonitor are NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES = all.
+	MIGConfig  bool
+	MIGMonitor bool
 }
 
 // Requirement is one NVIDIA_REQUIRE_* variable.
@@ -121,6 +134,22 @@ func build(env Env, visible string, set bool) (Request, error) {
 		req.Capabilities = caps
 	}
 
+	if err := parseIMEX(env[EnvIMEXChannels], &req); err != nil {
+		return Request{}, err
+	}
+	for _, m := range []struct {
+		name string
+		dst  *bool
+	}{{EnvMIGConfig, &req.MIGConfig}, {EnvMIGMonitor, &req.MIGMonitor}} {
+		switch v := strings.TrimSpace(env[m.name]); v {
+		case "", "none", "void":
+		case "all":
+			*m.dst = true
+		default:
+			return Request{}, fmt.Errorf("%w: %s=%q: only \"all\" is supported", ErrInvalid, m.name, v)
+		}
+	}
+
 	req.DisableRequire = parseBool(env[EnvDisableRequire])
 	req.Requirements = requirements(env)
 	if req.Legacy && cudaVersion != "" {
@@ -129,6 +158,33 @@ func build(env Env, visible string, set bool) (Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// parseIMEX reads NVIDIA_IMEX_CHANNELS: "all", "none"/"void"/empty, or channel numbers.
+func parseIMEX(value string, req *Request) error {
+	seen := map[int]bool{}
+	for _, tok := range strings.Split(value, ",") {
+		tok = strings.TrimSpace(tok)
+		switch tok {
+		case "", "none", "void":
+			continue
+		case "all":
+			req.AllIMEXChannels = true
+			continue
+		}
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 || n > MaxIMEXChannel || strconv.Itoa(n) != tok {
+			return fmt.Errorf("%w: IMEX channel %q in %s=%q: want a number from 0 to %d, or all", ErrInvalid, tok, EnvIMEXChannels, value, MaxIMEXChannel)
+		}
+		if !seen[n] {
+			seen[n] = true
+			req.IMEXChannels = append(req.IMEXChannels, n)
+		}
+	}
+	if req.AllIMEXChannels {
+		req.IMEXChannels = nil
+	}
+	return nil
 }
 
 // parseVisibleDevices implements the NVIDIA_VISIBLE_DEVICES rules: split on ',', trim,

@@ -86,3 +86,39 @@ func TestFromEnvErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestIMEXAndMIG(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		wantIMEX    []int
+		wantAllIMEX bool
+		wantMIG     [2]bool
+		wantErr     string
+	}{
+		{description: "channels deduplicated in order", env: []string{"NVIDIA_IMEX_CHANNELS=3, 0,3"}, wantIMEX: []int{3, 0}},
+		{description: "all", env: []string{"NVIDIA_IMEX_CHANNELS=all"}, wantAllIMEX: true},
+		{description: "none", env: []string{"NVIDIA_IMEX_CHANNELS=none"}},
+		{description: "out of range", env: []string{"NVIDIA_IMEX_CHANNELS=2048"}, wantErr: `invalid GPU request: IMEX channel "2048" in NVIDIA_IMEX_CHANNELS="2048": want a number from 0 to 2047, or all`},
+		{description: "not a number", env: []string{"NVIDIA_IMEX_CHANNELS=0,x"}, wantErr: `invalid GPU request: IMEX channel "x" in NVIDIA_IMEX_CHANNELS="0,x": want a number from 0 to 2047, or all`},
+		{description: "MIG config and monitor", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"}, wantMIG: [2]bool{true, true}},
+		{description: "MIG with a list", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=0"}, wantErr: `invalid GPU request: NVIDIA_MIG_CONFIG_DEVICES="0": only "all" is supported`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			r, err := FromEnv(append([]string{"NVIDIA_VISIBLE_DEVICES=all"}, tc.env...))
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.IMEXChannels, tc.wantIMEX) || r.AllIMEXChannels != tc.wantAllIMEX || r.MIGConfig != tc.wantMIG[0] || r.MIGMonitor != tc.wantMIG[1] {
+				t.Errorf("got imex %v all %v mig %v/%v", r.IMEXChannels, r.AllIMEXChannels, r.MIGConfig, r.MIGMonitor)
+			}
+		})
+	}
+}

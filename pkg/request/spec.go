@@ -38,7 +38,18 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 		if len(ids) > 0 {
 			req, err := build(env, strings.Join(ids, ","), true)
-			return req, nil, err
+			if err != nil || p.AcceptEnvWhenUnprivileged || Privileged(spec) {
+				return req, nil, err
+			}
+			// The devices come from the orchestrator; the container's own env may not add
+			// IMEX channels or MIG access.
+			var warnings []string
+			if len(req.IMEXChannels) > 0 || req.AllIMEXChannels || req.MIGConfig || req.MIGMonitor {
+				warnings = append(warnings, fmt.Sprintf("%s, %s and %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
+					EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor))
+			}
+			req.IMEXChannels, req.AllIMEXChannels, req.MIGConfig, req.MIGMonitor = nil, false, false, false
+			return req, warnings, nil
 		}
 	}
 	visible, set := env[EnvVisibleDevices]

@@ -87,3 +87,21 @@ func TestVolumeMountErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestFromSpecStrictDropsEnvIMEX(t *testing.T) {
+	spec := &specs.Spec{
+		Process: &specs.Process{Env: []string{"NVIDIA_IMEX_CHANNELS=0", "NVIDIA_MIG_CONFIG_DEVICES=all"}},
+		Mounts:  []specs.Mount{devMount("0")},
+	}
+	req, warnings, err := FromSpec(spec, Policy{AcceptEnvWhenUnprivileged: false, AcceptVolumeMounts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Mode != DeviceList || len(req.IMEXChannels) != 0 || req.MIGConfig {
+		t.Errorf("request = %+v", req)
+	}
+	want := []string{"NVIDIA_IMEX_CHANNELS, NVIDIA_MIG_CONFIG_DEVICES and NVIDIA_MIG_MONITOR_DEVICES ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false"}
+	if !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings = %q", warnings)
+	}
+}
