@@ -1,0 +1,466 @@
+// Package requirements parses and evaluates NVIDIA_REQUIRE_* expressions (reference §2), the
+// conditions a CUDA image places on the host driver and GPUs, such as
+// "cuda>=12.4 brand=tesla,driver>=535,driver<536". It is pure: it reads only the values it is
+// given and never touches the host.
+//
+// Grammar. An expression is split on runs of whitespace (spaces, tabs, any Unicode space, as
+// strings.Fields; empty terms are dropped) into OR-terms, and each OR-term on "," into AND-factors, so AND binds tighter:
+// the example reads cuda>=12.4 || (brand=tesla && driver>=535 && driver<536). A factor is
+// <key><op><value> with op one of = != < <= > >=. The operator is the whole run of the
+// characters "<>=!" after the key, so "cuda>>12" and "cuda=>12" are malformed rather than
+// read as a stray character in the value. Keys:
+//
+//   - cuda: the CUDA version the host driver supports (e.g. 12.4);
+//   - driver: the driver version (e.g. 580.159.04);
+//   - arch: the compute capability of each selected GPU (e.g. 9.0);
+//   - brand: the brand of each selected GPU (tesla, nvidia, geforce, quadro, titan, unknown…);
+//     only = and != apply, compared case-insensitively.
+//
+// Versions compare numerically by dot components, see CompareVersions. Keys are case-sensitive:
+// "CUDA>=12" has an unknown key (see below).
+//
+// Per-GPU keys. An arch or brand factor holds only if it holds for every selected GPU; with no
+// GPU selected it holds.
+//
+// Guarantees and decisions:
+//
+//   - An empty or whitespace-only expression has no terms and is satisfied.
+//   - Malformed input (empty factor, missing key, operator or value, an unknown operator,
+//     operator characters in the value, a bad version, brand with an ordering operator, a
+//     non-printable character) is an error wrapping ErrMalformed that names the expression and
+//     the term or factor; Check also names the variable. Expression text always appears quoted
+//     in errors and warnings, and only printable text reaches the unsatisfied message.
+//   - An unknown key (NVIDIA_REQUIRE_FOO=foo>=1) is not an error. NVIDIA silently skips such
+//     factors, and refusing them would refuse images NVIDIA runs, so the factor counts as
+//     satisfied; unlike NVIDIA, Check reports it as a warning naming the variable, the
+//     expression and the key, and listing the known keys. The factor must still be
+//     well-formed.
+//   - A host value the evaluation needs but cannot parse (an empty driver version, say) is an
+//     error wrapping ErrInvalidVersion and never ErrMalformed: the image is not at fault.
+//   - Check's unsatisfied error reads, verbatim at its start, as NVIDIA's does:
+//     "unsatisfied condition: <first OR-term as written>", plus ", please update your driver
+//     to a newer version, or use an earlier cuda container" when that term starts with
+//     "cuda>=", plus what the host has, on one line:
+//     " (host: cuda 12.4, driver 550.54.15)", and when the expression has an arch or brand
+//     factor and GPUs are selected, each GPU's facts, GPUs with the same facts sharing an
+//     entry: " (host: cuda 12.4, driver 550.54.15; GPU 0: arch 8.0, brand tesla; GPUs 1,2:
+//     arch 9.0, brand nvidia)". A host value that is empty is shown as "unknown", one with
+//     spaces or non-printable characters is quoted.
+//   - Check parses every requirement before evaluating any, so a malformed one is reported
+//     even when an earlier one is unsatisfied.
+package requirements
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+var (
+	// ErrUnsatisfied marks a well-formed requirement the host does not meet.
+	ErrUnsatisfied = errors.New("unsatisfied requirement")
+	// ErrMalformed marks a requirement expression that does not follow the grammar.
+	ErrMalformed = errors.New("malformed requirement")
+	// ErrInvalidVersion marks a version that is not a dotted list of decimal numbers, in an
+	// expression (then ErrMalformed is wrapped too), in a host value or given to CompareVersions.
+	ErrInvalidVersion = errors.New("invalid version")
+)
+
+// Keys of a factor.
+const (
+	KeyCUDA   = "cuda"
+	KeyDriver = "driver"
+	KeyArch   = "arch"
+	KeyBrand  = "brand"
+)
+
+// knownKeys lists the keys this package evaluates, sorted, as shown in warnings.
+var knownKeys = []string{KeyArch, KeyBrand, KeyCUDA, KeyDriver}
+
+// Op is a comparison operator of a factor.
+type Op string
+
+// The operators of the grammar.
+const (
+	OpEqual        Op = "="
+	OpNotEqual     Op = "!="
+	OpLess         Op = "<"
+	OpLessEqual    Op = "<="
+	OpGreater      Op = ">"
+	OpGreaterEqual Op = ">="
+)
+
+const opChars = "<>=!"
+
+// GPU is what the requirements know of one selected GPU.
+type GPU struct {
+	Index int    // as shown in messages, e.g. the NVML index
+	Arch  string // compute capability, e.g. "9.0"
+	Brand string // e.g. "tesla"; compared case-insensitively
+}
+
+// Host is what the requirements are evaluated against.
+type Host struct {
+	CUDA   string // CUDA version the driver supports, e.g. "12.4"
+	Driver string // driver version, e.g. "550.54.15"
+	GPUs   []GPU  // the GPUs selected for the container only
+}
+
+// Requirement is one requirement variable, e.g. {"NVIDIA_REQUIRE_CUDA", "cuda>=12.0 brand=tesla"}.
+type Requirement struct {
+	Name       string
+	Expression string
+}
+
+// Expression is a parsed requirement: satisfied when any of its Terms is.
+type Expression struct {
+	Raw   string // the text given to Parse
+	Terms []Term
+}
+
+// Term is one OR-term: satisfied when all of its Factors are.
+type Term struct {
+	Raw     string // the term as written, e.g. "brand=tesla,driver>=535"
+	Factors []Factor
+}
+
+// Factor is one <key><op><value> comparison.
+type Factor struct {
+	Raw   string // the factor as written, e.g. "driver>=535"
+	Key   string
+	Op    Op
+	Value string
+}
+
+// Known reports whether f's key is one this package evaluates; factors with other keys are
+// satisfied.
+func (f Factor) Known() bool {
+	switch f.Key {
+	case KeyCUDA, KeyDriver, KeyArch, KeyBrand:
+		return true
+	}
+	return false
+}
+
+// Parse parses a requirement expression. An error wraps ErrMalformed and names the expression
+// and the offending term or factor.
+func Parse(expr string) (Expression, error) {
+	e, err := parse(expr)
+	if err != nil {
+		return Expression{}, fmt.Errorf("%w %q: %w", ErrMalformed, expr, err)
+	}
+	return e, nil
+}
+
+// parse returns the reason an expression is malformed without naming the expression, so that
+// callers can name it (and its variable) once.
+func parse(expr string) (Expression, error) {
+	e := Expression{Raw: expr}
+	for _, raw := range strings.Fields(expr) {
+		t := Term{Raw: raw}
+		for _, fraw := range strings.Split(raw, ",") {
+			if fraw == "" {
+				return Expression{}, fmt.Errorf("term %q: empty factor", raw)
+			}
+			f, err := parseFactor(fraw)
+			if err != nil {
+				return Expression{}, fmt.Errorf("factor %q: %w", fraw, err)
+			}
+			t.Factors = append(t.Factors, f)
+		}
+		e.Terms = append(e.Terms, t)
+	}
+	return e, nil
+}
+
+func parseFactor(raw string) (Factor, error) {
+	if !printable(raw) {
+		return Factor{}, errors.New("contains a non-printable character")
+	}
+	start := strings.IndexAny(raw, opChars)
+	if start < 0 {
+		return Factor{}, errors.New("missing operator (one of = != < <= > >=)")
+	}
+	if start == 0 {
+		return Factor{}, errors.New("missing key before the operator")
+	}
+	end := start
+	for end < len(raw) && strings.IndexByte(opChars, raw[end]) >= 0 {
+		end++
+	}
+	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start:end]), Value: raw[end:]}
+	switch f.Op {
+	case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
+	default:
+		return Factor{}, fmt.Errorf("unknown operator %q (want one of = != < <= > >=)", string(f.Op))
+	}
+	if f.Value == "" {
+		return Factor{}, errors.New("missing value after the operator")
+	}
+	if strings.ContainsAny(f.Value, opChars) {
+		return Factor{}, fmt.Errorf("value %q contains an operator character", f.Value)
+	}
+	if err := f.check(); err != nil {
+		return Factor{}, err
+	}
+	return f, nil
+}
+
+// check validates the value and operator of a factor against its key.
+func (f Factor) check() error {
+	switch f.Key {
+	case KeyCUDA, KeyDriver, KeyArch:
+		switch f.Op {
+		case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
+		default:
+			return fmt.Errorf("unknown operator %q (want one of = != < <= > >=)", string(f.Op))
+		}
+		_, err := parseVersion(f.Value)
+		return err
+	case KeyBrand:
+		if f.Op != OpEqual && f.Op != OpNotEqual {
+			return fmt.Errorf("operator %q does not apply to brand (want = or !=)", string(f.Op))
+		}
+		if f.Value == "" {
+			return errors.New("missing value after the operator")
+		}
+	}
+	return nil
+}
+
+// UnknownKeys returns the factors of e whose key this package does not evaluate, in order.
+func (e Expression) UnknownKeys() []Factor {
+	var out []Factor
+	for _, t := range e.Terms {
+		for _, f := range t.Factors {
+			if !f.Known() {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// involvesGPUs reports whether e has an arch or brand factor.
+func (e Expression) involvesGPUs() bool {
+	for _, t := range e.Terms {
+		for _, f := range t.Factors {
+			if f.Key == KeyArch || f.Key == KeyBrand {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Eval reports whether h satisfies e: some term has every factor satisfied. An expression
+// without terms is satisfied. Terms are evaluated in order and the first satisfied one ends
+// the evaluation. An error means a host value a factor needs is not a version (wrapping
+// ErrInvalidVersion), or a Factor built by hand is invalid (wrapping ErrMalformed).
+func (e Expression) Eval(h Host) (bool, error) {
+	if len(e.Terms) == 0 {
+		return true, nil
+	}
+	for _, t := range e.Terms {
+		ok, err := t.eval(h)
+		if err != nil {
+			return false, fmt.Errorf("evaluate %q: %w", t.Raw, err)
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (t Term) eval(h Host) (bool, error) {
+	for _, f := range t.Factors {
+		ok, err := f.eval(h)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (f Factor) eval(h Host) (bool, error) {
+	if err := f.check(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	switch f.Key {
+	case KeyCUDA:
+		return f.compare(h.CUDA, "host cuda version")
+	case KeyDriver:
+		return f.compare(h.Driver, "host driver version")
+	case KeyArch:
+		for _, g := range h.GPUs {
+			ok, err := f.compare(g.Arch, fmt.Sprintf("arch of GPU %d", g.Index))
+			if err != nil || !ok {
+				return false, err
+			}
+		}
+		return true, nil
+	case KeyBrand:
+		for _, g := range h.GPUs {
+			if strings.EqualFold(g.Brand, f.Value) != (f.Op == OpEqual) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	return true, nil // unknown key: satisfied, as NVIDIA does
+}
+
+// compare compares the host value have against f's version; what names have in errors.
+func (f Factor) compare(have, what string) (bool, error) {
+	hv, err := parseVersion(have)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	want, err := parseVersion(f.Value)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	c := compareParsed(hv, want)
+	switch f.Op {
+	case OpEqual:
+		return c == 0, nil
+	case OpNotEqual:
+		return c != 0, nil
+	case OpLess:
+		return c < 0, nil
+	case OpLessEqual:
+		return c <= 0, nil
+	case OpGreater:
+		return c > 0, nil
+	case OpGreaterEqual:
+		return c >= 0, nil
+	}
+	return false, fmt.Errorf("%w: unknown operator %q", ErrMalformed, string(f.Op))
+}
+
+// Check evaluates every requirement against h; all must hold. Empty and whitespace-only
+// expressions are satisfied.
+//
+// Every expression is parsed first, so a malformed one is reported (wrapping ErrMalformed,
+// naming the variable, the expression and the factor) even when an earlier one is unsatisfied;
+// the first malformed one in the given order is returned. Then the requirements are evaluated
+// in order and the first unsatisfied one is returned as an error wrapping ErrUnsatisfied whose
+// text is the message described in the package documentation. An unusable host value is an
+// error wrapping ErrInvalidVersion.
+//
+// The warnings, returned with or without an error, name each factor with an unknown key in
+// every requirement parsed; such factors count as satisfied.
+func Check(reqs []Requirement, h Host) (warnings []string, err error) {
+	exprs := make([]Expression, len(reqs))
+	for i, r := range reqs {
+		e, err := parse(r.Expression)
+		if err != nil {
+			return warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
+		}
+		for _, f := range e.UnknownKeys() {
+			warnings = append(warnings, fmt.Sprintf("%s: unknown key %q in factor %q (known keys: %s); treated as satisfied",
+				label(r), f.Key, f.Raw, strings.Join(knownKeys, ", ")))
+		}
+		exprs[i] = e
+	}
+	for i, e := range exprs {
+		ok, err := e.Eval(h)
+		if err != nil {
+			return warnings, fmt.Errorf("check %s: %w", label(reqs[i]), err)
+		}
+		if !ok {
+			return warnings, &unsatisfiedError{msg: unsatisfiedMessage(e, h)}
+		}
+	}
+	return warnings, nil
+}
+
+// label names a requirement in errors: NVIDIA_REQUIRE_CUDA="cuda>=12.0".
+func label(r Requirement) string {
+	if r.Name == "" {
+		return strconv.Quote(r.Expression)
+	}
+	return show(r.Name) + "=" + strconv.Quote(r.Expression)
+}
+
+// unsatisfiedError carries the user-facing message verbatim and wraps ErrUnsatisfied.
+type unsatisfiedError struct{ msg string }
+
+func (e *unsatisfiedError) Error() string { return e.msg }
+func (e *unsatisfiedError) Unwrap() error { return ErrUnsatisfied }
+
+// unsatisfiedMessage builds the one-line message for an unsatisfied expression; e has at least
+// one term, since an expression without terms is satisfied.
+func unsatisfiedMessage(e Expression, h Host) string {
+	var b strings.Builder
+	first := e.Terms[0].Raw
+	b.WriteString("unsatisfied condition: " + first)
+	if strings.HasPrefix(first, "cuda>=") {
+		b.WriteString(", please update your driver to a newer version, or use an earlier cuda container")
+	}
+	fmt.Fprintf(&b, " (host: cuda %s, driver %s", orUnknown(h.CUDA), orUnknown(h.Driver))
+	if e.involvesGPUs() {
+		for _, g := range groupGPUs(h.GPUs) {
+			b.WriteString("; " + g)
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// groupGPUs describes each GPU's facts, GPUs with the same facts sharing an entry, in order of
+// first appearance: "GPU 0: arch 8.0, brand tesla", "GPUs 1,2: arch 9.0, brand nvidia".
+func groupGPUs(gpus []GPU) []string {
+	var facts []string
+	indices := map[string][]string{}
+	for _, g := range gpus {
+		f := fmt.Sprintf("arch %s, brand %s", orUnknown(g.Arch), orUnknown(g.Brand))
+		if _, seen := indices[f]; !seen {
+			facts = append(facts, f)
+		}
+		indices[f] = append(indices[f], strconv.Itoa(g.Index))
+	}
+	out := make([]string, 0, len(facts))
+	for _, f := range facts {
+		noun := "GPU"
+		if len(indices[f]) > 1 {
+			noun = "GPUs"
+		}
+		out = append(out, fmt.Sprintf("%s %s: %s", noun, strings.Join(indices[f], ","), f))
+	}
+	return out
+}
+
+// orUnknown shows a host value in a message: "unknown" when empty, quoted when it holds
+// anything but printable characters, so that the message stays one line.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return show(s)
+}
+
+// show returns s, quoted when it holds anything but printable characters.
+func show(s string) string {
+	if printable(s) && !strings.ContainsFunc(s, unicode.IsSpace) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// printable reports whether s is valid UTF-8 made of printable characters only.
+func printable(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
