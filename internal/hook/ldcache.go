@@ -10,6 +10,8 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // LDCacheOptions are the arguments of `gpu-hook update-ldcache`.
@@ -18,6 +20,9 @@ type LDCacheOptions struct {
 	LDConfig string
 	// Libraries are the container paths of the injected libraries.
 	Libraries []string
+	// DriverVersion is the host driver's version; when the image's CUDA compat libcuda is
+	// newer, the loader is pointed at it. Empty disables forward compatibility.
+	DriverVersion string
 }
 
 // UpdateLDCache makes the injected libraries loadable inside the container root: it creates
@@ -44,6 +49,18 @@ func UpdateLDCache(root string, opts LDCacheOptions) error {
 		}
 		if err := devLink(root, lib); err != nil {
 			return err
+		}
+	}
+	if opts.DriverVersion != "" {
+		compat, err := CompatVersion(root)
+		if err != nil {
+			return err
+		}
+		if c, cerr := requirements.CompareVersions(compat, opts.DriverVersion); compat != "" && cerr == nil && c > 0 {
+			if err := preferCompat(root); err != nil {
+				return err
+			}
+			dirs = append([]string{CompatDir}, dirs...)
 		}
 	}
 	args := append([]string{"-r", root}, dirs...)

@@ -18,9 +18,9 @@ import (
 // ErrState marks unusable hook input.
 var ErrState = errors.New("bad hook input")
 
-// ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
-// returns the container's root filesystem path from <bundle>/config.json.
-func ContainerRoot(r io.Reader) (string, error) {
+// Bundle reads the OCI state from r (what the runtime writes to a hook's stdin) and
+// returns the container's bundle directory.
+func Bundle(r io.Reader) (string, error) {
 	var state specs.State
 	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&state); err != nil {
 		return "", fmt.Errorf("%w: decode container state from stdin: %w", ErrState, err)
@@ -28,22 +28,32 @@ func ContainerRoot(r io.Reader) (string, error) {
 	if state.Bundle == "" || !filepath.IsAbs(state.Bundle) {
 		return "", fmt.Errorf("%w: container state has bundle %q, want an absolute path", ErrState, state.Bundle)
 	}
-	data, err := os.ReadFile(filepath.Join(state.Bundle, "config.json"))
+	return filepath.Clean(state.Bundle), nil
+}
+
+// ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
+// returns the container's root filesystem path from <bundle>/config.json.
+func ContainerRoot(r io.Reader) (string, error) {
+	bundle, err := Bundle(r)
 	if err != nil {
-		return "", fmt.Errorf("read spec of bundle %s: %w", state.Bundle, err)
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("read spec of bundle %s: %w", bundle, err)
 	}
 	var spec struct {
 		Root *specs.Root `json:"root"`
 	}
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", fmt.Errorf("decode spec of bundle %s: %w", state.Bundle, err)
+		return "", fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, state.Bundle)
+		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
 	}
 	root := spec.Root.Path
 	if !filepath.IsAbs(root) {
-		root = filepath.Join(state.Bundle, root)
+		root = filepath.Join(bundle, root)
 	}
 	return filepath.Clean(root), nil
 }

@@ -137,8 +137,15 @@ func Build(req request.Request, host Host) (Plan, error) {
 	}
 
 	p.Edits.Mounts = mounts.ForFiles(files)
+	if len(req.Requirements) > 0 && !req.DisableRequire {
+		args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
+		for _, g := range gpus {
+			args = append(args, "--gpu", fmt.Sprintf("%d,%s,%s", g.Index, g.ComputeCapability, g.Brand))
+		}
+		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv})
+	}
 	if len(libraries) > 0 {
-		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig}
+		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
 		for _, lib := range libraries {
 			args = append(args, "--library", lib)
 		}

@@ -243,3 +243,41 @@ func TestIMEXAndMIGPlanning(t *testing.T) {
 		})
 	}
 }
+
+func TestRequirementHook(t *testing.T) {
+	h := testHost()
+	h.Driver.GPUs[0].ComputeCapability, h.Driver.GPUs[0].Brand = "8.0", "tesla"
+	h.Driver.GPUs[1].ComputeCapability, h.Driver.GPUs[1].Brand = "9.0", "nvidia"
+	testCases := []struct {
+		description string
+		env         []string
+		want        []string // prestart hook args; nil = no prestart hook
+	}{
+		{description: "requirement: host facts of the selected GPUs", env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"},
+			want: []string{"gpu-hook", "prestart", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "1,9.0,nvidia"}},
+		{description: "legacy image gets the check", env: []string{"CUDA_VERSION=12.0"},
+			want: []string{"gpu-hook", "prestart", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "0,8.0,tesla", "--gpu", "1,9.0,nvidia"}},
+		{description: "no requirement: no hook process", env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+		{description: "disabled: no hook process", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=1"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			p, err := Build(req(t, tc.env...), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, hk := range p.Edits.Hooks {
+				if hk.Stage == "prestart" {
+					if hk.Path != h.HookPath || len(hk.Env) == 0 {
+						t.Errorf("hook %+v", hk)
+					}
+					got = hk.Args
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("prestart args = %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}

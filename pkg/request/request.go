@@ -223,6 +223,20 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	return DeviceList, tokens, nil
 }
 
+// Requirements returns the requirement checks a container environment asks for, including
+// a legacy CUDA image's implied cuda>= rule, and whether NVIDIA_DISABLE_REQUIRE turns them
+// off. It is what gpu-hook's prestart check evaluates.
+func Requirements(list []string) (reqs []Requirement, disabled bool) {
+	env := ParseEnv(list)
+	reqs = requirements(env)
+	if cuda, ok := env[EnvCUDAVersion]; ok && env[EnvRequireCUDA] == "" {
+		if r, ok := legacyRequirement(cuda); ok {
+			reqs = append(reqs, r)
+		}
+	}
+	return reqs, parseBool(env[EnvDisableRequire])
+}
+
 func requirements(env Env) []Requirement {
 	var out []Requirement
 	for k, v := range env {

@@ -1,0 +1,92 @@
+package hook
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/version"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
+)
+
+// DockerHookName is the name dockerd looks for to enable --gpus; packaging installs it as a
+// link to gpu-hook. gpu-runtime removes that hook from every spec it handles, so the hook
+// only runs when a --gpus container bypassed gpu-runtime.
+const DockerHookName = "nvidia-container-runtime-hook"
+
+// ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
+var ErrBypassed = errors.New("container was created without gpu-runtime")
+
+type multi []string
+
+func (m *multi) String() string     { return fmt.Sprint(*m) }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// Run executes one gpu-hook command line. argv0 is the name it was invoked as.
+func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if filepath.Base(argv0) == DockerHookName {
+		return fmt.Errorf("%w: docker ran %s for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json", ErrBypassed, DockerHookName)
+	}
+	if len(args) == 0 {
+		return errors.New("usage: gpu-hook update-ldcache|prestart [flags] (run by gpu-runtime as an OCI hook)")
+	}
+	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	switch args[0] {
+	case "--version", "-v", "version":
+		fmt.Fprintln(stdout, version.String("gpu-hook"))
+		return nil
+	case "update-ldcache":
+		var opts LDCacheOptions
+		var libs multi
+		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig")
+		fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
+		fs.Var(&libs, "library", "container path of an injected library (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		opts.Libraries = libs
+		root, err := ContainerRoot(stdin)
+		if err != nil {
+			return err
+		}
+		return UpdateLDCache(root, opts)
+	case "prestart":
+		var host requirements.Host
+		var gpus multi
+		fs.StringVar(&host.CUDA, "cuda", "", "host CUDA driver version, e.g. 12.4")
+		fs.StringVar(&host.Driver, "driver", "", "host driver version, e.g. 550.54.15")
+		fs.Var(&gpus, "gpu", "a selected GPU as INDEX,ARCH,BRAND (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			gpu, err := ParseGPU(g)
+			if err != nil {
+				return err
+			}
+			host.GPUs = append(host.GPUs, gpu)
+		}
+		bundle, err := Bundle(stdin)
+		if err != nil {
+			return err
+		}
+		warnings, err := CheckRequirements(bundle, host)
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
+		}
+		return err
+	}
+	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+// Message is how main prints an error: a requirement failure verbatim (users search for
+// "unsatisfied condition: …"), anything else prefixed with the program name.
+func Message(err error) string {
+	if errors.Is(err, requirements.ErrUnsatisfied) {
+		return err.Error()
+	}
+	return "gpu-hook: " + err.Error()
+}

@@ -1,0 +1,62 @@
+package hook
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
+)
+
+// ParseGPU reads a --gpu value "INDEX,ARCH,BRAND" (e.g. "1,9.0,nvidia").
+func ParseGPU(v string) (requirements.GPU, error) {
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return requirements.GPU{}, fmt.Errorf("--gpu %q: want INDEX,ARCH,BRAND", v)
+	}
+	idx, err := strconv.Atoi(parts[0])
+	if err != nil || idx < 0 {
+		return requirements.GPU{}, fmt.Errorf("--gpu %q: bad index %q", v, parts[0])
+	}
+	return requirements.GPU{Index: idx, Arch: parts[1], Brand: strings.ToLower(parts[2])}, nil
+}
+
+// FormatGPU is the inverse of ParseGPU.
+func FormatGPU(g requirements.GPU) string {
+	return fmt.Sprintf("%d,%s,%s", g.Index, g.Arch, g.Brand)
+}
+
+// CheckRequirements is the prestart check: it reads the container's NVIDIA_REQUIRE_*
+// (and legacy CUDA_VERSION) from <bundle>/config.json and evaluates them against the host
+// facts the runtime passed. The error text starts with "unsatisfied condition: " when
+// the driver is too old. Warnings (unknown keys) are returned for the caller to print.
+func CheckRequirements(bundle string, host requirements.Host) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read spec of bundle %s: %w", bundle, err)
+	}
+	var spec struct {
+		Process *specs.Process `json:"process"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
+	}
+	if spec.Process == nil {
+		return nil, nil
+	}
+	reqs, disabled := request.Requirements(spec.Process.Env)
+	if disabled || len(reqs) == 0 {
+		return nil, nil
+	}
+	list := make([]requirements.Requirement, len(reqs))
+	for i, r := range reqs {
+		list[i] = requirements.Requirement(r)
+	}
+	return requirements.Check(list, host)
+}
