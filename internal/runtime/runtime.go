@@ -66,7 +66,7 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 
 	host := plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	if req.IsGPU() {
-		if host, err = discoverHost(opts); err != nil {
+		if host, err = discoverHost(opts, log); err != nil {
 			return err
 		}
 	}
@@ -107,13 +107,9 @@ func hasDockerHook(sf *oci.SpecFile) bool {
 	return false
 }
 
-func discoverHost(opts Options) (plan.Host, error) {
+func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	cfg := opts.Config
-	driver, err := discover.QueryNVML(cfg.Driver.Root)
-	if err != nil {
-		return plan.Host{}, err
-	}
-	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
+	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
 	if err != nil {
 		return plan.Host{}, err
 	}
@@ -121,11 +117,19 @@ func discoverHost(opts Options) (plan.Host, error) {
 	if err != nil {
 		return plan.Host{}, err
 	}
-	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration()}
+	if cfg.Discovery.Cache {
+		dopts.CacheFile = cfg.Discovery.CacheFile
+	}
+	res, err := discover.Discover(dopts, devices)
+	if res.CacheProblem != "" {
+		log.Warn(res.CacheProblem)
+	}
 	if err != nil {
 		return plan.Host{}, err
 	}
-	return plan.Host{Driver: driver, Files: files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig}, nil
+	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
+	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -41,10 +42,11 @@ var ErrInvalid = errors.New("invalid configuration")
 // Config is the runtime's configuration. The toml tags are the keys of the
 // configuration file.
 type Config struct {
-	Runtime RuntimeConfig `toml:"runtime"`
-	Driver  DriverConfig  `toml:"driver"`
-	Hook    HookConfig    `toml:"hook"`
-	Request RequestConfig `toml:"request"`
+	Runtime   RuntimeConfig   `toml:"runtime"`
+	Driver    DriverConfig    `toml:"driver"`
+	Hook      HookConfig      `toml:"hook"`
+	Request   RequestConfig   `toml:"request"`
+	Discovery DiscoveryConfig `toml:"discovery"`
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
@@ -75,6 +77,22 @@ type HookConfig struct {
 	Path string `toml:"path"`
 	// LDConfig is the host's ldconfig, run confined to the container root.
 	LDConfig string `toml:"ldconfig"`
+}
+
+// DiscoveryConfig controls how the host is discovered on each create.
+type DiscoveryConfig struct {
+	// Cache keeps NVML and driver-file discovery results in CacheFile, re-queried only
+	// when the host's fingerprint (driver files, device nodes, /proc) changes.
+	Cache     bool   `toml:"cache"`
+	CacheFile string `toml:"cache-file"`
+	// Timeout bounds the NVML query (a Go duration, e.g. "10s"; "0s" = no bound).
+	Timeout string `toml:"timeout"`
+}
+
+// TimeoutDuration is Discovery.Timeout parsed (validated by Load/Parse).
+func (d DiscoveryConfig) TimeoutDuration() time.Duration {
+	t, _ := time.ParseDuration(d.Timeout)
+	return t
 }
 
 // RequestConfig says which channels may request GPUs (multi-tenant hardening).
@@ -112,6 +130,11 @@ func Default() Config {
 		Request: RequestConfig{
 			AcceptEnvvarWhenUnprivileged:   true,
 			AcceptDeviceListAsVolumeMounts: false,
+		},
+		Discovery: DiscoveryConfig{
+			Cache:     true,
+			CacheFile: "/run/gpu-runtime/discovery-cache.json",
+			Timeout:   "10s",
 		},
 	}
 }
@@ -255,6 +278,10 @@ func (c *Config) clean() []string {
 	requiredPath("driver.dev-root", &c.Driver.DevRoot)
 	optionalPath("hook.path", &c.Hook.Path)
 	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
+	requiredPath("discovery.cache-file", &c.Discovery.CacheFile)
+	if d, err := time.ParseDuration(c.Discovery.Timeout); err != nil || d < 0 {
+		bad("discovery.timeout", c.Discovery.Timeout, `a duration such as "10s" ("0s" = no limit)`)
+	}
 	return problems
 }
 

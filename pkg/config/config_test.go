@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(schema) != 13 {
-		t.Errorf("schema has %d keys, want 13 (4 tables, 9 keys): %v", len(schema), schema)
+	if len(schema) != 17 {
+		t.Errorf("schema has %d keys, want 17 (5 tables, 12 keys): %v", len(schema), schema)
 	}
 }
 
@@ -122,6 +122,10 @@ ldconfig = "/usr/sbin/ldconfig"
 [request]
 accept-envvar-when-unprivileged = false
 accept-device-list-as-volume-mounts = true
+[discovery]
+cache = false
+cache-file = "/var/cache//gpu.json"
+timeout = "250ms"
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -129,9 +133,10 @@ accept-device-list-as-volume-mounts = true
 					LogFile:  "/var/log/gpu-runtime.log",
 					LogLevel: "debug",
 				},
-				Driver:  DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
-				Hook:    HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig"},
-				Request: RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
+				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
+				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig"},
+				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
+				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
 			},
 		},
 		{
@@ -230,6 +235,11 @@ func TestParseErrors(t *testing.T) {
 		},
 
 		// Types.
+		{
+			description: "bad duration",
+			data:        "[discovery]\ntimeout = \"soon\"\n",
+			wantErr:     `config /x.toml: invalid discovery.timeout "soon": want a duration such as "10s" ("0s" = no limit)`,
+		},
 		{
 			description: "string for a boolean",
 			data:        "[request]\naccept-envvar-when-unprivileged = \"no\"\n",

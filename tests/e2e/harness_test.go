@@ -146,7 +146,9 @@ root = %q
 dev-root = %q
 [hook]
 path = %q
-%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), extra)
+[discovery]
+cache-file = %q
+%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(e.dir, "discovery-cache.json"), extra)
 	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,215 @@
+package discover
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+)
+
+// Host is everything discovery learns that is worth keeping between containers.
+type Host struct {
+	Driver Driver `json:"driver"`
+	Files  []File `json:"files"`
+}
+
+// CacheVersion changes whenever the cache format or what discovery finds changes.
+const CacheVersion = 1
+
+type cacheFile struct {
+	Version     int    `json:"version"`
+	Fingerprint string `json:"fingerprint"`
+	Host        Host   `json:"host"`
+}
+
+// ErrTimeout: NVML did not answer in time.
+var ErrTimeout = errors.New("GPU discovery timed out")
+
+// Options configure Discover.
+type Options struct {
+	DriverRoot string
+	DevRoot    string
+	// ProcRoot is where the driver's /proc files are read for the fingerprint ("/" normally).
+	ProcRoot string
+	// CacheFile, when set, keeps discovery results between containers.
+	CacheFile string
+	// Timeout bounds the NVML query; 0 means no bound.
+	Timeout time.Duration
+}
+
+// Result says what Discover did, for logs.
+type Result struct {
+	Host     Host
+	CacheHit bool
+	// CacheProblem says why an existing cache was not used ("" when it was, or none existed).
+	CacheProblem string
+}
+
+// Discover returns the host's driver facts and files: from the cache when its fingerprint
+// still matches the host, else by querying NVML and scanning the driver root (and then
+// refreshing the cache). devices is the current device-node scan, part of the fingerprint.
+// A cache never answers for a host that changed: the fingerprint covers the driver root
+// path, the NVML library file, the driver root's ld.so.cache and library directories, the
+// GPU and capability device nodes, and the driver's /proc entries.
+func Discover(opts Options, devices DeviceNodes) (Result, error) {
+	fp := Fingerprint(opts, devices)
+	var res Result
+	if opts.CacheFile != "" {
+		host, problem := readCache(opts.CacheFile, fp)
+		if problem == nil {
+			return Result{Host: host, CacheHit: true}, nil
+		}
+		if !errors.Is(problem, fs.ErrNotExist) {
+			res.CacheProblem = problem.Error()
+		}
+	}
+	driver, err := queryWithTimeout(opts.DriverRoot, opts.Timeout)
+	if err != nil {
+		return res, err
+	}
+	files, err := FindDriverFiles(opts.DriverRoot, driver.Version)
+	if err != nil {
+		return res, err
+	}
+	res.Host = Host{Driver: driver, Files: files}
+	if opts.CacheFile != "" {
+		if err := writeCache(opts.CacheFile, cacheFile{Version: CacheVersion, Fingerprint: fp, Host: res.Host}); err != nil {
+			res.CacheProblem = strings.TrimPrefix(res.CacheProblem+"; "+err.Error(), "; ")
+		}
+	}
+	return res, nil
+}
+
+func queryWithTimeout(root string, timeout time.Duration) (Driver, error) {
+	if timeout <= 0 {
+		return QueryNVML(root)
+	}
+	type answer struct {
+		d   Driver
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		d, err := QueryNVML(root)
+		ch <- answer{d, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.d, a.err
+	case <-time.After(timeout):
+		return Driver{}, fmt.Errorf("%w: NVML did not answer within %s (setting discovery.timeout): the NVIDIA driver may be hung or still initialising; check nvidia-smi on the host, and enable persistence mode (nvidia-smi -pm 1)", ErrTimeout, timeout)
+	}
+}
+
+// Fingerprint summarises what a change of driver, GPUs or MIG layout alters, using only
+// cheap stat and readdir calls (no NVML).
+func Fingerprint(opts Options, devices DeviceNodes) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "v%d\nroot %s\ndev %s\n", CacheVersion, filepath.Clean(opts.DriverRoot), filepath.Clean(opts.DevRoot))
+	stamp := func(label, p string) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			fmt.Fprintf(h, "%s %s missing\n", label, p)
+			return
+		}
+		fmt.Fprintf(h, "%s %s %d:%d %d %d.%d %d.%d\n", label, p, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	// The NVML library every candidate path resolves to (a driver upgrade replaces it).
+	for _, c := range NVMLCandidates(opts.DriverRoot) {
+		stamp("nvml", c)
+	}
+	// The loader cache and library directories (driver files added or removed).
+	stamp("ldcache", inRootLexical(opts.DriverRoot, "/etc/ld.so.cache"))
+	dirs64, dirs32 := libSearchDirs(opts.DriverRoot)
+	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
+		stamp("dir", inRootLexical(opts.DriverRoot, d))
+	}
+	// GPU, capability (MIG) and IMEX nodes.
+	var nodes []string
+	for p, n := range devices.Nodes {
+		nodes = append(nodes, fmt.Sprintf("%s %s %d:%d", p, n.Type, n.Major, n.Minor))
+	}
+	for p := range devices.Invalid {
+		nodes = append(nodes, p+" invalid")
+	}
+	sort.Strings(nodes)
+	fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
+	// The driver's view of GPUs and MIG instances, where /proc has it.
+	procRoot := opts.ProcRoot
+	if procRoot == "" {
+		procRoot = "/"
+	}
+	stamp("version", filepath.Join(procRoot, "proc/driver/nvidia/version"))
+	fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/gpus"), 1), ","))
+	fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/capabilities"), 6), ","))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// listTree lists the entry names under dir, depth levels deep.
+func listTree(dir string, depth int) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+		if e.IsDir() && depth > 1 {
+			for _, sub := range listTree(filepath.Join(dir, e.Name()), depth-1) {
+				out = append(out, path.Join(e.Name(), sub))
+			}
+		}
+	}
+	return out
+}
+
+// readCache returns the cached host if the file is trustworthy (a regular file owned by
+// root, writable by nobody else) and its fingerprint matches.
+func readCache(p, fp string) (Host, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return Host{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Host{}, fmt.Errorf("stat discovery cache %s: %w", p, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
+		return Host{}, fmt.Errorf("discovery cache %s ignored: not a regular file owned by us and writable only by us", p)
+	}
+	var c cacheFile
+	if err := json.NewDecoder(f).Decode(&c); err != nil {
+		return Host{}, fmt.Errorf("discovery cache %s ignored: %w", p, err)
+	}
+	if c.Version != CacheVersion || c.Fingerprint != fp {
+		return Host{}, fmt.Errorf("discovery cache %s is stale: the host changed", p)
+	}
+	if c.Host.Driver.Version == "" {
+		return Host{}, fmt.Errorf("discovery cache %s ignored: no driver version", p)
+	}
+	return c.Host, nil
+}
+
+func writeCache(p string, c cacheFile) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode discovery cache: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("create discovery cache directory: %w", err)
+	}
+	return oci.WriteFileAtomic(p, data, 0o600)
+}
