@@ -1,0 +1,297 @@
+package ctk
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeHost has no gpu-runtime next to the executable, nothing on PATH, and containerd 1.7.
+func fakeHost(dir string) host {
+	return host{
+		executable: func() (string, error) { return filepath.Join(dir, "bin", "gpu-ctk"), nil },
+		lookPath:   func(string) (string, error) { return "", errors.New("not found") },
+		containerdVersion: func() (string, error) {
+			return "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n", nil
+		},
+		now: func() time.Time { return time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC) },
+	}
+}
+
+func TestTopLevel(t *testing.T) {
+	testCases := []struct {
+		description string
+		args        []string
+		wantCode    int
+		wantStdout  string
+		wantErr     string
+	}{
+		{description: "no arguments", args: nil, wantCode: 2, wantErr: "no command given"},
+		{description: "version", args: []string{"--version"}, wantCode: 0, wantStdout: "gpu-ctk version "},
+		{description: "help lists runtime", args: []string{"--help"}, wantCode: 0, wantStdout: "runtime      register gpu-runtime"},
+		{description: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantErr: `unknown command "frobnicate"`},
+		{description: "runtime without a subcommand", args: []string{"runtime"}, wantCode: 2, wantErr: "needs configure or unconfigure"},
+		{description: "runtime help", args: []string{"runtime", "--help"}, wantCode: 0, wantStdout: "-set-as-default"},
+		{description: "configure help", args: []string{"runtime", "configure", "-h"}, wantCode: 0, wantStdout: "gpu-ctk runtime unconfigure --runtime="},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := Run(tc.args, &stdout, &stderr)
+			if code := ExitCode(err); code != tc.wantCode {
+				t.Errorf("exit code %d (err %v), want %d", code, err, tc.wantCode)
+			}
+			if !strings.Contains(stdout.String(), tc.wantStdout) {
+				t.Errorf("stdout %q lacks %q", stdout.String(), tc.wantStdout)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRuntimeCommand(t *testing.T) {
+	testCases := []struct {
+		description string
+		args        []string
+		files       map[string]string // written under the test dir before running
+		containerd2 bool              // the host's containerd is 2.x
+		wantCode    int
+		wantStdout  []string
+		wantStderr  []string
+		wantErr     []string
+		wantFiles   map[string]string // file -> a substring it must hold; "" : must not exist
+	}{
+		{
+			description: "missing --runtime",
+			args:        []string{"configure"},
+			wantCode:    2,
+			wantErr:     []string{"--runtime is required"},
+		},
+		{
+			description: "unknown engine",
+			args:        []string{"configure", "--runtime=podman"},
+			wantCode:    2,
+			wantErr:     []string{`unknown container engine "podman"`},
+		},
+		{
+			description: "unknown flag",
+			args:        []string{"configure", "--runtime=docker", "--colour"},
+			wantCode:    2,
+			wantErr:     []string{"flag provided but not defined: -colour"},
+		},
+		{
+			description: "positional argument",
+			args:        []string{"configure", "--runtime=docker", "extra"},
+			wantCode:    2,
+			wantErr:     []string{`unexpected argument "extra"`},
+		},
+		{
+			description: "--drop-in is containerd's",
+			args:        []string{"configure", "--runtime=crio", "--drop-in=/x"},
+			wantCode:    2,
+			wantErr:     []string{"--drop-in applies to containerd"},
+		},
+		{
+			description: "--set-as-default is configure's",
+			args:        []string{"unconfigure", "--runtime=docker", "--set-as-default"},
+			wantCode:    2,
+			wantErr:     []string{"apply to configure"},
+		},
+		{
+			description: "docker dry run writes nothing",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime", "--dry-run"},
+			wantStdout:  []string{"--- DIR/daemon.json: would be written (mode 0644)\n{\n", `"path": "/opt/gpu/gpu-runtime"`},
+			wantStderr:  []string{"dry run: nothing written", "warning: stat /opt/gpu/gpu-runtime"},
+			wantFiles:   map[string]string{"daemon.json": ""},
+		},
+		{
+			description: "docker configure",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime", "--set-as-default"},
+			files:       map[string]string{"daemon.json": `{"default-runtime": "runc"}`},
+			wantStdout: []string{
+				`configured docker: runtime "gpu" -> /opt/gpu/gpu-runtime`,
+				"wrote DIR/daemon.json (previous content: DIR/daemon.json.bak.20250304T050607Z)",
+				`note: docker default-runtime was "runc"; now "gpu"`,
+				"next: restart dockerd: systemctl restart docker",
+				"nvidia-container-runtime-hook is not on PATH",
+				"ln -s /opt/gpu/gpu-hook /usr/local/bin/nvidia-container-runtime-hook",
+			},
+			wantFiles: map[string]string{
+				"daemon.json":                      `"default-runtime": "gpu"`,
+				"daemon.json.bak.20250304T050607Z": `"default-runtime": "runc"`,
+			},
+		},
+		{
+			description: "docker already configured",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime"},
+			files:       map[string]string{"daemon.json": `{"runtimes": {"gpu": {"path": "/opt/gpu/gpu-runtime"}}}`},
+			wantStdout:  []string{`docker: runtime "gpu" already configured in DIR/daemon.json; nothing written`},
+			wantFiles:   map[string]string{"daemon.json.bak.20250304T050607Z": ""},
+		},
+		{
+			description: "docker malformed",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime"},
+			files:       map[string]string{"daemon.json": "{\n\"debug\": yes\n}"},
+			wantCode:    1,
+			wantErr:     []string{"configure docker: parse DIR/daemon.json at line 2, column 10"},
+			wantFiles:   map[string]string{"daemon.json": `"debug": yes`},
+		},
+		{
+			description: "containerd 1.x, no config: a version 2 main config and a drop-in",
+			args:        []string{"configure", "--runtime=containerd", "--config=DIR/config.toml", "--drop-in=DIR/conf.d/99-gpu-runtime.toml"},
+			wantStdout:  []string{"wrote DIR/conf.d/99-gpu-runtime.toml\n", "wrote DIR/config.toml\n", "systemctl restart containerd", `handler "gpu"`},
+			wantFiles: map[string]string{
+				"config.toml":                "version = 2\nimports = [\"DIR/conf.d/99-gpu-runtime.toml\"]\n",
+				"conf.d/99-gpu-runtime.toml": "BinaryName = '/usr/local/bin/gpu-runtime'",
+			},
+		},
+		{
+			description: "containerd 2.x, no config: a version 3 main config",
+			args:        []string{"configure", "--runtime=containerd", "--config=DIR/config.toml", "--drop-in=DIR/conf.d/99-gpu-runtime.toml"},
+			containerd2: true,
+			wantFiles: map[string]string{
+				"config.toml":                "version = 3\nimports = [\"DIR/conf.d/99-gpu-runtime.toml\"]\n",
+				"conf.d/99-gpu-runtime.toml": "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.gpu]",
+			},
+		},
+		{
+			description: "the runtime next to gpu-ctk is found",
+			args:        []string{"configure", "--runtime=crio", "--config=DIR/crio.conf.d/99-gpu-runtime.conf", "--runtime-name=nvidia-gpu"},
+			files:       map[string]string{"bin/gpu-runtime": "#!/bin/sh\n"},
+			wantStdout:  []string{`configured crio: runtime "nvidia-gpu" -> DIR/bin/gpu-runtime`, "systemctl restart crio"},
+			wantFiles:   map[string]string{"crio.conf.d/99-gpu-runtime.conf": "[crio.runtime.runtimes.nvidia-gpu]"},
+		},
+		{
+			description: "containerd v1 config: a clear error, exit 1",
+			args:        []string{"configure", "--runtime=containerd", "--config=DIR/config.toml", "--drop-in=DIR/conf.d/99-gpu-runtime.toml"},
+			files:       map[string]string{"config.toml": "disabled_plugins = [\"cri\"]\n"},
+			wantCode:    1,
+			wantErr:     []string{"configure containerd: DIR/config.toml: unsupported containerd config version", "--runtime=docker"},
+			wantFiles:   map[string]string{"conf.d/99-gpu-runtime.toml": ""},
+		},
+		{
+			description: "unconfigure when not configured",
+			args:        []string{"unconfigure", "--runtime=crio", "--config=DIR/99-gpu-runtime.conf"},
+			wantStdout:  []string{`crio: runtime "gpu" not configured in DIR/99-gpu-runtime.conf; nothing written`},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			subst := func(s string) string { return strings.ReplaceAll(s, "DIR", dir) }
+			for name, content := range tc.files {
+				path := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := make([]string, len(tc.args))
+			for i, a := range tc.args {
+				args[i] = subst(a)
+			}
+			var stdout, stderr bytes.Buffer
+			h := fakeHost(dir)
+			if tc.containerd2 {
+				h.containerdVersion = func() (string, error) {
+					return "containerd github.com/containerd/containerd/v2 v2.1.4 75cb2b7193e4e490e9fbdc236c0e811ccaba3376\n", nil
+				}
+			}
+			err := runtimeCommand(args, &stdout, &stderr, h)
+			if code := ExitCode(err); code != tc.wantCode {
+				t.Errorf("exit code %d (err %v), want %d", code, err, tc.wantCode)
+			}
+			for _, s := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), subst(s)) {
+					t.Errorf("error %v lacks %q", err, subst(s))
+				}
+			}
+			for _, s := range tc.wantStdout {
+				if !strings.Contains(stdout.String(), subst(s)) {
+					t.Errorf("stdout lacks %q:\n%s", subst(s), stdout.String())
+				}
+			}
+			for _, s := range tc.wantStderr {
+				if !strings.Contains(stderr.String(), subst(s)) {
+					t.Errorf("stderr lacks %q:\n%s", subst(s), stderr.String())
+				}
+			}
+			for name, want := range tc.wantFiles {
+				got, err := os.ReadFile(filepath.Join(dir, name))
+				if want == "" {
+					if !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("%s exists (err %v)", name, err)
+					}
+					continue
+				}
+				if err != nil || !strings.Contains(string(got), subst(want)) {
+					t.Errorf("%s (err %v) lacks %q:\n%s", name, err, subst(want), got)
+				}
+			}
+		})
+	}
+}
+
+func TestRuntimePath(t *testing.T) {
+	dir := t.TempDir()
+	next := filepath.Join(dir, "bin", "gpu-runtime")
+	if err := os.MkdirAll(filepath.Dir(next), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	onPath := filepath.Join(dir, "path", "gpu-runtime")
+	testCases := []struct {
+		description string
+		flag        string
+		nextExists  bool
+		onPath      bool
+		want        string
+	}{
+		{description: "the flag wins", flag: "/opt/x/gpu-runtime", nextExists: true, want: "/opt/x/gpu-runtime"},
+		{description: "next to gpu-ctk", nextExists: true, onPath: true, want: next},
+		{description: "on PATH", onPath: true, want: onPath},
+		{description: "the default", want: "/usr/local/bin/gpu-runtime"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_ = os.Remove(next)
+			if tc.nextExists {
+				if err := os.WriteFile(next, nil, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := fakeHost(dir)
+			if tc.onPath {
+				h.lookPath = func(string) (string, error) { return onPath, nil }
+			}
+			got, err := runtimePath(tc.flag, h)
+			if err != nil || got != tc.want {
+				t.Errorf("got %q (err %v), want %q", got, err, tc.want)
+			}
+		})
+	}
+	t.Run("a relative flag becomes absolute", func(t *testing.T) {
+		got, err := runtimePath("bin/gpu-runtime", fakeHost(dir))
+		if err != nil || !filepath.IsAbs(got) {
+			t.Errorf("got %q (err %v)", got, err)
+		}
+	})
+}
+
+func TestRegisterRefusesDuplicates(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Errorf("registering runtime twice did not panic")
+		}
+	}()
+	Register("runtime", "again", func([]string, io.Writer, io.Writer) error { return nil })
+}

@@ -1,0 +1,293 @@
+package ctk
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/engine"
+)
+
+func init() {
+	Register("runtime", "register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime)
+}
+
+const runtimeUsage = `usage:
+  gpu-ctk runtime configure   --runtime=docker|containerd|crio [--runtime-name=NAME]
+                              [--runtime-path=PATH] [--set-as-default] [--config=PATH]
+                              [--drop-in=PATH] [--dry-run]
+  gpu-ctk runtime unconfigure --runtime=docker|containerd|crio [--runtime-name=NAME]
+                              [--config=PATH] [--drop-in=PATH] [--dry-run]
+
+configure registers gpu-runtime as runtime NAME of the engine; unconfigure removes it, and
+the engine's default runtime only when it is NAME. Both are idempotent. Files are replaced
+atomically; daemon.json and containerd's config.toml are first copied to <file>.bak.<time>.
+After a change, restart the engine.
+
+  docker      edits daemon.json (--config, default /etc/docker/daemon.json)
+  containerd  writes a drop-in (--drop-in, default /etc/containerd/conf.d/99-gpu-runtime.toml)
+              and adds it to the imports of the main config (--config, default
+              /etc/containerd/config.toml), which it creates when missing
+  crio        writes a drop-in (--config, default /etc/crio/crio.conf.d/99-gpu-runtime.conf)
+
+flags:
+`
+
+// hookName is the executable dockerd looks for on its PATH before it accepts --gpus.
+const hookName = "nvidia-container-runtime-hook"
+
+// host is what the runtime command asks of the machine; tests replace it.
+type host struct {
+	executable func() (string, error)
+	lookPath   func(string) (string, error)
+	// containerdVersion returns `containerd --version`'s output.
+	containerdVersion func() (string, error)
+	now               func() time.Time
+}
+
+var realHost = host{
+	executable: os.Executable,
+	lookPath:   exec.LookPath,
+	containerdVersion: func() (string, error) {
+		out, err := exec.Command("containerd", "--version").Output()
+		return string(out), err
+	},
+	now: time.Now,
+}
+
+func runRuntime(args []string, stdout, stderr io.Writer) error {
+	return runtimeCommand(args, stdout, stderr, realHost)
+}
+
+func runtimeCommand(args []string, stdout, stderr io.Writer, h host) error {
+	if len(args) == 0 {
+		_, _ = io.WriteString(stderr, runtimeUsage)
+		return fmt.Errorf("%w: gpu-ctk runtime needs configure or unconfigure", ErrUsage)
+	}
+	switch args[0] {
+	case "configure":
+		return configureCommand(true, args[1:], stdout, stderr, h)
+	case "unconfigure":
+		return configureCommand(false, args[1:], stdout, stderr, h)
+	case "--help", "-help", "-h", "help":
+		_, _ = io.WriteString(stdout, runtimeUsage)
+		flags := newRuntimeFlags(&runtimeFlags{})
+		flags.SetOutput(stdout)
+		flags.PrintDefaults()
+		return nil
+	}
+	return fmt.Errorf("%w: unknown subcommand %q of gpu-ctk runtime: use configure or unconfigure", ErrUsage, args[0])
+}
+
+type runtimeFlags struct {
+	engine, name, path, config, dropIn string
+	setAsDefault, dryRun               bool
+}
+
+func newRuntimeFlags(f *runtimeFlags) *flag.FlagSet {
+	set := flag.NewFlagSet("gpu-ctk runtime", flag.ContinueOnError)
+	set.StringVar(&f.engine, "runtime", "", "the container engine: docker, containerd or crio (required)")
+	set.StringVar(&f.name, "runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler)")
+	set.StringVar(&f.path, "runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime)")
+	set.BoolVar(&f.setAsDefault, "set-as-default", false, "configure: make the runtime the engine's default")
+	set.StringVar(&f.config, "config", "", "the engine's config file: daemon.json, containerd's main config, or the cri-o drop-in")
+	set.StringVar(&f.dropIn, "drop-in", "", "containerd: the drop-in file gpu-ctk owns")
+	set.BoolVar(&f.dryRun, "dry-run", false, "print the resulting files to stdout and write nothing")
+	return set
+}
+
+func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h host) error {
+	verb := map[bool]string{true: "configure", false: "unconfigure"}[configure]
+	var f runtimeFlags
+	flags := newRuntimeFlags(&f)
+	flags.SetOutput(io.Discard)
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = io.WriteString(stdout, runtimeUsage)
+			flags.SetOutput(stdout)
+			flags.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: gpu-ctk runtime %s: %v (see gpu-ctk runtime --help)", ErrUsage, verb, err)
+	}
+	set := map[string]bool{}
+	flags.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	usage := func(format string, a ...any) error {
+		return fmt.Errorf("%w: gpu-ctk runtime %s: %s (see gpu-ctk runtime --help)", ErrUsage, verb, fmt.Sprintf(format, a...))
+	}
+	if flags.NArg() > 0 {
+		return usage("unexpected argument %q", flags.Arg(0))
+	}
+	if f.engine == "" {
+		return usage("--runtime is required: docker, containerd or crio")
+	}
+	eng, err := engine.ParseEngine(f.engine)
+	if err != nil {
+		return usage("--runtime: %v", err)
+	}
+	if set["drop-in"] && eng != engine.Containerd {
+		return usage("--drop-in applies to containerd; for cri-o, --config names the drop-in")
+	}
+	if !configure && (set["set-as-default"] || set["runtime-path"]) {
+		return usage("--set-as-default and --runtime-path apply to configure")
+	}
+
+	opts := engine.Options{
+		RuntimeName:  f.name,
+		SetAsDefault: f.setAsDefault,
+		ConfigPath:   f.config,
+		DropInPath:   f.dropIn,
+	}
+	if configure {
+		if opts.RuntimePath, err = runtimePath(f.path, h); err != nil {
+			return err
+		}
+		if err := checkExecutable(opts.RuntimePath); err != nil {
+			fmt.Fprintf(stderr, "warning: %v; containers of runtime %q will fail to start until gpu-runtime is installed there (or pass --runtime-path)\n", err, opts.RuntimeName)
+		}
+		if eng == engine.Containerd {
+			opts.ContainerdConfigVersion = containerdConfigVersion(h)
+		}
+	}
+
+	var plan *engine.Plan
+	if configure {
+		plan, err = engine.PlanConfigure(eng, opts)
+	} else {
+		plan, err = engine.PlanUnconfigure(eng, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, eng, err)
+	}
+
+	report := stdout
+	if f.dryRun {
+		report = stderr // stdout holds the files
+	}
+	if !plan.Changed() {
+		state := "already configured"
+		if !configure {
+			state = "not configured"
+		}
+		fmt.Fprintf(report, "%s: runtime %q %s in %s; nothing written\n", eng, opts.RuntimeName, state, strings.Join(plan.Files, " and "))
+		writeLines(report, "note: ", plan.Notes)
+		if configure && eng == engine.Docker {
+			dockerHookNote(report, opts.RuntimePath, h)
+		}
+		return nil
+	}
+	if f.dryRun {
+		if err := plan.WriteDryRun(stdout); err != nil {
+			return err
+		}
+		writeLines(report, "note: ", plan.Notes)
+		fmt.Fprintln(report, "dry run: nothing written")
+		return nil
+	}
+
+	backups, err := plan.Apply(h.now())
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, eng, err)
+	}
+	if configure {
+		fmt.Fprintf(report, "configured %s: runtime %q -> %s\n", eng, opts.RuntimeName, opts.RuntimePath)
+	} else {
+		fmt.Fprintf(report, "unconfigured %s: runtime %q removed\n", eng, opts.RuntimeName)
+	}
+	for _, c := range plan.Changes {
+		backup := ""
+		for _, b := range backups {
+			if strings.HasPrefix(b, c.Path+".bak.") {
+				backup = " (previous content: " + b + ")"
+			}
+		}
+		if c.Remove {
+			fmt.Fprintf(report, "  removed %s\n", c.Path)
+		} else {
+			fmt.Fprintf(report, "  wrote %s%s\n", c.Path, backup)
+		}
+	}
+	writeLines(report, "note: ", plan.Notes)
+	writeLines(report, "next: ", plan.Next)
+	if configure && eng == engine.Docker {
+		if opts.SetAsDefault {
+			fmt.Fprintln(report, "next: docker run --gpus all IMAGE, or docker run -e NVIDIA_VISIBLE_DEVICES=all IMAGE")
+		} else {
+			fmt.Fprintf(report, "next: docker run --runtime=%s --gpus all IMAGE, or docker run --runtime=%s -e NVIDIA_VISIBLE_DEVICES=all IMAGE (--gpus without --runtime needs --set-as-default)\n", opts.RuntimeName, opts.RuntimeName)
+		}
+		dockerHookNote(report, opts.RuntimePath, h)
+	}
+	return nil
+}
+
+// runtimePath returns flagValue made absolute, or where gpu-runtime is installed: next to
+// this executable, else on PATH, else /usr/local/bin/gpu-runtime.
+func runtimePath(flagValue string, h host) (string, error) {
+	if flagValue != "" {
+		p, err := filepath.Abs(flagValue)
+		if err != nil {
+			return "", fmt.Errorf("resolve --runtime-path %s: %w", flagValue, err)
+		}
+		return p, nil
+	}
+	if exe, err := h.executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "gpu-runtime")
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	if p, err := h.lookPath("gpu-runtime"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs, nil
+		}
+	}
+	return "/usr/local/bin/gpu-runtime", nil
+}
+
+// checkExecutable says why path is not an executable file.
+func checkExecutable(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err // names path
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file: %w", path, fs.ErrPermission)
+	}
+	return nil
+}
+
+// containerdConfigVersion is the config version for a new containerd config: 3 when the
+// installed containerd is 2.x, else 2 (which 2.x reads too).
+func containerdConfigVersion(h host) int {
+	out, err := h.containerdVersion()
+	if err != nil {
+		return 2
+	}
+	v, err := engine.ContainerdConfigVersionFor(out)
+	if err != nil {
+		return 2
+	}
+	return v
+}
+
+// dockerHookNote explains what docker --gpus needs, and whether this host has it.
+func dockerHookNote(w io.Writer, runtimePath string, h host) {
+	fmt.Fprintf(w, "note: docker --gpus works only when an executable named %s is on dockerd's PATH when dockerd starts; gpu-runtime drops that hook from the spec and injects the GPUs itself\n", hookName)
+	if _, err := h.lookPath(hookName); err != nil {
+		hook := filepath.Join(filepath.Dir(runtimePath), "gpu-hook")
+		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; install it with: ln -s %s /usr/local/bin/%s, then restart dockerd\n", hookName, hook, hookName)
+	}
+}
+
+func writeLines(w io.Writer, prefix string, lines []string) {
+	for _, l := range lines {
+		fmt.Fprintln(w, prefix+l)
+	}
+}

@@ -1,0 +1,671 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// containerd configuration.
+//
+// Version 2 (containerd 1.3 and later; 2.x migrates it on load) keeps CRI runtimes under
+// plugins."io.containerd.grpc.v1.cri".containerd; version 3 (containerd 2.x) under
+// plugins."io.containerd.cri.v1.runtime".containerd. Version 1 (no "version" key) uses short
+// plugin names and is refused with ErrUnsupportedVersion.
+//
+// gpu-ctk writes the runtime to a drop-in and lists the drop-in in the main config's
+// `imports` (supported since containerd 1.3). containerd merges imported files differently by
+// major version:
+//   - 1.x replaces a plugin's whole section with the last loaded file's; even the CRI runtimes
+//     map is replaced, so a drop-in naming only our runtime would silently drop runc,
+//     sandbox_image, the CNI directories and every other CRI setting of config.toml. A version 2
+//     drop-in therefore carries the CRI section of the files loaded before it (config.toml and
+//     its other imports, in containerd's order) plus our runtime, and adds containerd's built-in
+//     runc runtime when those files define none. Re-run configure after changing CRI settings
+//     there; the drop-in's header says so.
+//   - 2.x merges plugin sections key by key, so a version 3 drop-in holds only our runtime.
+//
+// The runtime's settings start from those of the default runtime (or runc) when it is a runc
+// shim, so options such as SystemdCgroup match; runtime_type is io.containerd.runc.v2 and
+// options.BinaryName the gpu-runtime path.
+//
+// containerd refuses to start when an import names a missing file, so configure writes the
+// drop-in before the import and unconfigure removes the import before the drop-in.
+const (
+	containerdV2Plugin = "io.containerd.grpc.v1.cri"
+	containerdV3Plugin = "io.containerd.cri.v1.runtime"
+	runcShim           = "io.containerd.runc.v2"
+	defaultRuncName    = "runc"
+)
+
+// criPlugin is the plugin whose section holds CRI runtimes in a config of version.
+func criPlugin(version int) string {
+	if version == 3 {
+		return containerdV3Plugin
+	}
+	return containerdV2Plugin
+}
+
+// A File is a configuration file as read: Content is nil when it does not exist.
+type File struct {
+	Path    string
+	Content []byte
+}
+
+// ConfigureContainerdMain returns containerd's main config (current; nil or blank for none)
+// with opts.DropInPath in its imports. It edits the text: everything else stays byte for byte.
+// A missing or blank config becomes `version = N` plus the import, N being
+// opts.ContainerdConfigVersion. An import that already covers the drop-in (the same path, or
+// a glob matching it) means no change.
+func ConfigureContainerdMain(current []byte, opts Options) ([]byte, bool, error) {
+	e, err := configureContainerdMain(current, opts)
+	return e.content, e.changed, err
+}
+
+// UnconfigureContainerdMain removes the imports entries that name opts.DropInPath (the whole
+// `imports` line when no other entry is left). Globs are left alone.
+func UnconfigureContainerdMain(current []byte, opts Options) ([]byte, bool, error) {
+	e, err := unconfigureContainerdMain(current, opts)
+	return e.content, e.changed, err
+}
+
+// ContainerdDropIn returns the drop-in registering the runtime. files are the configs
+// containerd loads before the drop-in, in its order: the main config first (nil Content when
+// missing), then what it imports.
+func ContainerdDropIn(files []File, opts Options) ([]byte, error) {
+	e, err := containerdDropIn(files, opts)
+	return e.content, err
+}
+
+func configureContainerdMain(current []byte, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(Containerd, true)
+	if err != nil {
+		return edit{}, err
+	}
+	doc, err := parseTOML(current)
+	if err != nil {
+		return edit{}, err
+	}
+	version, err := containerdConfigVersion(doc)
+	if err != nil {
+		return edit{}, err
+	}
+	if version == 0 {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "version = %d\nimports = [%s]\n", opts.ContainerdConfigVersion, tomlString(opts.DropInPath))
+		if len(current) > 0 {
+			b.WriteByte('\n')
+			b.Write(current)
+		}
+		note := fmt.Sprintf("%s: new containerd config, version %d", opts.ConfigPath, opts.ContainerdConfigVersion)
+		return edit{content: b.Bytes(), changed: true, notes: []string{note}}, nil
+	}
+	if err := checkCRIEnabled(doc, version); err != nil {
+		return edit{}, err
+	}
+	imports, err := importStrings(doc)
+	if err != nil {
+		return edit{}, err
+	}
+	for _, imp := range imports {
+		if importCovers(imp, opts.ConfigPath, opts.DropInPath) {
+			return edit{content: current}, nil
+		}
+	}
+	top, err := scanTopLevel(current)
+	if err != nil {
+		return edit{}, err
+	}
+	quoted := tomlString(opts.DropInPath)
+	var out []byte
+	switch {
+	case top.imports && len(top.elems) > 0:
+		out = splice(current, top.elems[len(top.elems)-1].end, top.elems[len(top.elems)-1].end, ", "+quoted)
+	case top.imports:
+		out = splice(current, top.open+1, top.open+1, quoted)
+	default:
+		line := "imports = [" + quoted + "]\n"
+		at := top.versionEnd
+		if at == len(current) && !bytes.HasSuffix(current, []byte("\n")) {
+			line = "\n" + line
+		}
+		out = splice(current, at, at, line)
+	}
+	if err := verifyImports(current, out, append(imports, opts.DropInPath)); err != nil {
+		return edit{}, err
+	}
+	return edit{content: out, changed: true}, nil
+}
+
+func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(Containerd, false)
+	if err != nil {
+		return edit{}, err
+	}
+	doc, err := parseTOML(current)
+	if err != nil {
+		return edit{}, err
+	}
+	imports, err := importStrings(doc)
+	if err != nil {
+		return edit{}, err
+	}
+	var kept []string
+	for _, imp := range imports {
+		if !strings.Contains(imp, "*") && importCovers(imp, opts.ConfigPath, opts.DropInPath) {
+			continue
+		}
+		kept = append(kept, imp)
+	}
+	if len(kept) == len(imports) {
+		return edit{content: current}, nil
+	}
+	top, err := scanTopLevel(current)
+	if err != nil {
+		return edit{}, err
+	}
+	if !top.imports || len(top.elems) != len(imports) {
+		return edit{}, fmt.Errorf("%w: cannot locate the imports array in the text; edit it by hand", ErrUnexpected)
+	}
+	var out []byte
+	var want []string
+	if len(kept) == 0 {
+		out = splice(current, top.lineStart, top.lineEnd, "")
+	} else {
+		// Rewrite the array from the kept elements' own text.
+		var b strings.Builder
+		b.WriteByte('[')
+		n := 0
+		for i, imp := range imports {
+			if !strings.Contains(imp, "*") && importCovers(imp, opts.ConfigPath, opts.DropInPath) {
+				continue
+			}
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			b.Write(current[top.elems[i].start:top.elems[i].end])
+			n++
+		}
+		b.WriteByte(']')
+		out = splice(current, top.open, top.close+1, b.String())
+		want = kept
+	}
+	if err := verifyImports(current, out, want); err != nil {
+		return edit{}, err
+	}
+	return edit{content: out, changed: true}, nil
+}
+
+func containerdDropIn(files []File, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(Containerd, true)
+	if err != nil {
+		return edit{}, err
+	}
+	var docs []map[string]any
+	version := 0
+	for i, f := range files {
+		doc, err := parseTOML(f.Content)
+		if err != nil {
+			return edit{}, withPath(err, f.Path)
+		}
+		if i == 0 {
+			if version, err = containerdConfigVersion(doc); err != nil {
+				return edit{}, withPath(err, f.Path)
+			}
+		}
+		docs = append(docs, doc)
+	}
+	if version == 0 {
+		version = opts.ContainerdConfigVersion
+	}
+	plugin := criPlugin(version)
+
+	// The CRI section in effect before the drop-in.
+	var notes []string
+	cri := map[string]any{}
+	for i, doc := range docs {
+		section, ok, err := subTable(doc, "plugins", plugin)
+		if err != nil {
+			return edit{}, withPath(err, files[i].Path)
+		}
+		if !ok {
+			continue
+		}
+		if version == 2 {
+			cri = deepCopy(section).(map[string]any) // containerd 1.x: the last file's section wins whole
+			if i > 0 {
+				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", files[i].Path))
+			}
+		} else {
+			mergeTables(cri, section)
+		}
+	}
+	runtimes, _, err := subTable(cri, "containerd", "runtimes")
+	if err != nil {
+		return edit{}, err
+	}
+	defName, err := stringAt(cri, "containerd", "default_runtime_name")
+	if err != nil {
+		return edit{}, err
+	}
+
+	runtime := map[string]any{}
+	for _, name := range []string{defName, defaultRuncName} {
+		if name == "" || name == opts.RuntimeName {
+			continue
+		}
+		if base, ok := runtimes[name].(map[string]any); ok && base["runtime_type"] == runcShim {
+			runtime = deepCopy(base).(map[string]any)
+			notes = append(notes, fmt.Sprintf("containerd runtime %q starts from the settings of runtime %q", opts.RuntimeName, name))
+			break
+		}
+	}
+	runtime["runtime_type"] = runcShim
+	options, err := makeTable(runtime, "options")
+	if err != nil {
+		return edit{}, err
+	}
+	options["BinaryName"] = opts.RuntimePath
+
+	var section map[string]any
+	if version == 2 {
+		section = cri
+		if len(runtimes) == 0 {
+			// Naming any runtime replaces containerd 1.x's built-in runc: name it too.
+			ctrd, err := makeTable(section, "containerd", "runtimes")
+			if err != nil {
+				return edit{}, err
+			}
+			ctrd[defaultRuncName] = map[string]any{"runtime_type": runcShim}
+		}
+	} else {
+		section = map[string]any{}
+	}
+	rts, err := makeTable(section, "containerd", "runtimes")
+	if err != nil {
+		return edit{}, err
+	}
+	rts[opts.RuntimeName] = runtime
+	if opts.SetAsDefault {
+		ctrd, err := makeTable(section, "containerd")
+		if err != nil {
+			return edit{}, err
+		}
+		ctrd["default_runtime_name"] = opts.RuntimeName
+		if defName != "" && defName != opts.RuntimeName {
+			notes = append(notes, fmt.Sprintf("containerd default_runtime_name was %q; now %q", defName, opts.RuntimeName))
+		}
+	}
+	doc := map[string]any{
+		"version": int64(version),
+		"plugins": map[string]any{plugin: section},
+	}
+	var extra []string
+	if version == 2 {
+		extra = []string{
+			"containerd 1.x replaces a plugin's whole section with the last imported file's, so this",
+			"file also carries the CRI settings of " + opts.ConfigPath + " and its other imports as",
+			"they were when it was generated: after changing them there, run gpu-ctk runtime configure again.",
+		}
+	}
+	out, err := renderTOML(dropInHeader(opts, extra...), doc)
+	return edit{content: out, changed: true, notes: notes}, err
+}
+
+// containerdDropInSetsDefault reports whether a drop-in we generated made name the default,
+// so that configuring again keeps it so.
+func containerdDropInSetsDefault(content []byte, name string) bool {
+	doc, err := parseTOML(content)
+	if err != nil {
+		return false
+	}
+	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
+		if def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name"); def == name {
+			return true
+		}
+	}
+	return false
+}
+
+// containerdLeftovers says what of runtime name the main config itself still holds after
+// unconfigure (gpu-ctk never writes there; someone else did).
+func containerdLeftovers(content []byte, path, name string) []string {
+	doc, err := parseTOML(content)
+	if err != nil {
+		return nil
+	}
+	var notes []string
+	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
+		if _, ok, _ := subTable(doc, "plugins", plugin, "containerd", "runtimes", name); ok {
+			notes = append(notes, fmt.Sprintf("%s itself defines runtime %q (not written by gpu-ctk); left as it is", path, name))
+		}
+		if def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name"); def == name {
+			notes = append(notes, fmt.Sprintf("%s itself sets default_runtime_name = %q; left as it is", path, name))
+		}
+	}
+	return notes
+}
+
+// containerdConfigVersion returns a main config's version, or 0 for a blank document.
+func containerdConfigVersion(doc map[string]any) (int, error) {
+	const v1 = "containerd reads it as version 1, whose short plugin names gpu-ctk does not write: " +
+		"migrate it to version 2 (add `version = 2` and spell plugins by their full names, e.g. " +
+		`[plugins."io.containerd.grpc.v1.cri"]; containerd 2.x: containerd config migrate) and re-run; ` +
+		"a containerd that only serves docker (disabled_plugins = [\"cri\"]) needs --runtime=docker instead"
+	v, ok := doc["version"]
+	if !ok {
+		if len(doc) == 0 {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("%w: no \"version\" key: %s", ErrUnsupportedVersion, v1)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: \"version\" is a %T, not an integer", ErrUnexpected, v)
+	}
+	switch n {
+	case 2, 3:
+		return int(n), nil
+	case 1:
+		return 0, fmt.Errorf("%w: version 1: %s", ErrUnsupportedVersion, v1)
+	}
+	return 0, fmt.Errorf("%w: version %d: gpu-ctk writes versions 2 (containerd 1.x) and 3 (containerd 2.x)", ErrUnsupportedVersion, n)
+}
+
+// checkCRIEnabled fails when disabled_plugins switches the CRI plugin off.
+func checkCRIEnabled(doc map[string]any, version int) error {
+	list, _ := doc["disabled_plugins"].([]any)
+	names := []string{containerdV2Plugin}
+	if version == 3 {
+		names = append(names, containerdV3Plugin)
+	}
+	for _, v := range list {
+		if s, _ := v.(string); slices.Contains(names, s) {
+			return fmt.Errorf("%w: disabled_plugins lists %q, so no CRI runtime would ever run: remove it from disabled_plugins (or, when this containerd only serves docker, use --runtime=docker)", ErrCRIDisabled, s)
+		}
+	}
+	return nil
+}
+
+// importStrings returns the main config's imports.
+func importStrings(doc map[string]any) ([]string, error) {
+	v, ok := doc["imports"]
+	if !ok {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: \"imports\" is a %T, not an array", ErrUnexpected, v)
+	}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: an \"imports\" entry is a %T, not a string", ErrUnexpected, e)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// resolveImport turns an imports entry into the path (or glob) containerd reads: relative
+// entries are relative to the importing file's directory.
+func resolveImport(entry, parent string) string {
+	p := filepath.Clean(entry)
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(filepath.Dir(parent), p)
+	}
+	return p
+}
+
+// importCovers reports whether entry, in the file parent, makes containerd load dropIn.
+func importCovers(entry, parent, dropIn string) bool {
+	p := resolveImport(entry, parent)
+	if strings.Contains(p, "*") {
+		ok, _ := filepath.Match(p, filepath.Clean(dropIn))
+		return ok
+	}
+	return p == filepath.Clean(dropIn)
+}
+
+// containerdImportFiles returns the names of the files containerd would load, after main, in
+// its order (breadth first, globs sorted), leaving out skip. read returns a file's content.
+func containerdImportFiles(main File, skip string, read func(string) ([]byte, error)) ([]File, error) {
+	loaded := map[string]bool{filepath.Clean(main.Path): true, filepath.Clean(skip): true}
+	var out []File
+	pending, err := importPaths(main)
+	if err != nil {
+		return nil, err
+	}
+	for len(pending) > 0 {
+		path := pending[0]
+		pending = pending[1:]
+		if loaded[path] {
+			continue
+		}
+		loaded[path] = true
+		content, err := read(path)
+		if err != nil {
+			return nil, fmt.Errorf("read containerd import %s: %w", path, err)
+		}
+		f := File{Path: path, Content: content}
+		more, err := importPaths(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+		pending = append(pending, more...)
+	}
+	return out, nil
+}
+
+// importPaths lists what f imports, globs expanded.
+func importPaths(f File) ([]string, error) {
+	doc, err := parseTOML(f.Content)
+	if err != nil {
+		return nil, withPath(err, f.Path)
+	}
+	imports, err := importStrings(doc)
+	if err != nil {
+		return nil, withPath(err, f.Path)
+	}
+	var out []string
+	for _, imp := range imports {
+		p := resolveImport(imp, f.Path)
+		if !strings.Contains(p, "*") {
+			out = append(out, p)
+			continue
+		}
+		matches, err := filepath.Glob(p)
+		if err != nil {
+			return nil, fmt.Errorf("expand import %q of %s: %w", imp, f.Path, err)
+		}
+		out = append(out, matches...)
+	}
+	return out, nil
+}
+
+// span is a byte range of a document.
+type span struct{ start, end int }
+
+// topLevel locates, in a TOML document's text, the top-level keys gpu-ctk edits.
+type topLevel struct {
+	imports    bool   // an imports key exists
+	lineStart  int    // start of the imports line (or of the key when it shares its line)
+	lineEnd    int    // just past the newline ending the imports key-value
+	open       int    // offset of imports' '['
+	close      int    // offset of imports' ']'
+	elems      []span // the array's string elements, quotes included
+	versionEnd int    // just past the newline ending the version line
+}
+
+// scanTopLevel finds the imports array and the version line among the keys that precede the
+// first table header.
+func scanTopLevel(data []byte) (topLevel, error) {
+	t := topLevel{versionEnd: 0}
+	var p unstable.Parser
+	p.Reset(data)
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.KeyValue {
+			break // a table header: the top level is over
+		}
+		key := e.Key()
+		if !key.Next() {
+			continue
+		}
+		first := key.Node()
+		if !key.IsLast() {
+			continue // a dotted key
+		}
+		keyStart := int(first.Raw.Offset)
+		keyEnd := keyStart + int(first.Raw.Length)
+		switch string(first.Data) {
+		case "version":
+			if i := bytes.IndexByte(data[keyStart:], '\n'); i >= 0 {
+				t.versionEnd = keyStart + i + 1
+			} else {
+				t.versionEnd = len(data)
+			}
+		case "imports":
+			value := e.Value()
+			if value.Kind != unstable.Array {
+				return t, fmt.Errorf("%w: \"imports\" is not an array", ErrUnexpected)
+			}
+			t.imports = true
+			eq := bytes.IndexByte(data[keyEnd:], '=')
+			if eq < 0 {
+				return t, fmt.Errorf("%w: cannot locate \"imports\" in the text", ErrUnexpected)
+			}
+			open := bytes.IndexByte(data[keyEnd+eq:], '[')
+			if open < 0 {
+				return t, fmt.Errorf("%w: cannot locate \"imports\" in the text", ErrUnexpected)
+			}
+			t.open = keyEnd + eq + open
+			children := value.Children()
+			for children.Next() {
+				n := children.Node()
+				if n.Kind != unstable.String {
+					return t, fmt.Errorf("%w: an \"imports\" entry is not a string", ErrUnexpected)
+				}
+				t.elems = append(t.elems, span{int(n.Raw.Offset), int(n.Raw.Offset + n.Raw.Length)})
+			}
+			from := t.open + 1
+			if len(t.elems) > 0 {
+				from = t.elems[len(t.elems)-1].end
+			}
+			closeAt, ok := arrayClose(data, from)
+			if !ok {
+				return t, fmt.Errorf("%w: cannot locate the end of \"imports\"", ErrUnexpected)
+			}
+			t.close = closeAt
+			t.lineEnd = lineEnd(data, closeAt+1)
+			t.lineStart = keyStart
+			for t.lineStart > 0 && (data[t.lineStart-1] == ' ' || data[t.lineStart-1] == '\t') {
+				t.lineStart--
+			}
+			if t.lineStart > 0 && data[t.lineStart-1] != '\n' {
+				t.lineStart = keyStart
+			}
+		}
+	}
+	if err := p.Error(); err != nil {
+		return t, &ParseError{Err: err}
+	}
+	return t, nil
+}
+
+// arrayClose finds the ']' closing an array, from after its last element.
+func arrayClose(data []byte, i int) (int, bool) {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n', ',':
+			i++
+		case '#':
+			for i < len(data) && data[i] != '\n' {
+				i++
+			}
+		case ']':
+			return i, true
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// lineEnd returns the offset past the end of the line at i: trailing blanks, a comment and
+// the newline.
+func lineEnd(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t') {
+		i++
+	}
+	if i < len(data) && data[i] == '#' {
+		for i < len(data) && data[i] != '\n' {
+			i++
+		}
+	}
+	if i < len(data) && data[i] == '\r' {
+		i++
+	}
+	if i < len(data) && data[i] == '\n' {
+		i++
+	}
+	return i
+}
+
+// splice replaces data[from:to] with s, in a new slice.
+func splice(data []byte, from, to int, s string) []byte {
+	out := make([]byte, 0, len(data)-(to-from)+len(s))
+	out = append(out, data[:from]...)
+	out = append(out, s...)
+	return append(out, data[to:]...)
+}
+
+// verifyImports checks that a textual edit changed nothing but imports (want; nil: no key).
+func verifyImports(before, after []byte, want []string) error {
+	b, err := parseTOML(before)
+	if err != nil {
+		return err
+	}
+	a, err := parseTOML(after)
+	if err != nil {
+		return fmt.Errorf("edit imports: the result would not parse (%w); edit the file by hand", err)
+	}
+	expect := withoutKey(b, "imports")
+	if want != nil {
+		list := make([]any, len(want))
+		for i, s := range want {
+			list[i] = s
+		}
+		expect["imports"] = list
+	}
+	if !reflect.DeepEqual(expect, a) {
+		return errors.New("edit imports: the edit would change more than imports; edit the file by hand")
+	}
+	return nil
+}
+
+// ContainerdConfigVersionFor returns the config version to write for the containerd whose
+// `containerd --version` printed output: 3 for containerd 2.x and later, 2 before.
+func ContainerdConfigVersionFor(output string) (int, error) {
+	fields := strings.Fields(output)
+	if len(fields) >= 3 && fields[0] == "containerd" {
+		v := strings.TrimPrefix(fields[2], "v")
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil {
+			if n >= 2 {
+				return 3, nil
+			}
+			return 2, nil
+		}
+	}
+	return 0, fmt.Errorf("read containerd version from %q: %w", strings.TrimSpace(output), ErrUnexpected)
+}

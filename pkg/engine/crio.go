@@ -1,0 +1,79 @@
+package engine
+
+import "fmt"
+
+// cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
+// applies each key over the ones before, so a drop-in naming one runtime keeps the others.
+
+// ConfigureCRIO returns the cri-o drop-in (current: the existing one, nil for none) that
+// registers [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
+// opts.SetAsDefault (or when the existing drop-in already did), [crio.runtime] default_runtime.
+// The drop-in is generated whole; an existing file that gpu-ctk did not generate is refused
+// with ErrNotOurs. When the existing drop-in already holds the same keys and values it returns
+// current and false.
+func ConfigureCRIO(current []byte, opts Options) ([]byte, bool, error) {
+	e, err := configureCRIO(current, opts)
+	return e.content, e.changed, err
+}
+
+// UnconfigureCRIO returns nil and true when the drop-in exists and must be removed, current and
+// false when there is none.
+func UnconfigureCRIO(current []byte, opts Options) ([]byte, bool, error) {
+	if current == nil {
+		return nil, false, nil
+	}
+	if !owned(current) {
+		return nil, false, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
+	}
+	return nil, true, nil
+}
+
+func configureCRIO(current []byte, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(CRIO, true)
+	if err != nil {
+		return edit{}, err
+	}
+	if !owned(current) {
+		return edit{}, fmt.Errorf("%w: it does not start with %q; choose another drop-in file with --config", ErrNotOurs, dropInMarker)
+	}
+	if current != nil {
+		doc, err := parseTOML(current)
+		if err != nil {
+			return edit{}, err
+		}
+		if def, _ := stringAt(doc, "crio", "runtime", "default_runtime"); def == opts.RuntimeName {
+			opts.SetAsDefault = true
+		}
+	}
+	runtime := map[string]any{
+		"default_runtime": opts.RuntimeName,
+		"runtimes": map[string]any{
+			opts.RuntimeName: map[string]any{
+				"runtime_path": opts.RuntimePath,
+				"runtime_type": "oci",
+			},
+		},
+	}
+	if !opts.SetAsDefault {
+		delete(runtime, "default_runtime")
+	}
+	header := dropInHeader(opts, "cri-o reads every file in this directory: keep no backups or editor copies here.")
+	out, err := renderTOML(header, map[string]any{"crio": map[string]any{"runtime": runtime}})
+	if err != nil {
+		return edit{}, err
+	}
+	if current != nil {
+		same, err := sameTOML(current, out)
+		if err != nil {
+			return edit{}, err
+		}
+		if same {
+			return edit{content: current}, nil
+		}
+	}
+	var notes []string
+	if opts.SetAsDefault {
+		notes = append(notes, fmt.Sprintf("cri-o default_runtime is now %q for every pod that names no runtime handler", opts.RuntimeName))
+	}
+	return edit{content: out, changed: true, notes: notes}, nil
+}

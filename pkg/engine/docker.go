@@ -1,0 +1,317 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Keys of moby's daemon.json (daemon/config.Config and api/types.Runtime).
+const (
+	dockerRuntimesKey = "runtimes"
+	dockerDefaultKey  = "default-runtime"
+	dockerPathKey     = "path"
+	dockerArgsKey     = "runtimeArgs"
+)
+
+// edit is a pure function's result: the file's new content, whether it differs, and what the
+// user should know about it.
+type edit struct {
+	content []byte
+	changed bool
+	notes   []string
+}
+
+// ConfigureDocker returns daemon.json content (current; nil or empty for none) with
+// runtimes.<name> pointing at opts.RuntimePath and, with opts.SetAsDefault, default-runtime set
+// to it. Every other key is kept with its value's text verbatim, in its order; the result is
+// indented with four spaces. When nothing needs to change it returns current and false.
+func ConfigureDocker(current []byte, opts Options) ([]byte, bool, error) {
+	e, err := configureDocker(current, opts)
+	return e.content, e.changed, err
+}
+
+// UnconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
+// default-runtime when it names the runtime. Someone else's default is left alone.
+func UnconfigureDocker(current []byte, opts Options) ([]byte, bool, error) {
+	e, err := unconfigureDocker(current, opts)
+	return e.content, e.changed, err
+}
+
+func configureDocker(current []byte, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(Docker, true)
+	if err != nil {
+		return edit{}, err
+	}
+	top, err := parseJSONObject(current)
+	if err != nil {
+		return edit{}, err
+	}
+	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
+	if err != nil {
+		return edit{}, err
+	}
+	var path string
+	if raw, ok := entry.get(dockerPathKey); ok {
+		if err := json.Unmarshal(raw, &path); err != nil {
+			return edit{}, fmt.Errorf("%w: runtimes.%s.path is not a string", ErrUnexpected, opts.RuntimeName)
+		}
+	}
+	def, err := dockerDefault(top)
+	if err != nil {
+		return edit{}, err
+	}
+	var notes []string
+	changed := false
+	if entry == nil || path != opts.RuntimePath {
+		if entry == nil {
+			entry = jsonObject{{Key: dockerPathKey}, {Key: dockerArgsKey, Value: json.RawMessage("[]")}}
+		} else if path != "" {
+			notes = append(notes, fmt.Sprintf("docker runtime %q pointed at %q; now %q", opts.RuntimeName, path, opts.RuntimePath))
+		}
+		entry.set(dockerPathKey, jsonString(opts.RuntimePath))
+		runtimes.set(opts.RuntimeName, entry.marshal())
+		top.set(dockerRuntimesKey, runtimes.marshal())
+		changed = true
+	}
+	if opts.SetAsDefault && def != opts.RuntimeName {
+		if def != "" {
+			notes = append(notes, fmt.Sprintf("docker default-runtime was %q; now %q", def, opts.RuntimeName))
+		}
+		top.set(dockerDefaultKey, jsonString(opts.RuntimeName))
+		changed = true
+	}
+	if !changed {
+		return edit{content: current}, nil
+	}
+	out, err := top.indent()
+	return edit{content: out, changed: true, notes: notes}, err
+}
+
+func unconfigureDocker(current []byte, opts Options) (edit, error) {
+	opts, err := opts.withDefaults(Docker, false)
+	if err != nil {
+		return edit{}, err
+	}
+	top, err := parseJSONObject(current)
+	if err != nil {
+		return edit{}, err
+	}
+	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
+	if err != nil {
+		return edit{}, err
+	}
+	def, err := dockerDefault(top)
+	if err != nil {
+		return edit{}, err
+	}
+	var notes []string
+	changed := false
+	if entry != nil {
+		runtimes.remove(opts.RuntimeName)
+		if len(runtimes) == 0 {
+			top.remove(dockerRuntimesKey)
+		} else {
+			top.set(dockerRuntimesKey, runtimes.marshal())
+		}
+		changed = true
+	}
+	switch def {
+	case opts.RuntimeName:
+		top.remove(dockerDefaultKey)
+		changed = true
+	case "":
+	default:
+		notes = append(notes, fmt.Sprintf("docker default-runtime %q is not ours; left as it is", def))
+	}
+	if !changed {
+		return edit{content: current, notes: notes}, nil
+	}
+	out, err := top.indent()
+	return edit{content: out, changed: true, notes: notes}, err
+}
+
+// dockerRuntime returns daemon.json's runtimes object (empty when absent) and its entry name
+// (nil when absent).
+func dockerRuntime(top jsonObject, name string) (runtimes, entry jsonObject, err error) {
+	raw, ok := top.get(dockerRuntimesKey)
+	if !ok {
+		return jsonObject{}, nil, nil
+	}
+	if runtimes, err = parseJSONObject(raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
+	}
+	if raw, ok = runtimes.get(name); !ok {
+		return runtimes, nil, nil
+	}
+	if entry, err = parseJSONObject(raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: runtimes.%s is not a JSON object", ErrUnexpected, name)
+	}
+	return runtimes, entry, nil
+}
+
+// dockerDefault returns daemon.json's default-runtime ("" when absent).
+func dockerDefault(top jsonObject) (string, error) {
+	raw, ok := top.get(dockerDefaultKey)
+	if !ok {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("%w: %q is not a string", ErrUnexpected, dockerDefaultKey)
+	}
+	return s, nil
+}
+
+// jsonMember is one key of a JSON object with its value's text.
+type jsonMember struct {
+	Key   string
+	Value json.RawMessage
+}
+
+// jsonObject is a JSON object that keeps its keys' order and its values' text.
+type jsonObject []jsonMember
+
+// parseJSONObject parses a JSON object; blank input is an empty object. Syntax errors carry
+// line and column.
+func parseJSONObject(data []byte) (jsonObject, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return jsonObject{}, nil
+	}
+	// A first pass for precise errors: syntax, trailing data, top-level type.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, jsonParseError(data, err, dec.InputOffset())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, jsonParseError(data, errors.New("unexpected data after the top-level value"), dec.InputOffset())
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, &ParseError{Line: 1, Column: 1, Err: errors.New("the top-level value is not a JSON object")}
+	}
+	dec = json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // '{'
+		return nil, jsonParseError(data, err, dec.InputOffset())
+	}
+	var obj jsonObject
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, jsonParseError(data, err, dec.InputOffset())
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, jsonParseError(data, err, dec.InputOffset())
+		}
+		obj = append(obj, jsonMember{Key: key, Value: raw})
+	}
+	return obj, nil
+}
+
+// jsonParseError locates err in data.
+func jsonParseError(data []byte, err error, offset int64) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		offset = se.Offset - 1 // Offset counts the bytes read, the offending one included
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		offset = te.Offset
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = errors.New("unexpected end of JSON input")
+		offset = int64(len(data))
+	}
+	line, col := lineColumn(data, int(offset))
+	return &ParseError{Line: line, Column: col, Err: err}
+}
+
+// lineColumn turns a byte offset into a 1-based line and column.
+func lineColumn(data []byte, offset int) (int, int) {
+	offset = min(max(offset, 0), len(data))
+	lead := data[:offset]
+	line := bytes.Count(lead, []byte{'\n'}) + 1
+	col := offset - bytes.LastIndexByte(lead, '\n')
+	return line, col
+}
+
+// get returns the value of key; with duplicate keys, the last one, as encoding/json does.
+func (o jsonObject) get(key string) (json.RawMessage, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		if o[i].Key == key {
+			return o[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// set replaces key's value where it is (dropping duplicates) or appends it.
+func (o *jsonObject) set(key string, value json.RawMessage) {
+	for i := range *o {
+		if (*o)[i].Key == key {
+			(*o)[i].Value = value
+			rest := (*o)[i+1:]
+			kept := (*o)[:i+1]
+			for _, m := range rest {
+				if m.Key != key {
+					kept = append(kept, m)
+				}
+			}
+			*o = kept
+			return
+		}
+	}
+	*o = append(*o, jsonMember{Key: key, Value: value})
+}
+
+// remove deletes every member named key.
+func (o *jsonObject) remove(key string) {
+	kept := (*o)[:0]
+	for _, m := range *o {
+		if m.Key != key {
+			kept = append(kept, m)
+		}
+	}
+	*o = kept
+}
+
+// marshal writes the object compactly; values are copied as they are.
+func (o jsonObject) marshal() json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(jsonString(m.Key))
+		b.WriteByte(':')
+		b.Write(m.Value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// indent writes the object as a daemon.json file: four-space indentation, final newline.
+// json.Indent only changes whitespace between tokens, so every value keeps its text.
+func (o jsonObject) indent() ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Indent(&b, o.marshal(), "", "    "); err != nil {
+		return nil, fmt.Errorf("indent daemon.json: %w", err)
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+// jsonString encodes s as a JSON string without HTML escaping.
+func jsonString(s string) json.RawMessage {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimRight(b.Bytes(), "\n")
+}

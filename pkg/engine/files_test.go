@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testNow = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// listDir returns the names under dir, sorted, with their paths relative to dir.
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			names = append(names, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeFile(t *testing.T, path, content string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustPlan(t *testing.T, configure bool, engine Engine, opts Options) *Plan {
+	t.Helper()
+	var p *Plan
+	var err error
+	if configure {
+		p, err = PlanConfigure(engine, opts)
+	} else {
+		p, err = PlanUnconfigure(engine, opts)
+	}
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	return p
+}
+
+func mustApply(t *testing.T, p *Plan, now time.Time) []string {
+	t.Helper()
+	backups, err := p.Apply(now)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return backups
+}
+
+// TestDockerFiles drives configure and unconfigure of a real daemon.json: backup content, mode
+// kept, no temporary files left, idempotence, dry run.
+func TestDockerFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon.json")
+	writeFile(t, path, otherDaemonJSON, 0o600)
+	opts := testOptions()
+	opts.ConfigPath = path
+	opts.SetAsDefault = true
+
+	// Dry run: the plan holds the result; nothing is written.
+	p := mustPlan(t, true, Docker, opts)
+	var out bytes.Buffer
+	if err := p.WriteDryRun(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "--- "+path+": would be written (mode 0600)\n") || !strings.Contains(out.String(), `"default-runtime": "gpu"`) {
+		t.Errorf("dry run output:\n%s", out.String())
+	}
+	if got := readFile(t, path); string(got) != otherDaemonJSON {
+		t.Fatalf("planning changed the file:\n%s", got)
+	}
+	if names := listDir(t, dir); len(names) != 1 {
+		t.Fatalf("planning left files: %v", names)
+	}
+
+	backups := mustApply(t, p, testNow)
+	wantBackup := path + ".bak.20250304T050607Z"
+	if len(backups) != 1 || backups[0] != wantBackup {
+		t.Fatalf("backups %v, want [%s]", backups, wantBackup)
+	}
+	if got := readFile(t, wantBackup); string(got) != otherDaemonJSON {
+		t.Errorf("backup content:\n%s", got)
+	}
+	for _, name := range []string{path, wantBackup} {
+		if info, err := os.Stat(name); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (err %v), want 0600", name, info.Mode(), err)
+		}
+	}
+	configured := readFile(t, path)
+	if !bytes.Contains(configured, []byte(`"gpu": {`)) {
+		t.Errorf("not configured:\n%s", configured)
+	}
+	if names := listDir(t, dir); !slices.Equal(names, []string{"daemon.json", "daemon.json.bak.20250304T050607Z"}) {
+		t.Errorf("files %v: a temporary file left, or a backup missing", names)
+	}
+
+	// Again: nothing to do, no new backup.
+	p = mustPlan(t, true, Docker, opts)
+	if p.Changed() {
+		t.Fatalf("configuring twice plans %d changes", len(p.Changes))
+	}
+	if backups := mustApply(t, p, testNow.Add(time.Hour)); len(backups) != 0 {
+		t.Errorf("backups %v", backups)
+	}
+	if got := readFile(t, path); !bytes.Equal(got, configured) {
+		t.Errorf("the file changed")
+	}
+
+	// Unconfigure in the same second: a second backup beside the first.
+	p = mustPlan(t, false, Docker, opts)
+	backups = mustApply(t, p, testNow)
+	if len(backups) != 1 || backups[0] != wantBackup+".1" {
+		t.Fatalf("backups %v, want [%s.1]", backups, wantBackup)
+	}
+	if got := readFile(t, wantBackup+".1"); !bytes.Equal(got, configured) {
+		t.Errorf("second backup content:\n%s", got)
+	}
+	if got, want := decodeJSON(t, readFile(t, path)), decodeJSON(t, []byte(otherDaemonJSON)); !reflect.DeepEqual(got, want) {
+		t.Errorf("unconfigure did not restore the keys:\n%s", readFile(t, path))
+	}
+	if p := mustPlan(t, false, Docker, opts); p.Changed() {
+		t.Errorf("unconfiguring twice plans %d changes", len(p.Changes))
+	}
+}
+
+func TestNewFileAndDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "etc", "docker", "daemon.json")
+	opts := testOptions()
+	opts.ConfigPath = path
+	p := mustPlan(t, true, Docker, opts)
+	if backups := mustApply(t, p, testNow); len(backups) != 0 {
+		t.Errorf("backup of a file that did not exist: %v", backups)
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm() != 0o644 {
+		t.Fatalf("stat: %v, %v", info, err)
+	}
+	checkGolden(t, "docker/no-file.json", readFile(t, path))
+}
+
+func TestSymlinkedConfig(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real", "daemon.json")
+	link := filepath.Join(dir, "daemon.json")
+	writeFile(t, target, "{}", 0o644)
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	opts.ConfigPath = link
+	mustApply(t, mustPlan(t, true, Docker, opts), testNow)
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v %v", fi, err)
+	}
+	if !bytes.Contains(readFile(t, target), []byte(testRuntimePath)) {
+		t.Errorf("the target was not configured")
+	}
+}
+
+func TestMalformedFileUntouched(t *testing.T) {
+	testCases := []struct {
+		description string
+		engine      Engine
+		file        string // the file name; for containerd, the main config
+		content     string
+		wantText    []string
+	}{
+		{
+			description: "docker",
+			engine:      Docker,
+			file:        "daemon.json",
+			content:     "{\n  \"debug\": tru\n}\n",
+			wantText:    []string{"daemon.json at line 2, column"},
+		},
+		{
+			description: "containerd main config",
+			engine:      Containerd,
+			file:        "config.toml",
+			content:     "version = 2\nroot = \n",
+			wantText:    []string{"config.toml at line 2, column"},
+		},
+		{
+			description: "cri-o drop-in",
+			engine:      CRIO,
+			file:        "99-gpu-runtime.conf",
+			content:     dropInMarker + "\n[crio\n",
+			wantText:    []string{"99-gpu-runtime.conf at line 2, column"},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.file)
+			writeFile(t, path, tc.content, 0o640)
+			opts := testOptions()
+			opts.ConfigPath = path
+			opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+			_, err := PlanConfigure(tc.engine, opts)
+			checkErr(t, err, ErrMalformed, tc.wantText...)
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Path != path {
+				t.Errorf("error %v does not name %s", err, path)
+			}
+			if got := readFile(t, path); string(got) != tc.content {
+				t.Errorf("the file changed:\n%s", got)
+			}
+			if names := listDir(t, dir); len(names) != 1 {
+				t.Errorf("files written: %v", names)
+			}
+		})
+	}
+}
+
+func TestApplyDetectsConcurrentChange(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon.json")
+	writeFile(t, path, "{}", 0o644)
+	opts := testOptions()
+	opts.ConfigPath = path
+	p := mustPlan(t, true, Docker, opts)
+	writeFile(t, path, `{"debug": true}`, 0o644)
+	_, err := p.Apply(testNow)
+	checkErr(t, err, ErrChanged, path)
+	if got := readFile(t, path); string(got) != `{"debug": true}` {
+		t.Errorf("the file was overwritten:\n%s", got)
+	}
+	if names := listDir(t, dir); len(names) != 1 {
+		t.Errorf("files written: %v", names)
+	}
+}
+
+// TestContainerdFiles: drop-in and import written in that order, backups of the main config
+// only, idempotence, and unconfigure restoring the main config byte for byte.
+func TestContainerdFiles(t *testing.T) {
+	dir := t.TempDir()
+	mainPath := filepath.Join(dir, "config.toml")
+	dropIn := filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, mainPath, mainV2, 0o600)
+	opts := testOptions()
+	opts.ConfigPath = mainPath
+	opts.DropInPath = dropIn
+
+	p := mustPlan(t, true, Containerd, opts)
+	if len(p.Changes) != 2 || p.Changes[0].Path != dropIn || p.Changes[1].Path != mainPath {
+		t.Fatalf("changes %+v: want the drop-in, then the main config", p.Changes)
+	}
+	if !p.Changes[1].Backup || p.Changes[0].Backup {
+		t.Errorf("backup flags: drop-in %v, main %v", p.Changes[0].Backup, p.Changes[1].Backup)
+	}
+	backups := mustApply(t, p, testNow)
+	if len(backups) != 1 || readFileString(t, backups[0]) != mainV2 {
+		t.Fatalf("backups %v", backups)
+	}
+	if info, err := os.Stat(mainPath); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("main config mode %v (err %v), want 0600", info.Mode(), err)
+	}
+	if !strings.Contains(readFileString(t, mainPath), `imports = [`+tomlString(dropIn)+`]`) {
+		t.Errorf("no import:\n%s", readFileString(t, mainPath))
+	}
+	if !owned(readFile(t, dropIn)) {
+		t.Errorf("drop-in:\n%s", readFile(t, dropIn))
+	}
+	if p := mustPlan(t, true, Containerd, opts); p.Changed() {
+		t.Errorf("configuring twice plans %+v", p.Changes)
+	}
+
+	// A CRI change in the main config refreshes the drop-in's copy, and only that.
+	configuredMain := readFileString(t, mainPath)
+	writeFile(t, mainPath, strings.Replace(configuredMain, "pause:3.9", "pause:3.10", 1), 0o600)
+	p = mustPlan(t, true, Containerd, opts)
+	if len(p.Changes) != 1 || p.Changes[0].Path != dropIn || !bytes.Contains(p.Changes[0].Content, []byte("pause:3.10")) {
+		t.Errorf("refresh plans %+v", p.Changes)
+	}
+	writeFile(t, mainPath, configuredMain, 0o600)
+
+	p = mustPlan(t, false, Containerd, opts)
+	if len(p.Changes) != 2 || p.Changes[0].Path != mainPath || !p.Changes[1].Remove {
+		t.Fatalf("changes %+v: want the main config, then removing the drop-in", p.Changes)
+	}
+	mustApply(t, p, testNow.Add(time.Second))
+	if got := readFileString(t, mainPath); got != mainV2 {
+		t.Errorf("main config after unconfigure:\n%s", got)
+	}
+	if _, err := os.Stat(dropIn); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("drop-in still there: %v", err)
+	}
+	if names := listDir(t, dir); !slices.Equal(names, []string{"config.toml", "config.toml.bak.20250304T050607Z", "config.toml.bak.20250304T050608Z"}) {
+		t.Errorf("files %v", names)
+	}
+	if p := mustPlan(t, false, Containerd, opts); p.Changed() {
+		t.Errorf("unconfiguring twice plans %+v", p.Changes)
+	}
+}
+
+func TestContainerdNoMainConfig(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	opts.ContainerdConfigVersion = 3
+	p := mustPlan(t, true, Containerd, opts)
+	if backups := mustApply(t, p, testNow); len(backups) != 0 {
+		t.Errorf("backups %v", backups)
+	}
+	want := "version = 3\nimports = [" + tomlString(opts.DropInPath) + "]\n"
+	if got := readFileString(t, opts.ConfigPath); got != want {
+		t.Errorf("main config:\n%s\nwant:\n%s", got, want)
+	}
+	mustApply(t, mustPlan(t, false, Containerd, opts), testNow)
+	if got := readFileString(t, opts.ConfigPath); got != "version = 3\n" {
+		t.Errorf("main config after unconfigure: %q", got)
+	}
+}
+
+// TestNotOursRefused: a file at the drop-in path that gpu-ctk did not write is neither
+// replaced nor removed.
+func TestNotOursRefused(t *testing.T) {
+	for _, engine := range []Engine{Containerd, CRIO} {
+		for _, configure := range []bool{true, false} {
+			dir := t.TempDir()
+			dropIn := filepath.Join(dir, "99-gpu-runtime.conf")
+			writeFile(t, dropIn, "# mine\n", 0o644)
+			opts := testOptions()
+			opts.ConfigPath = dropIn
+			if engine == Containerd {
+				opts.ConfigPath = filepath.Join(dir, "config.toml")
+				opts.DropInPath = dropIn
+			}
+			var err error
+			if configure {
+				_, err = PlanConfigure(engine, opts)
+			} else {
+				_, err = PlanUnconfigure(engine, opts)
+			}
+			checkErr(t, err, ErrNotOurs, dropIn)
+			if got := readFileString(t, dropIn); got != "# mine\n" {
+				t.Errorf("%s configure=%v changed the file", engine, configure)
+			}
+		}
+	}
+}
+
+func TestCRIOFiles(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "crio.conf.d", "99-gpu-runtime.conf")
+	p := mustPlan(t, true, CRIO, opts)
+	if backups := mustApply(t, p, testNow); len(backups) != 0 {
+		t.Errorf("backups %v", backups)
+	}
+	checkGolden(t, "crio/dropin.conf", readFile(t, opts.ConfigPath))
+	if p := mustPlan(t, true, CRIO, opts); p.Changed() {
+		t.Errorf("configuring twice plans %+v", p.Changes)
+	}
+	opts.SetAsDefault = true
+	if backups := mustApply(t, mustPlan(t, true, CRIO, opts), testNow); len(backups) != 0 {
+		t.Errorf("a drop-in was backed up into the drop-in directory: %v", backups)
+	}
+	checkGolden(t, "crio/dropin-default.conf", readFile(t, opts.ConfigPath))
+	mustApply(t, mustPlan(t, false, CRIO, opts), testNow)
+	if names := listDir(t, dir); len(names) != 0 {
+		t.Errorf("files left: %v", names)
+	}
+}
+
+func readFileString(t *testing.T, path string) string {
+	t.Helper()
+	return string(readFile(t, path))
+}
