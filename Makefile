@@ -11,9 +11,10 @@ BIN := bin
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-build: ## build bin/gpu-runtime (cgo, NVML via dlopen) and bin/gpu-hook (static)
-	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
+build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
 deps: ## install what the tests need (apt: runc, crun, busybox-static, gcc); idempotent
 	./scripts/install-deps.sh
@@ -44,9 +45,12 @@ lint: ## gofmt, go vet, go mod tidy check
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 
-install: build ## install binaries and the default config under $(PREFIX) and /etc/gpu-runtime
+install: build ## install binaries, docker's hook name, the RuntimeClass and the default config
 	install -D -m 0755 $(BIN)/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-runtime
 	install -D -m 0755 $(BIN)/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-hook
+	install -D -m 0755 $(BIN)/gpu-ctk $(DESTDIR)$(PREFIX)/bin/gpu-ctk
+	ln -sf gpu-hook $(DESTDIR)$(PREFIX)/bin/nvidia-container-runtime-hook
+	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml
 	test -e $(DESTDIR)/etc/gpu-runtime/config.toml || install -D -m 0644 config.toml $(DESTDIR)/etc/gpu-runtime/config.toml
 
 clean: ## remove build outputs

@@ -113,11 +113,15 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	if err != nil {
 		return plan.Host{}, err
 	}
+	ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
+	if err != nil {
+		return plan.Host{}, err
+	}
 	devices, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
 	if err != nil {
 		return plan.Host{}, err
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration()}
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: NVMLQuery(ctkPath)}
 	if cfg.Discovery.Cache {
 		dopts.CacheFile = cfg.Discovery.CacheFile
 	}
@@ -135,18 +139,23 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
 // gpu-runtime executable, else from PATH.
 func HookPath(configured, executable string) (string, error) {
+	return toolPath(HookName, configured, executable, "set hook.path in the gpu-runtime config")
+}
+
+// toolPath finds one of our binaries: the configured path, else next to executable, else PATH.
+func toolPath(name, configured, executable, hint string) (string, error) {
 	if configured != "" {
 		return checkExecutable(configured, "hook.path")
 	}
 	if executable != "" {
-		beside := filepath.Join(filepath.Dir(executable), HookName)
+		beside := filepath.Join(filepath.Dir(executable), name)
 		if _, err := os.Stat(beside); err == nil {
-			return checkExecutable(beside, "hook.path")
+			return checkExecutable(beside, name)
 		}
 	}
-	p, err := exec.LookPath(HookName)
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("find %s: not next to %s nor in PATH; set hook.path in the gpu-runtime config", HookName, executable)
+		return "", fmt.Errorf("find %s: not next to %s nor in PATH; %s", name, executable, hint)
 	}
 	return filepath.Abs(p)
 }

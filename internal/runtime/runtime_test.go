@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func exe(t *testing.T, path string) string {
@@ -91,5 +93,52 @@ func TestHookPath(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if _, err := HookPath("", lonely); err == nil || !strings.Contains(err.Error(), "set hook.path") {
 		t.Errorf("missing hook: error %v should say to set hook.path", err)
+	}
+}
+
+func TestNVMLQuery(t *testing.T) {
+	dir := t.TempDir()
+	script := func(body string) string {
+		p := filepath.Join(t.TempDir(), "gpu-ctk")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	argsFile := filepath.Join(dir, "args")
+	testCases := []struct {
+		description string
+		ctk         string
+		wantErr     string
+	}{
+		{description: "parses gpu-ctk info --json", ctk: script(`echo "$@" > ` + argsFile + `; echo '{"driver_version":"550.54.15","cuda_version":"12.4","gpus":[{"index":0,"minor":3,"uuid":"GPU-a"}]}'`)},
+		{description: "reports its error without the program prefix", ctk: script(`echo "gpu-ctk: NVML library not found: tried x" >&2; exit 1`),
+			wantErr: "NVML library not found: tried x"},
+		{description: "garbage output", ctk: script(`echo nope`), wantErr: "decode its output"},
+		{description: "empty answer", ctk: script(`echo '{}'`), wantErr: "no driver version in its output"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			d, err := NVMLQuery(tc.ctk)(context.Background(), "/drv")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "query NVML ("+tc.ctk+" info): ") {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || d.Version != "550.54.15" || len(d.GPUs) != 1 || d.GPUs[0].Minor != 3 {
+				t.Fatalf("got %+v, %v", d, err)
+			}
+			if args, _ := os.ReadFile(argsFile); string(args) != "info --json --driver-root /drv\n" {
+				t.Errorf("gpu-ctk called with %q", args)
+			}
+		})
+	}
+	// The deadline kills a hung query.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := NVMLQuery(script("sleep 5"))(ctx, "/drv"); err == nil || time.Since(start) > 3*time.Second {
+		t.Errorf("hung query: err %v after %s", err, time.Since(start))
 	}
 }

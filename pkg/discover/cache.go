@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,6 +47,9 @@ type Options struct {
 	CacheFile string
 	// Timeout bounds the NVML query; 0 means no bound.
 	Timeout time.Duration
+	// Query asks NVML about the driver root. It runs only when the cache cannot answer, and
+	// must honour the context's deadline (gpu-runtime runs `gpu-ctk info --json` and kills it).
+	Query func(ctx context.Context, driverRoot string) (Driver, error)
 }
 
 // Result says what Discover did, for logs.
@@ -74,7 +78,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 			res.CacheProblem = problem.Error()
 		}
 	}
-	driver, err := queryWithTimeout(opts.DriverRoot, opts.Timeout)
+	driver, err := queryWithTimeout(opts)
 	if err != nil {
 		return res, err
 	}
@@ -91,25 +95,21 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	return res, nil
 }
 
-func queryWithTimeout(root string, timeout time.Duration) (Driver, error) {
-	if timeout <= 0 {
-		return QueryNVML(root)
+func queryWithTimeout(opts Options) (Driver, error) {
+	if opts.Query == nil {
+		return Driver{}, errors.New("discover: no NVML query configured")
 	}
-	type answer struct {
-		d   Driver
-		err error
+	ctx := context.Background()
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
 	}
-	ch := make(chan answer, 1)
-	go func() {
-		d, err := QueryNVML(root)
-		ch <- answer{d, err}
-	}()
-	select {
-	case a := <-ch:
-		return a.d, a.err
-	case <-time.After(timeout):
-		return Driver{}, fmt.Errorf("%w: NVML did not answer within %s (setting discovery.timeout): the NVIDIA driver may be hung or still initialising; check nvidia-smi on the host, and enable persistence mode (nvidia-smi -pm 1)", ErrTimeout, timeout)
+	d, err := opts.Query(ctx, opts.DriverRoot)
+	if err != nil && ctx.Err() != nil {
+		return Driver{}, fmt.Errorf("%w: NVML did not answer within %s (setting discovery.timeout): the NVIDIA driver may be hung or still initialising; check nvidia-smi on the host, and enable persistence mode (nvidia-smi -pm 1)", ErrTimeout, opts.Timeout)
 	}
+	return d, err
 }
 
 // Fingerprint summarises what a change of driver, GPUs or MIG layout alters, using only

@@ -73,10 +73,10 @@ func setup() string {
 		return "cannot find the module root: " + err.Error()
 	}
 	binDir = filepath.Join(workDir, "bin")
-	for _, b := range []struct{ name, cgo string }{{"gpu-runtime", "1"}, {"gpu-hook", "0"}} {
+	for _, b := range []struct{ name, cgo string }{{"gpu-runtime", "0"}, {"gpu-hook", "0"}, {"gpu-ctk", "1"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), "./cmd/"+b.name)
 		cmd.Dir = strings.TrimSpace(string(root))
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Sprintf("build %s: %v: %s", b.name, err, out)
 		}

@@ -1,0 +1,78 @@
+package ctk
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+)
+
+// One fake NVML per test process (go-nvml binds symbols process-wide): both output forms
+// are checked against the same host.
+func TestInfo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: the fake GPU host needs root (mknod)")
+	}
+	opts := fakehost.Default(2)
+	h, err := fakehost.Build(filepath.Join(t.TempDir(), "host"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	if err := Run([]string{"info", "--json", "--driver-root", h.DriverRoot}, &out, &errb); err != nil {
+		t.Fatalf("info --json: %v (%s)", err, errb.String())
+	}
+	var d discover.Driver
+	if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if d.Version != "550.54.15" || d.CUDAVersion != "12.4" || len(d.GPUs) != 2 ||
+		d.GPUs[1] != (discover.GPU{Index: 1, Minor: 1, UUID: opts.GPUs[1].UUID, Name: "NVIDIA H100 80GB HBM3", Brand: "nvidia", BusID: opts.GPUs[1].BusID, ComputeCapability: "9.0"}) {
+		t.Errorf("json = %+v", d)
+	}
+
+	out.Reset()
+	if err := Run([]string{"info", "--driver-root", h.DriverRoot}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"Driver version: 550.54.15\n", "CUDA version:   12.4\n", "GPUs:           2\n",
+		"INDEX  MINOR  MODEL                  BRAND   UUID", "COMPUTE CAP",
+		"0      0      NVIDIA A100-SXM4-80GB  tesla   " + opts.GPUs[0].UUID + "  " + opts.GPUs[0].BusID + "  8.0",
+		"1      1      NVIDIA H100 80GB HBM3  nvidia  " + opts.GPUs[1].UUID + "  " + opts.GPUs[1].BusID + "  9.0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestInfoErrors(t *testing.T) {
+	empty := t.TempDir()
+	testCases := []struct {
+		description string
+		args        []string
+		usage       bool
+		wantPrefix  string
+	}{
+		{description: "no NVML under the root", args: []string{"info", "--driver-root", empty},
+			wantPrefix: "NVML library not found: load libnvidia-ml.so.1 from driver root \"" + empty + "\": tried "},
+		{description: "stray argument", args: []string{"info", "extra"}, usage: true, wantPrefix: `usage: info takes no arguments, got ["extra"]`},
+		{description: "unknown flag", args: []string{"info", "--yaml"}, usage: true, wantPrefix: "usage: flag provided but not defined: -yaml"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var out, errb strings.Builder
+			err := Run(tc.args, &out, &errb)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.wantPrefix) || errors.Is(err, ErrUsage) != tc.usage {
+				t.Fatalf("error = %v, want prefix %q (usage %v)", err, tc.wantPrefix, tc.usage)
+			}
+		})
+	}
+}

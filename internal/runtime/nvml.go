@@ -1,0 +1,49 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+)
+
+// CTKName is the admin tool gpu-runtime asks about NVML when its cache misses.
+const CTKName = "gpu-ctk"
+
+// NVMLQuery returns a discover query that runs `gpu-ctk info --json --driver-root R`.
+// Keeping NVML (cgo, dlopen) in gpu-ctk lets gpu-runtime be a static binary whose
+// pass-through path starts as fast as a Go program can; the child is killed when the
+// context's deadline (discovery.timeout) passes.
+func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.Driver, error) {
+	return func(ctx context.Context, root string) (discover.Driver, error) {
+		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		// On the deadline, kill the whole process group and stop waiting for its pipes.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 500 * time.Millisecond
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "gpu-ctk: "))
+			if msg == "" {
+				msg = err.Error()
+			}
+			return discover.Driver{}, fmt.Errorf("query NVML (%s info): %s", ctkPath, msg)
+		}
+		var d discover.Driver
+		if err := json.Unmarshal(stdout.Bytes(), &d); err != nil {
+			return discover.Driver{}, fmt.Errorf("query NVML (%s info): decode its output: %w", ctkPath, err)
+		}
+		if d.Version == "" {
+			return discover.Driver{}, fmt.Errorf("query NVML (%s info): no driver version in its output", ctkPath)
+		}
+		return d, nil
+	}
+}
