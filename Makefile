@@ -35,6 +35,8 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/ldcache/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/config/
 	$(GO) test -run='^$$' -fuzz=FuzzFromEnv -fuzztime=10s ./pkg/request/
+	$(GO) test -run='^$$' -fuzz=FuzzMayRequestGPU -fuzztime=5s ./pkg/request/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/requirements/
 	$(GO) test -run='^$$' -fuzz=FuzzParseArgs -fuzztime=10s ./pkg/oci/
 
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs

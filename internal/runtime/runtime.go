@@ -43,7 +43,16 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	bundle := inv.BundleDir(opts.Cwd)
 	log := opts.Logger.WithFields(logrus.Fields{"container_id": inv.ContainerID, "bundle": bundle})
 
-	sf, err := oci.ReadSpec(oci.ConfigPath(bundle))
+	path := oci.ConfigPath(bundle)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	if !request.MayRequestGPU(raw) {
+		log.Debug("no GPU requested; spec unchanged")
+		return nil
+	}
+	sf, err := oci.ParseSpec(path, raw)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,11 @@ func ReadSpec(path string) (*SpecFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
+	return ParseSpec(path, raw)
+}
+
+// ParseSpec decodes raw, the content of the spec file at path.
+func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("stat spec: %w", err)

@@ -1,6 +1,7 @@
 package request
 
 import (
+	"bytes"
 	"fmt"
 	"path"
 	"sort"
@@ -63,6 +64,23 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	}
 	req, err := build(env, visible, set)
 	return req, nil, err
+}
+
+// gpuMarkers are strings at least one of which any GPU request's spec contains.
+var gpuMarkers = [][]byte{
+	[]byte(EnvVisibleDevices), []byte(EnvCUDAVersion), []byte(DeviceListMountDir), []byte("nvidia-container-runtime-hook"),
+}
+
+// MayRequestGPU is a fast pre-check on a raw config.json: false means the spec cannot ask
+// for GPUs (no request variable, device mount or docker GPU hook appears in it), so it need
+// not even be decoded. true means: decode and ask FromSpec.
+func MayRequestGPU(rawSpec []byte) bool {
+	for _, m := range gpuMarkers {
+		if bytes.Contains(rawSpec, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // Privileged reports whether the container has CAP_SYS_ADMIN in its bounding set.

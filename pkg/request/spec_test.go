@@ -1,6 +1,7 @@
 package request
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -104,4 +105,43 @@ func TestFromSpecStrictDropsEnvIMEX(t *testing.T) {
 	if !reflect.DeepEqual(warnings, want) {
 		t.Errorf("warnings = %q", warnings)
 	}
+}
+
+// TestMayRequestGPU: the fast pre-check never says "no" for a spec FromSpec would inject into.
+func TestMayRequestGPU(t *testing.T) {
+	testCases := []struct {
+		description string
+		raw         string
+		want        bool
+	}{
+		{"plain container", `{"process":{"env":["PATH=/bin","HOME=/root"]},"mounts":[{"destination":"/proc"}]}`, false},
+		{"visible devices", `{"process":{"env":["NVIDIA_VISIBLE_DEVICES=0"]}}`, true},
+		{"legacy CUDA image", `{"process":{"env":["CUDA_VERSION=12.0"]}}`, true},
+		{"device-plugin mount", `{"mounts":[{"source":"/dev/null","destination":"/var/run/nvidia-container-devices/0"}]}`, true},
+		{"docker --gpus hook", `{"hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-runtime-hook"}]}}`, true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := MayRequestGPU([]byte(tc.raw)); got != tc.want {
+				t.Errorf("MayRequestGPU = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzMayRequestGPU: whenever FromSpec would inject, the pre-check must say true.
+func FuzzMayRequestGPU(f *testing.F) {
+	f.Add("NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=1.0")
+	f.Add("X=1", "Y=2")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		spec := &specs.Spec{Process: &specs.Process{Env: []string{a, b}}}
+		req, _, err := FromSpec(spec, Policy{AcceptEnvWhenUnprivileged: true})
+		if err != nil || !req.IsGPU() {
+			return
+		}
+		raw, _ := json.Marshal(spec)
+		if !MayRequestGPU(raw) {
+			t.Fatalf("GPU request %q %q missed by the pre-check", a, b)
+		}
+	})
 }
