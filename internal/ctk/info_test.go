@@ -3,8 +3,6 @@ package ctk
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,14 +13,8 @@ import (
 // One fake NVML per test process (go-nvml binds symbols process-wide): both output forms
 // are checked against the same host.
 func TestInfo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: the fake GPU host needs root (mknod)")
-	}
 	opts := fakehost.Default(2)
-	h, err := fakehost.Build(filepath.Join(t.TempDir(), "host"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := fakehost.BuildT(t, opts)
 	var out, errb strings.Builder
 	if err := Run([]string{"info", "--json", "--driver-root", h.DriverRoot}, &out, &errb); err != nil {
 		t.Fatalf("info --json: %v (%s)", err, errb.String())

@@ -11,18 +11,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 )
 
-func buildHost(t *testing.T, opts fakehost.Options) *fakehost.Host {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: the fake GPU host needs root (mknod)")
-	}
-	h, err := fakehost.Build(filepath.Join(t.TempDir(), "host"), opts)
-	if err != nil {
-		t.Fatalf("build fake host: %v", err)
-	}
-	return h
-}
-
 func TestFindNVMLErrors(t *testing.T) {
 	empty := t.TempDir()
 	_, err := FindNVML(empty)
@@ -42,7 +30,7 @@ func TestFindNVMLErrors(t *testing.T) {
 }
 
 func TestFindDriverFiles(t *testing.T) {
-	h := buildHost(t, fakehost.Default(1))
+	h := fakehost.BuildT(t, fakehost.Default(1))
 	files, err := FindDriverFiles(h.DriverRoot, "550.54.15")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +113,7 @@ func TestFindDriverFilesSymlinkStaysInRoot(t *testing.T) {
 }
 
 func TestFindDeviceNodes(t *testing.T) {
-	h := buildHost(t, fakehost.Default(2))
+	h := fakehost.BuildT(t, fakehost.Default(2))
 	// Plant bad entries: a regular file and a symlink named like GPU nodes.
 	if err := os.WriteFile(filepath.Join(h.DevRoot, "dev/nvidia5"), nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -11,22 +11,10 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
 
-func buildHost(t *testing.T, opts fakehost.Options) *fakehost.Host {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: the fake GPU host needs root (mknod)")
-	}
-	h, err := fakehost.Build(filepath.Join(t.TempDir(), "host"), opts)
-	if err != nil {
-		t.Fatalf("build fake host: %v", err)
-	}
-	return h
-}
-
 // One NVML load per test process: go-nvml binds symbols process-wide.
 func TestQuery(t *testing.T) {
 	opts := fakehost.Default(2)
-	h := buildHost(t, opts)
+	h := fakehost.BuildT(t, opts)
 	d, err := Query(h.DriverRoot)
 	if err != nil {
 		t.Fatal(err)

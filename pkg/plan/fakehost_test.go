@@ -1,8 +1,6 @@
 package plan
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,14 +13,8 @@ import (
 // root (NVML facts taken from the fake host's options: one NVML load per process is
 // exercised elsewhere).
 func TestBuildAgainstFakeRoots(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: the fake GPU host needs root (mknod)")
-	}
 	opts := fakehost.Default(8)
-	h, err := fakehost.Build(filepath.Join(t.TempDir(), "host"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := fakehost.BuildT(t, opts)
 	files, err := discover.FindDriverFiles(h.DriverRoot, opts.DriverVersion)
 	if err != nil {
 		t.Fatal(err)
