@@ -42,6 +42,10 @@ fuzz: ## run each fuzz target briefly
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
 	./scripts/demo.sh
 
+bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
+	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-30}
+	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
+
 lint: ## gofmt, go vet, go mod tidy check
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...

@@ -1,0 +1,428 @@
+// Command lifecycle measures what gpu-runtime adds to a container's lifecycle. It drives the
+// runtime the way containerd's shim does — create (with --log <bundle>/log.json --log-format
+// json and --pid-file), start, wait for the init process to exit, delete — on fresh busybox
+// bundles running /bin/true, on fake GPU hosts (internal/fakehost), and compares variants in
+// alternating pairs:
+//
+//   - a GPU container (8 GPUs, NVIDIA_VISIBLE_DEVICES=all) through gpu-runtime vs plain runc;
+//   - the same vs runc given the very spec gpu-runtime wrote (the floor for spec injection);
+//   - a non-GPU container through gpu-runtime vs plain runc;
+//   - 16 GPUs vs 1 GPU through gpu-runtime.
+//
+// It also measures gpu-runtime alone (its low-level runtime set to true(1)) for peak RSS and
+// wrapper time, and traces exec/exit events (Linux proc connector) to count the processes a
+// container spawns and to time the wrapper, the hook and ldconfig in situ. It prints medians,
+// p90s and ratios next to the issue's targets (information, not assertions) and writes them
+// as markdown. See bench/README.md. Needs root; run from the repository root after make build:
+//
+//	go run ./bench/lifecycle -pairs 30
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type options struct {
+	pairs, warmup, isolation, traces  int
+	out, runtime, hook, runc, workdir string
+	bundleDir                         string
+	seed                              uint64
+	verbose                           bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.pairs, "pairs", 30, "alternating pairs per comparison (the issue asks for medians of at least 30)")
+	flag.StringVar(&o.out, "out", "bench/results.md", "markdown results file; \"-\" for stdout only")
+	flag.StringVar(&o.runtime, "runtime", "bin/gpu-runtime", "the gpu-runtime binary under test")
+	flag.StringVar(&o.hook, "hook", "bin/gpu-hook", "the gpu-hook binary gpu-runtime writes into specs (config hook.path)")
+	flag.StringVar(&o.runc, "runc", "runc", "runc: a name looked up in PATH, or a path")
+	flag.StringVar(&o.workdir, "workdir", "", "parent directory for the fake GPU hosts (the driver files) and configs (default $TMPDIR or /tmp)")
+	flag.StringVar(&o.bundleDir, "bundle-dir", "auto", "parent directory for bundles and runc state; \"auto\": a tmpfs (/run, else /dev/shm) as containerd uses, \"\": inside -workdir. Its filesystem matters, see bench/README.md")
+	flag.Uint64Var(&o.seed, "seed", 0, "seed for the random order of comparisons within a round (0: from the clock; the seed used is printed)")
+	flag.IntVar(&o.warmup, "warmup", 2, "untimed lifecycles per variant before measuring")
+	flag.IntVar(&o.isolation, "isolation", 15, "samples per case of gpu-runtime in isolation (low-level runtime = true(1)): peak RSS and wrapper time")
+	flag.IntVar(&o.traces, "trace", 5, "traced lifecycles per variant (process count, in-situ breakdown); 0 skips tracing")
+	flag.BoolVar(&o.verbose, "v", false, "print every sample")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench/lifecycle [flags]   (as root, from the repository root, after make build)\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 || o.pairs < 1 || o.warmup < 0 || o.isolation < 1 || o.traces < 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	os.Exit(run(o))
+}
+
+var errInterrupted = errors.New("interrupted")
+
+// run sets up, measures, reports and always cleans up; it returns the exit code.
+func run(o options) int {
+	runc, runtime, hook, noop, err := preflight(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lifecycle: "+err.Error())
+		return 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "\nlifecycle: %v: stopping after the step in flight, then removing every container, bundle and fake host (further signals are ignored)\n", s)
+		cancel()
+	}()
+	// Like containerd's shim, be the subreaper of the containers' init processes, so that
+	// waiting for one is a wait4, not polling.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "lifecycle: cannot become a child subreaper (%v); waiting for exits falls back to polling\n", err)
+	}
+
+	code := 0
+	l, err := newLab(o.workdir, o.bundleDir, runc, runtime, hook, noop)
+	if err == nil {
+		err = measure(ctx, o, l)
+	}
+	switch {
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(os.Stderr, "lifecycle: interrupted; no results written")
+		code = 130
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "lifecycle: "+err.Error())
+		code = 1
+	}
+	if l != nil {
+		progress("cleaning up %s and %s", l.work, l.run)
+		if err := l.cleanup(); err != nil {
+			fmt.Fprintln(os.Stderr, "lifecycle: cleanup: "+err.Error())
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "lifecycle: "+format+"\n", args...)
+}
+
+// comparison is one A-vs-B question, answered from alternating pairs.
+type comparison struct {
+	title  string
+	a, b   *variant
+	target float64 // the issue's bound on median(A)/median(B)
+	as, bs []sample
+}
+
+// isoCase is gpu-runtime (or a reference program) run alone with true(1) as its runtime.
+type isoCase struct {
+	key, label     string
+	gpu            bool // a GPU create: counts for the RSS target
+	reference      bool // not gpu-runtime: no "minus true(1)"
+	binary, config string
+	spec           []byte   // bundle config.json; nil: no bundle
+	args           []string // nil: the create command line
+	created        bool     // a real container was created: delete it and reap its init
+	wall           []float64
+	rss            []int64
+}
+
+func measure(ctx context.Context, o options, l *lab) error {
+	interrupted := func() bool { return ctx.Err() != nil }
+
+	progress("building fake GPU hosts with 1, 8 and 16 GPUs in %s", l.work)
+	cfg, noopCfg := map[int]string{}, map[int]string{}
+	var noCache8 string
+	for _, n := range []int{1, 8, 16} {
+		c, err := l.buildHost(n)
+		if err != nil {
+			return fmt.Errorf("build fake host with %d GPUs: %w", n, err)
+		}
+		cfg[n], noopCfg[n] = c.runc, c.noop
+		if n == 8 {
+			noCache8 = c.noopCold
+		}
+		if interrupted() {
+			return errInterrupted
+		}
+	}
+	tmpl, err := l.specTemplate()
+	if err != nil {
+		return err
+	}
+	specGPU, err := specJSON(tmpl, "NVIDIA_VISIBLE_DEVICES=all")
+	if err != nil {
+		return err
+	}
+	specPlain, err := specJSON(tmpl)
+	if err != nil {
+		return err
+	}
+	// What an nvidia/cuda image carries (trimmed): its NVIDIA_REQUIRE_CUDA makes gpu-runtime
+	// add the prestart requirement check. Traced only, to count its hook processes.
+	specCUDA, err := specJSON(tmpl, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "CUDA_VERSION=12.4.1",
+		"NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=tesla,driver>=535,driver<536")
+	if err != nil {
+		return err
+	}
+	specSame, err := l.captureSpec(specGPU, noopCfg[8])
+	if err != nil {
+		return err
+	}
+
+	gpu8 := &variant{key: "gpu8", label: "gpu-runtime, 8 GPUs", binary: l.runtime, config: cfg[8], spec: specGPU}
+	gpu1 := &variant{key: "gpu1", label: "gpu-runtime, 1 GPU", binary: l.runtime, config: cfg[1], spec: specGPU}
+	gpu16 := &variant{key: "gpu16", label: "gpu-runtime, 16 GPUs", binary: l.runtime, config: cfg[16], spec: specGPU}
+	nonGPU := &variant{key: "nongpu", label: "gpu-runtime, non-GPU container", binary: l.runtime, config: cfg[8], spec: specPlain}
+	runcPlain := &variant{key: "runc", label: "runc, no GPUs", binary: l.runc, config: cfg[8], spec: specPlain}
+	runcSame := &variant{key: "runc-same-spec", label: "runc, gpu-runtime's 8-GPU spec", binary: l.runc, config: cfg[8], spec: specSame}
+	cuda8 := &variant{key: "gpu8-cuda", label: "gpu-runtime, 8 GPUs, CUDA image env (NVIDIA_REQUIRE_CUDA)", binary: l.runtime, config: cfg[8], spec: specCUDA}
+	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16}
+	traced := append(append([]*variant(nil), variants...), cuda8)
+	comps := []*comparison{
+		{title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs", a: gpu8, b: runcPlain, target: 1.6},
+		{title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
+		{title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, target: 1.10},
+		{title: "16 GPUs vs 1 GPU through gpu-runtime", a: gpu16, b: gpu1, target: 1.10},
+	}
+	m := describeMachine(l, goruntime.Version())
+
+	progress("warm-up: %d untimed lifecycle(s) per variant", o.warmup)
+	for i := 0; i < o.warmup; i++ {
+		for _, v := range variants {
+			if interrupted() {
+				return errInterrupted
+			}
+			if _, err := l.lifecycle(*v); err != nil {
+				return err
+			}
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
+	progress("measuring %d alternating pairs of each of %d comparisons (seed %d)", o.pairs, len(comps), o.seed)
+	start := time.Now()
+	for i := 0; i < o.pairs; i++ {
+		for _, ci := range rng.Perm(len(comps)) {
+			c := comps[ci]
+			first, second := c.a, c.b
+			if i%2 == 1 { // rotate the order within the pair: ABAB… becomes AB BA AB BA…
+				first, second = second, first
+			}
+			var got [2]sample
+			for j, v := range []*variant{first, second} {
+				if interrupted() {
+					return errInterrupted
+				}
+				s, err := l.lifecycle(*v)
+				if err != nil {
+					return err
+				}
+				got[j] = s
+				if o.verbose {
+					progress("pair %d %-32s total %7.2f ms (create %.2f, start %.2f, wait %.2f, delete %.2f)", i+1, v.label, s.total, s.create, s.start, s.wait, s.delete)
+				}
+			}
+			if first == c.a {
+				c.as, c.bs = append(c.as, got[0]), append(c.bs, got[1])
+			} else {
+				c.as, c.bs = append(c.as, got[1]), append(c.bs, got[0])
+			}
+		}
+		if (i+1)%5 == 0 || i+1 == o.pairs {
+			progress("pair %d/%d done (%s)", i+1, o.pairs, time.Since(start).Round(time.Second))
+		}
+	}
+
+	progress("gpu-runtime in isolation (low-level runtime = %s): %d samples per case", l.noop, o.isolation)
+	passThrough := []string{"--root", l.state, "--log", filepath.Join(l.work, "passthrough-log.json"), "--log-format", "json", "start", "gpubench-none"}
+	cases := []*isoCase{
+		{key: "true", label: "true(1) alone, the no-op runtime (floor)", binary: l.noop, spec: specPlain, reference: true},
+		{key: "version", label: "gpu-runtime --version (process start-up only)", binary: l.runtime, args: []string{"--version"}},
+		{key: "passthrough", label: "gpu-runtime start (pass-through: what start, delete, state, kill… pay)", binary: l.runtime, config: noopCfg[8], args: passThrough},
+		{key: "nongpu", label: "gpu-runtime create, non-GPU container (spec untouched)", binary: l.runtime, config: noopCfg[8], spec: specPlain},
+		{key: "gpu1", label: "gpu-runtime create, 1 GPU", binary: l.runtime, config: noopCfg[1], spec: specGPU, gpu: true},
+		{key: "gpu8", label: "gpu-runtime create, 8 GPUs", binary: l.runtime, config: noopCfg[8], spec: specGPU, gpu: true},
+		{key: "gpu16", label: "gpu-runtime create, 16 GPUs", binary: l.runtime, config: noopCfg[16], spec: specGPU, gpu: true},
+		{key: "gpu8-nocache", label: "gpu-runtime create, 8 GPUs, discovery cache off (NVML asked every time; RSS includes the helper it waits for)", binary: l.runtime, config: noCache8, spec: specGPU, gpu: true},
+		{key: "runc", label: "reference: runc create, no GPUs (a real create)", binary: l.runc, spec: specPlain, created: true, reference: true},
+		{key: "runc-same-spec", label: "reference: runc create, gpu-runtime's 8-GPU spec (a real create)", binary: l.runc, spec: specSame, created: true, reference: true},
+	}
+	for i := 0; i < o.isolation; i++ {
+		for j := range cases {
+			c := cases[(i+j)%len(cases)]
+			if interrupted() {
+				return errInterrupted
+			}
+			inv, err := l.runAlone(c)
+			if err != nil {
+				return err
+			}
+			c.wall, c.rss = append(c.wall, ms(inv.wall)), append(c.rss, inv.maxRSS)
+		}
+	}
+
+	traces := map[string][]*traceResult{}
+	var traceErr error
+	if o.traces > 0 {
+		progress("tracing %d lifecycle(s) per variant (proc connector)", o.traces)
+		l.tracer, traceErr = startTracer()
+		if traceErr == nil {
+			for i := 0; i < o.traces; i++ {
+				for j := range traced {
+					v := traced[(i+j)%len(traced)]
+					if interrupted() {
+						l.tracer.close()
+						return errInterrupted
+					}
+					s, err := l.lifecycle(*v)
+					if err != nil {
+						l.tracer.close()
+						return err
+					}
+					traces[v.key] = append(traces[v.key], s.trace)
+				}
+			}
+			l.tracer.close()
+			l.tracer = nil
+		} else {
+			progress("process tracing unavailable: %v", traceErr)
+		}
+	}
+	m.loadAfter = loadAvg()
+
+	report := render(reportData{o: o, m: m, comps: comps, variants: variants, traced: traced, cases: cases, traces: traces, traceErr: traceErr, seed: o.seed})
+	fmt.Print(report)
+	if o.out != "-" && o.out != "" {
+		if err := writeFile(o.out, []byte(report)); err != nil {
+			return err
+		}
+		progress("results written to %s", o.out)
+	}
+	return nil
+}
+
+// captureSpec runs gpu-runtime's create with true(1) as the low-level runtime on a bundle
+// with spec and returns the config.json gpu-runtime wrote: what runc is given.
+func (l *lab) captureSpec(spec []byte, noopConfig string) ([]byte, error) {
+	id, dir, err := l.newBundle(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	stderr, err := os.OpenFile(filepath.Join(dir, "runtime.stderr"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	if _, err := l.invoke(l.runtime, noopConfig, stderr, l.createArgs(dir, id)...); err != nil {
+		return nil, fmt.Errorf("capture gpu-runtime's spec: %w%s", err, diagnostics(dir))
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	if bytes.Equal(data, spec) {
+		return nil, errors.New("capture gpu-runtime's spec: gpu-runtime left the GPU container's spec unchanged")
+	}
+	return data, nil
+}
+
+func (l *lab) createArgs(dir, id string) []string {
+	return []string{"--root", l.state, "--log", filepath.Join(dir, "log.json"), "--log-format", "json",
+		"create", "--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), id}
+}
+
+// runAlone runs one isolation case once, on a fresh bundle (prepared untimed), through the
+// rusage launcher so that the peak RSS is the program's own (see maxRSSLauncher).
+func (l *lab) runAlone(c *isoCase) (invocation, error) {
+	dir, id := l.work, "none"
+	if c.spec != nil {
+		var err error
+		if id, dir, err = l.newBundle(c.spec); err != nil {
+			return invocation{}, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	stderr, err := os.CreateTemp(l.work, "stderr-")
+	if err != nil {
+		return invocation{}, err
+	}
+	defer os.Remove(stderr.Name())
+	defer stderr.Close()
+	rssFile := stderr.Name() + ".maxrss"
+	defer os.Remove(rssFile)
+	args := c.args
+	if args == nil {
+		args = l.createArgs(dir, id)
+	}
+	inv, err := l.invoke(l.rusage, c.config, stderr, append([]string{rssFile, c.binary}, args...)...)
+	if c.created {
+		if out, derr := exec.Command(l.runc, "--root", l.state, "delete", "--force", id).CombinedOutput(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete %s: %w: %s", id, derr, out))
+		}
+		if raw, perr := os.ReadFile(filepath.Join(dir, "init.pid")); perr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(raw))); perr == nil {
+				_, _ = waitExit(pid)
+			}
+		}
+	}
+	if err == nil {
+		var raw []byte
+		if raw, err = os.ReadFile(rssFile); err == nil {
+			inv.maxRSS, err = strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		}
+	}
+	if err != nil {
+		out, _ := os.ReadFile(stderr.Name())
+		return inv, fmt.Errorf("%s: %w: %s%s", c.label, err, bytes.TrimSpace(out), diagnostics(dir))
+	}
+	return inv, nil
+}
+
+// writeFile replaces path through a temporary file and a rename.
+func writeFile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
