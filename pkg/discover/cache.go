@@ -2,8 +2,8 @@ package discover
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
+	"hash/fnv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,7 +115,9 @@ func queryWithTimeout(opts Options) (Driver, error) {
 // Fingerprint summarises what a change of driver, GPUs or MIG layout alters, using only
 // cheap stat and readdir calls (no NVML).
 func Fingerprint(opts Options, devices DeviceNodes) string {
-	h := sha256.New()
+	// FNV-128a, not a cryptographic hash: the inputs are the host's (root's) files, not
+	// anything a container controls, and crypto/* would add start-up cost to every call.
+	h := fnv.New128a()
 	fmt.Fprintf(h, "v%d\nroot %s\ndev %s\n", CacheVersion, filepath.Clean(opts.DriverRoot), filepath.Clean(opts.DevRoot))
 	stamp := func(label, p string) {
 		var st syscall.Stat_t

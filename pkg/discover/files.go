@@ -1,7 +1,6 @@
 package discover
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -221,27 +220,28 @@ func find(root, p string, kind Kind, typ fs.FileMode) (File, bool) {
 	return File{Kind: kind, HostPath: resolved, ContainerPath: path.Clean(p)}, true
 }
 
-// elfBits reads the ELF class of a shared library.
+// elfBits reads the ELF class of a shared library from its identification bytes (without
+// debug/elf, whose dependencies would slow every gpu-runtime start).
 func elfBits(p string) (int, error) {
 	fh, err := os.Open(p)
 	if err != nil {
 		return 0, err
 	}
 	defer fh.Close()
-	var ident [elf.EI_NIDENT]byte
+	var ident [5]byte // EI_MAG0..3, EI_CLASS
 	if _, err := io.ReadFull(fh, ident[:]); err != nil {
 		return 0, fmt.Errorf("read ELF header of %s: %w", p, err)
 	}
-	if string(ident[:4]) != elf.ELFMAG {
+	if string(ident[:4]) != "\x7fELF" {
 		return 0, fmt.Errorf("%s is not an ELF file", p)
 	}
-	switch elf.Class(ident[elf.EI_CLASS]) {
-	case elf.ELFCLASS64:
+	switch ident[4] {
+	case 2: // ELFCLASS64
 		return 64, nil
-	case elf.ELFCLASS32:
+	case 1: // ELFCLASS32
 		return 32, nil
 	}
-	return 0, fmt.Errorf("%s: unknown ELF class %d", p, ident[elf.EI_CLASS])
+	return 0, fmt.Errorf("%s: unknown ELF class %d", p, ident[4])
 }
 
 // SortFiles orders files by container path, for stable output.
