@@ -3,10 +3,10 @@ package discover
 import (
 	"context"
 	"encoding/hex"
-	"hash/fnv"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path"
