@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"syscall"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
@@ -18,6 +19,9 @@ const DockerHookName = "nvidia-container-runtime-hook"
 
 // ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
 var ErrBypassed = errors.New("container was created without gpu-runtime")
+
+// execve replaces the process; a variable so tests can observe it.
+var execve = syscall.Exec
 
 type multi []string
 
@@ -52,7 +56,12 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		return UpdateLDCache(root, opts)
+		argv, err := PrepareLDCache(root, opts)
+		if err != nil {
+			return err
+		}
+		// Become ldconfig: one process for the whole hook. Its errors reach runc directly.
+		return fmt.Errorf("exec %s: %w", argv[0], execve(argv[0], argv, LDConfigEnv))
 	case "prestart":
 		var host requirements.Host
 		var gpus multi

@@ -2,10 +2,13 @@ package hook
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -163,5 +166,38 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 				t.Fatalf("error = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestUpdateLDCacheBecomesLDConfig: the hook replaces itself with the host's ldconfig (one
+// process per hook), with a fixed environment and the libraries' directories.
+func TestUpdateLDCacheBecomesLDConfig(t *testing.T) {
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib/x86_64-linux-gnu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var gotArgv, gotEnv []string
+	execve = func(path string, argv, env []string) error {
+		gotArgv, gotEnv = argv, env
+		return errors.New("not really")
+	}
+	defer func() { execve = syscall.Exec }()
+	err := Run("gpu-hook", []string{"update-ldcache", "--ldconfig", "/sbin/ldconfig", "--library", "/usr/lib/x86_64-linux-gnu/libcuda.so.1.2"},
+		strings.NewReader(`{"bundle":"`+bundle+`"}`), io.Discard, io.Discard)
+	if err == nil || err.Error() != "exec /sbin/ldconfig: not really" {
+		t.Fatalf("error = %v", err)
+	}
+	if want := []string{"/sbin/ldconfig", "-r", root, "/usr/lib/x86_64-linux-gnu"}; !reflect.DeepEqual(gotArgv, want) {
+		t.Errorf("argv = %q, want %q", gotArgv, want)
+	}
+	if !reflect.DeepEqual(gotEnv, LDConfigEnv) {
+		t.Errorf("env = %q", gotEnv)
+	}
+	if link, _ := os.Readlink(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libcuda.so")); link != "libcuda.so.1.2" {
+		t.Errorf("dev link = %q", link)
 	}
 }

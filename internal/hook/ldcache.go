@@ -30,17 +30,36 @@ type LDCacheOptions struct {
 // none, then runs the host's ldconfig chrooted into the root (ldconfig -r) over the
 // libraries' directories, which creates the SONAME links and rewrites /etc/ld.so.cache.
 func UpdateLDCache(root string, opts LDCacheOptions) error {
+	argv, err := PrepareLDCache(root, opts)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = LDConfigEnv
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// LDConfigEnv is the whole environment ldconfig runs with.
+var LDConfigEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// PrepareLDCache does everything UpdateLDCache does except running ldconfig, and returns
+// ldconfig's command line. gpu-hook execs it in place, so the hook costs one process.
+func PrepareLDCache(root string, opts LDCacheOptions) ([]string, error) {
 	if !filepath.IsAbs(opts.LDConfig) {
-		return fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
+		return nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
 	}
 	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {
-		return fmt.Errorf("create /etc in container root %s: %w", root, err)
+		return nil, fmt.Errorf("create /etc in container root %s: %w", root, err)
 	}
 	var dirs []string
 	seen := map[string]bool{}
 	for _, lib := range opts.Libraries {
 		if !path.IsAbs(lib) {
-			return fmt.Errorf("update ldcache: library path %q is not absolute", lib)
+			return nil, fmt.Errorf("update ldcache: library path %q is not absolute", lib)
 		}
 		lib = path.Clean(lib)
 		if d := path.Dir(lib); !seen[d] {
@@ -48,29 +67,22 @@ func UpdateLDCache(root string, opts LDCacheOptions) error {
 			dirs = append(dirs, d)
 		}
 		if err := devLink(root, lib); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if opts.DriverVersion != "" {
 		compat, err := CompatVersion(root)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if c, cerr := requirements.CompareVersions(compat, opts.DriverVersion); compat != "" && cerr == nil && c > 0 {
 			if err := preferCompat(root); err != nil {
-				return err
+				return nil, err
 			}
 			dirs = append([]string{CompatDir}, dirs...)
 		}
 	}
-	args := append([]string{"-r", root}, dirs...)
-	cmd := exec.Command(opts.LDConfig, args...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("run %s %s: %w: %s", opts.LDConfig, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return append([]string{opts.LDConfig, "-r", root}, dirs...), nil
 }
 
 // DevLinkName returns the development link name of a versioned library file name
