@@ -162,11 +162,30 @@ func toolPath(name, configured, executable, hint string) (string, error) {
 			return checkExecutable(beside, name)
 		}
 	}
-	p, err := exec.LookPath(name)
+	p, err := lookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("find %s: not next to %s nor in PATH; %s", name, executable, hint)
 	}
 	return filepath.Abs(p)
+}
+
+// systemDirs are searched after PATH: engines do not always give the runtime one (podman's
+// cleanup runs `<runtime> delete` with an empty environment).
+var systemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// lookPath finds an executable by name in PATH, then in the system directories.
+func lookPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range systemDirs {
+		candidate := filepath.Join(dir, name)
+		if fi, serr := os.Stat(candidate); serr == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
+			return candidate, nil
+		}
+	}
+	return "", err
 }
 
 func checkExecutable(p, setting string) (string, error) {
@@ -191,7 +210,7 @@ func LowLevelRuntime(candidates []string, self string) (string, error) {
 			p = c
 			_, err = checkExecutable(c, "runtime.runtimes")
 		} else {
-			p, err = exec.LookPath(c)
+			p, err = lookPath(c)
 		}
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s (%v)", c, err))

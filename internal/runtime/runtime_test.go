@@ -142,3 +142,18 @@ func TestNVMLQuery(t *testing.T) {
 		t.Errorf("hung query: err %v after %s", err, time.Since(start))
 	}
 }
+
+// TestLowLevelRuntimeWithoutPATH: podman's cleanup runs the runtime with no PATH; runc by
+// name must still be found in the system directories.
+func TestLowLevelRuntimeWithoutPATH(t *testing.T) {
+	dir := t.TempDir()
+	runc := exe(t, filepath.Join(dir, "sbin", "runc"))
+	saved := systemDirs
+	systemDirs = []string{filepath.Join(dir, "bin"), filepath.Join(dir, "sbin")}
+	defer func() { systemDirs = saved }()
+	t.Setenv("PATH", "")
+	got, err := LowLevelRuntime([]string{"runc"}, "")
+	if err != nil || got != runc {
+		t.Fatalf("got %q, %v; want %q", got, err, runc)
+	}
+}

@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,91 +178,6 @@ func TestRealContainerdMinimalDropInLosesSettings(t *testing.T) {
 	dump := containerdDump(t, main)
 	if _, ok, _ := subTable(dump, "plugins", containerdV2Plugin, "containerd", "runtimes", "runc"); ok {
 		t.Errorf("containerd kept runc next to a minimal drop-in: the copied CRI section may no longer be needed")
-	}
-}
-
-// TestRealDockerd starts an isolated dockerd on the configured daemon.json and asks it which
-// runtimes it has. dockerd 20.10 has no --validate, so starting it is the check.
-func TestRealDockerd(t *testing.T) {
-	for _, bin := range []string{"dockerd", "docker"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("SKIPPED: %s is not installed (apt-get install -y docker.io): daemon.json is not checked by dockerd itself", bin)
-		}
-	}
-	if os.Getenv("GPU_RUNTIME_E2E") == "" {
-		t.Skip("SKIPPED: starting a real dockerd needs GPU_RUNTIME_E2E=1 (make test / make e2e)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: starting a real dockerd needs root")
-	}
-	dir, err := os.MkdirTemp("/tmp", "gpuctk-dockerd-") // short: the socket path has a length limit
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	config := filepath.Join(dir, "daemon.json")
-	writeFile(t, config, `{"log-level": "warn", "max-concurrent-downloads": 3, "runtimes": {"other": {"path": "/usr/bin/runc"}}, "default-runtime": "runc"}`, 0o644)
-	opts := testOptions()
-	opts.ConfigPath = config
-	opts.SetAsDefault = true
-	mustApply(t, mustPlan(t, true, Docker, opts), testNow)
-
-	sock := filepath.Join(dir, "d.sock")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var log bytes.Buffer
-	daemon := exec.CommandContext(ctx, "dockerd", "--config-file", config,
-		"--data-root", filepath.Join(dir, "data"), "--exec-root", filepath.Join(dir, "exec"),
-		"--pidfile", filepath.Join(dir, "pid"), "-H", "unix://"+sock,
-		"--iptables=false", "--ip6tables=false", "--bridge=none")
-	daemon.Stdout, daemon.Stderr = &log, &log
-	daemon.Cancel = func() error { return daemon.Process.Signal(syscall.SIGTERM) }
-	daemon.WaitDelay = 20 * time.Second
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- daemon.Wait() }()
-	t.Cleanup(func() {
-		_ = daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = daemon.Process.Kill()
-		}
-	})
-
-	var info struct {
-		Runtimes       map[string]struct{ Path string }
-		DefaultRuntime string
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			t.Fatalf("dockerd exited (%v): it rejected the configuration?\n%s\n%s", err, readFile(t, config), log.String())
-		default:
-		}
-		out, err := exec.Command("docker", "-H", "unix://"+sock, "info", "--format", "{{json .}}").Output()
-		if err == nil {
-			if err := json.Unmarshal(out, &info); err != nil {
-				t.Fatalf("decode docker info: %v", err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dockerd did not answer: %v\n%s", err, log.String())
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if got := info.Runtimes["gpu"].Path; got != testRuntimePath {
-		t.Errorf("dockerd runtime gpu path = %q, want %q (runtimes %v)", got, testRuntimePath, info.Runtimes)
-	}
-	if _, ok := info.Runtimes["other"]; !ok {
-		t.Errorf("dockerd lost runtime other: %v", info.Runtimes)
-	}
-	if info.DefaultRuntime != "gpu" {
-		t.Errorf("dockerd default runtime = %q, want gpu", info.DefaultRuntime)
 	}
 }
 
