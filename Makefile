@@ -16,8 +16,9 @@ build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need (apt: runc, crun, busybox-static, gcc); idempotent
+deps: ## install what the tests need (apt: runc, crun, busybox-static, gcc, docker.io, containerd, podman; crictl); idempotent
 	./scripts/install-deps.sh
+	./scripts/install-engine-deps.sh
 
 test: deps build ## install deps, then run unit and end-to-end tests (needs root)
 	$(GO) vet ./...
@@ -28,8 +29,8 @@ test: deps build ## install deps, then run unit and end-to-end tests (needs root
 unit: ## unit tests only (no root needed for most)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests/)
 
-e2e: build ## end-to-end tests with real runc on a fake GPU host (needs root)
-	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/
+e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and podman on a fake GPU host (root)
+	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ ./tests/engines/
 
 fuzz: ## run each fuzz target briefly
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/ldcache/

@@ -1,0 +1,296 @@
+package engines
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Debian's docker.io: /usr/bin/docker is the client matching dockerd 20.10. It is named by
+// path because another docker client may come first on PATH.
+const (
+	dockerdBin = "/usr/sbin/dockerd"
+	dockerBin  = "/usr/bin/docker"
+)
+
+// dockerd is a private dockerd: its own daemon.json, data root, exec root, pid file and
+// socket under dir, no bridge and no iptables (containers run with --network none), and
+// nvidia-container-runtime-hook on its PATH as packaging installs it.
+type dockerd struct {
+	dir, config, sock string
+}
+
+// The two dockerds: gpu registered as an extra runtime (docker run --runtime=gpu), and gpu
+// as the default runtime (gpu-ctk --set-as-default). Each is started once per test binary.
+var dockerFlagDaemon, dockerDefaultDaemon shared[*dockerd]
+
+func dockerWithRuntime(t *testing.T) *dockerd {
+	t.Helper()
+	requireTools(t, dockerdBin, dockerBin, "containerd", "containerd-shim-runc-v2")
+	return dockerFlagDaemon.get(t, func() (*dockerd, error) { return startDockerd("dk", false) })
+}
+
+func dockerWithDefault(t *testing.T) *dockerd {
+	t.Helper()
+	requireTools(t, dockerdBin, dockerBin, "containerd", "containerd-shim-runc-v2")
+	return dockerDefaultDaemon.get(t, func() (*dockerd, error) { return startDockerd("dkd", true) })
+}
+
+// startDockerd configures a daemon.json with gpu-ctk, starts dockerd on it and imports img:1.
+func startDockerd(name string, setAsDefault bool) (*dockerd, error) {
+	d := &dockerd{dir: filepath.Join(workDir, name)}
+	d.config = filepath.Join(d.dir, "daemon.json")
+	d.sock = filepath.Join(d.dir, "docker.sock")
+	if err := os.MkdirAll(filepath.Join(d.dir, "client"), 0o755); err != nil {
+		return nil, err
+	}
+	// Settings gpu-ctk must keep. deprecated-key-path keeps dockerd 20.10 from writing its
+	// identity key to /etc/docker/key.json; shutdown-timeout bounds the stop.
+	// cgroup-parent keeps containers' cgroups under one the suite removes.
+	initial := fmt.Sprintf(`{"deprecated-key-path": %q, "shutdown-timeout": 5, "log-level": "info", "cgroup-parent": %q}`,
+		filepath.Join(d.dir, "key.json"), "/"+cgroupParent(name))
+	if err := os.WriteFile(d.config, []byte(initial), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"runtime", "configure", "--runtime=docker", "--config", d.config, "--runtime-path", wrapper}
+	if setAsDefault {
+		args = append(args, "--set-as-default")
+	}
+	if out, err := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	ready := func() error { return d.quiet(10*time.Second, "", "version") }
+	daemon, err := startDaemon("dockerd", d.dir, []string{"PATH=" + hookDir + ":" + os.Getenv("PATH")}, ready,
+		dockerdBin, "--config-file", d.config,
+		"--data-root", filepath.Join(d.dir, "data"), "--exec-root", filepath.Join(d.dir, "exec"),
+		"--pidfile", filepath.Join(d.dir, "docker.pid"), "-H", "unix://"+d.sock,
+		"--bridge", "none", "--iptables=false", "--ip6tables=false")
+	if err != nil {
+		return nil, err
+	}
+	daemon.beforeStop = func() {
+		out, _ := exec.Command(dockerBin, append(d.globalArgs(), "ps", "-aq")...).Output()
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			_ = d.quiet(30*time.Second, "", append([]string{"rm", "-f"}, ids...)...)
+		}
+	}
+	if err := d.quiet(60*time.Second, rootfsTar, "import", "--change", `CMD ["/bin/sh"]`, "-", imageName); err != nil {
+		return nil, fmt.Errorf("docker import: %w", err)
+	}
+	return d, nil
+}
+
+func (d *dockerd) globalArgs() []string { return []string{"-H", "unix://" + d.sock} }
+
+func (d *dockerd) clientEnv() []string {
+	return []string{"DOCKER_CONFIG=" + filepath.Join(d.dir, "client")}
+}
+
+// quiet runs a docker command outside any test, for start and stop.
+func (d *dockerd) quiet(timeout time.Duration, stdin string, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, dockerBin, append(d.globalArgs(), args...)...)
+	cmd.Env = append(os.Environ(), d.clientEnv()...)
+	if stdin != "" {
+		f, err := os.Open(stdin)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd.Stdin = f
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func (d *dockerd) docker(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCmd(t, 90*time.Second, d.clientEnv(), "", dockerBin, append(d.globalArgs(), args...)...)
+}
+
+var containerSeq atomic.Int64
+
+func containerName() string {
+	return fmt.Sprintf("gre-%d-%d", os.Getpid(), containerSeq.Add(1))
+}
+
+// runProbe runs the probe in a new container of img:1 with the given docker run flags.
+func (d *dockerd) runProbe(t *testing.T, flags ...string) result {
+	t.Helper()
+	name := containerName()
+	t.Cleanup(func() { _ = d.quiet(30*time.Second, "", "rm", "-f", name) })
+	args := append([]string{"run", "--rm", "--name", name, "--network", "none"}, flags...)
+	return d.docker(t, append(args, imageName, "sh", "-c", probe)...)
+}
+
+// info returns dockerd's runtimes and default runtime.
+func (d *dockerd) info(t *testing.T) (map[string]struct{ Path string }, string) {
+	t.Helper()
+	r := d.docker(t, "info", "--format", "{{json .Runtimes}}\n{{.DefaultRuntime}}")
+	lines := strings.SplitN(strings.TrimSpace(r.stdout), "\n", 2)
+	if r.code != 0 || len(lines) != 2 {
+		t.Fatalf("docker info: %s", r)
+	}
+	var runtimes map[string]struct{ Path string }
+	if err := json.Unmarshal([]byte(lines[0]), &runtimes); err != nil {
+		t.Fatalf("decode docker info's runtimes %q: %v", lines[0], err)
+	}
+	return runtimes, strings.TrimSpace(lines[1])
+}
+
+// checkDaemonJSON checks what gpu-ctk wrote: the runtime, the default runtime, and the keys
+// it had to keep.
+func checkDaemonJSON(t *testing.T, d *dockerd, wantDefault string) {
+	t.Helper()
+	data, err := os.ReadFile(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Runtimes          map[string]struct{ Path string }
+		DefaultRuntime    string `json:"default-runtime"`
+		DeprecatedKeyPath string `json:"deprecated-key-path"`
+		ShutdownTimeout   int    `json:"shutdown-timeout"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("decode %s: %v\n%s", d.config, err, data)
+	}
+	if cfg.Runtimes["gpu"].Path != wrapper || cfg.DefaultRuntime != wantDefault || cfg.DeprecatedKeyPath == "" || cfg.ShutdownTimeout != 5 {
+		t.Errorf("daemon.json written by gpu-ctk: want runtimes.gpu.path %q, default-runtime %q and the earlier keys kept; got:\n%s", wrapper, wantDefault, data)
+	}
+	runtimes, def := d.info(t)
+	if runtimes["gpu"].Path != wrapper {
+		t.Errorf("dockerd's runtime gpu has path %q, want %q (runtimes: %v)", runtimes["gpu"].Path, wrapper, runtimes)
+	}
+	want := wantDefault
+	if want == "" {
+		want = "runc" // dockerd's own default
+	}
+	if def != want {
+		t.Errorf("dockerd's default runtime is %q, want %q", def, want)
+	}
+}
+
+// TestDockerRuntimeFlag: gpu registered in daemon.json by `gpu-ctk runtime configure
+// --runtime=docker`, selected per container with --runtime=gpu (case 1).
+func TestDockerRuntimeFlag(t *testing.T) {
+	d := dockerWithRuntime(t)
+	t.Run("daemon.json and dockerd's runtimes", func(t *testing.T) {
+		checkDaemonJSON(t, d, "")
+	})
+	testCases := []struct {
+		description string
+		flags       []string
+		gpus        []int
+	}{
+		{description: "--runtime=gpu -e NVIDIA_VISIBLE_DEVICES=1 gets GPU 1 only", flags: []string{"--runtime=gpu", "-e", "NVIDIA_VISIBLE_DEVICES=1"}, gpus: []int{1}},
+		{description: "--runtime=gpu --gpus all gets both GPUs", flags: []string{"--runtime=gpu", "--gpus", "all"}, gpus: []int{0, 1}},
+		{description: "--runtime=gpu without a request gets no GPU", flags: []string{"--runtime=gpu"}},
+		{description: "the default runtime (runc) ignores NVIDIA_VISIBLE_DEVICES", flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=1"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			r := d.runProbe(t, tc.flags...)
+			if r.code != 0 {
+				logRuntimeTail(t)
+				t.Fatalf("docker run %v: %s", tc.flags, r)
+			}
+			wantGPUs(t, r.stdout, tc.gpus...)
+		})
+	}
+	// --gpus without gpu-runtime: dockerd adds nvidia-container-runtime-hook (gpu-hook) and runc
+	// runs it; gpu-hook refuses rather than start a container without its GPUs.
+	t.Run("--gpus under runc fails and names the fix", func(t *testing.T) {
+		r := d.runProbe(t, "--gpus", "all")
+		if r.code != 125 || strings.Contains(r.stdout, "probe-done") {
+			t.Fatalf("want docker run to fail with exit 125 before the container runs: %s", r)
+		}
+		for _, want := range []string{"container was created without gpu-runtime", "--runtime=gpu"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("docker run's error lacks %q:\n%s", want, r.stderr)
+			}
+		}
+	})
+}
+
+// TestDockerDefaultRuntime: gpu as dockerd's default runtime (gpu-ctk --set-as-default) and
+// nvidia-container-runtime-hook on dockerd's PATH, so that plain `docker run --gpus` works
+// (case 2).
+func TestDockerDefaultRuntime(t *testing.T) {
+	d := dockerWithDefault(t)
+	t.Run("daemon.json and dockerd's runtimes", func(t *testing.T) {
+		checkDaemonJSON(t, d, "gpu")
+	})
+	testCases := []struct {
+		description string
+		flags       []string
+		gpus        []int
+	}{
+		{description: "--gpus all gets both GPUs", flags: []string{"--gpus", "all"}, gpus: []int{0, 1}},
+		{description: `--gpus "device=1" gets GPU 1 only`, flags: []string{"--gpus", `"device=1"`}, gpus: []int{1}},
+		{description: "--gpus device=<UUID of GPU 1> gets GPU 1 only", flags: []string{"--gpus", "device=" + host.Options.GPUs[1].UUID}, gpus: []int{1}},
+		{description: "--gpus 1 (a count) gets GPU 0", flags: []string{"--gpus", "1"}, gpus: []int{0}},
+		{description: "-e NVIDIA_VISIBLE_DEVICES=1 without --gpus gets GPU 1", flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=1"}, gpus: []int{1}},
+		{description: "a container asking for no GPU is unaffected"},
+		{description: "--runtime=runc ignores NVIDIA_VISIBLE_DEVICES", flags: []string{"--runtime=runc", "-e", "NVIDIA_VISIBLE_DEVICES=all"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			r := d.runProbe(t, tc.flags...)
+			if r.code != 0 {
+				logRuntimeTail(t)
+				t.Fatalf("docker run %v: %s", tc.flags, r)
+			}
+			wantGPUs(t, r.stdout, tc.gpus...)
+		})
+	}
+}
+
+// TestDockerErrors: a failure of gpu-runtime or of its requirement check reaches the docker
+// user in docker run's error, and the container never runs (case 3). gpu-runtime writes its own
+// errors to runc's --log in runc's JSON format, where containerd's shim reads the message.
+func TestDockerErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		daemon      func(*testing.T) *dockerd
+		flags       []string
+		want        []string
+	}{
+		{description: "unsatisfied requirement (--gpus all, gpu the default runtime)", daemon: dockerWithDefault,
+			flags: []string{"-e", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "--gpus", "all"},
+			want: []string{"unsatisfied condition: cuda>=99.0",
+				"please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"}},
+		{description: "unknown device (--runtime=gpu)", daemon: dockerWithRuntime,
+			flags: []string{"--runtime=gpu", "-e", "NVIDIA_VISIBLE_DEVICES=7"},
+			want:  []string{`unknown device "7"`, "this host has GPUs 0 (" + host.Options.GPUs[0].UUID + "), 1 (" + host.Options.GPUs[1].UUID + ")"}},
+		{description: "unknown device UUID (gpu the default runtime)", daemon: dockerWithDefault,
+			flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000"},
+			want:  []string{`unknown device "GPU-00000000-0000-0000-0000-000000000000"`}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			requireSetup(t)
+			d := tc.daemon(t)
+			r := d.runProbe(t, tc.flags...)
+			// 125: docker itself failed (here: the runtime's create), not the container.
+			if r.code != 125 || strings.Contains(r.stdout, "probe-done") {
+				t.Fatalf("want docker run to fail with exit 125 before the container runs: %s", r)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("docker run's error lacks %q:\n%s", want, r.stderr)
+				}
+			}
+		})
+	}
+}
