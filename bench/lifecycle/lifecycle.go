@@ -215,7 +215,8 @@ func countHooks(path string) int {
 type traceResult struct {
 	hookEntries int // hook entries in the spec runc was given
 	// hookProcs are the processes exec'd during the lifecycle that are neither the runtime
-	// (gpu-runtime, runc, runc init) nor the container's own process, by comm.
+	// (gpu-runtime, runc, runc init) nor the container's own process, by comm. A process
+	// that execs another program stays one process: "gpu-hook update-ldcache → ldconfig".
 	hookProcs []string
 	hookMs    map[string][]float64 // exec-to-exit time of each, by comm
 	// wrapperMs is, in the create invocation, the time from gpu-runtime's exec to its exec of
@@ -246,6 +247,7 @@ func (l *lab) analyze(marks [5]int64, createPID, initPID int) *traceResult {
 		}
 	}
 	var createExecs []procEvent
+	hookIndex := map[int]int{} // pid -> index in r.hookProcs
 	for _, e := range events {
 		if !e.exec || e.ts < marks[0] || e.ts > marks[4] {
 			continue
@@ -265,7 +267,12 @@ func (l *lab) analyze(marks [5]int64, createPID, initPID int) *traceResult {
 		if name == "" {
 			name = "? (exited before it could be named)"
 		}
-		r.hookProcs = append(r.hookProcs, name)
+		if i, seen := hookIndex[e.pid]; seen {
+			r.hookProcs[i] += " → " + name // execve: the same process runs another program
+		} else {
+			hookIndex[e.pid] = len(r.hookProcs)
+			r.hookProcs = append(r.hookProcs, name)
+		}
 		if end, ok := exitAt[e.pid]; ok && end >= e.ts {
 			r.hookMs[name] = append(r.hookMs[name], float64(end-e.ts)/1e6)
 		}
