@@ -47,11 +47,11 @@ func PlanConfigure(engine Engine, opts Options) (*Plan, error) {
 	}
 	switch engine {
 	case Docker:
-		return planDocker(opts, configureDocker)
+		return planSingleFile(dockerFile, opts, configureDocker)
 	case Containerd:
 		return planContainerdConfigure(opts)
 	case CRIO:
-		return planCRIO(opts, configureCRIO)
+		return planSingleFile(crioFile, opts, configureCRIO)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
@@ -64,11 +64,11 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	}
 	switch engine {
 	case Docker:
-		return planDocker(opts, unconfigureDocker)
+		return planSingleFile(dockerFile, opts, unconfigureDocker)
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
-		return planCRIO(opts, func(current []byte, opts Options) (edit, error) {
+		return planSingleFile(crioFile, opts, func(current []byte, opts Options) (edit, error) {
 			content, changed, err := UnconfigureCRIO(current, opts)
 			return edit{content: content, changed: changed}, err
 		})
@@ -76,24 +76,19 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
 
-func planDocker(opts Options, fn func([]byte, Options) (edit, error)) (*Plan, error) {
-	f, err := readConfig(opts.ConfigPath)
-	if err != nil {
-		return nil, err
-	}
-	e, err := fn(f.content, opts)
-	if err != nil {
-		return nil, withPath(err, f.path)
-	}
-	p := &Plan{Engine: Docker, Files: []string{f.path}, Notes: e.notes}
-	if e.changed {
-		p.Changes = append(p.Changes, f.change(e.content, true))
-		p.Next = []string{"restart dockerd: systemctl restart docker"}
-	}
-	return p, nil
+// singleFile describes an engine whose registration is one file.
+type singleFile struct {
+	engine Engine
+	backup bool   // the file holds the user's settings: back it up before changing it
+	next   string // what the user does after a change
 }
 
-func planCRIO(opts Options, fn func([]byte, Options) (edit, error)) (*Plan, error) {
+var (
+	dockerFile = singleFile{engine: Docker, backup: true, next: "restart dockerd: systemctl restart docker"}
+	crioFile   = singleFile{engine: CRIO, backup: false, next: "restart cri-o: systemctl restart crio"}
+)
+
+func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit, error)) (*Plan, error) {
 	f, err := readConfig(opts.ConfigPath)
 	if err != nil {
 		return nil, err
@@ -102,10 +97,10 @@ func planCRIO(opts Options, fn func([]byte, Options) (edit, error)) (*Plan, erro
 	if err != nil {
 		return nil, withPath(err, f.path)
 	}
-	p := &Plan{Engine: CRIO, Files: []string{f.path}, Notes: e.notes}
+	p := &Plan{Engine: sf.engine, Files: []string{f.path}, Notes: e.notes}
 	if e.changed {
-		p.Changes = append(p.Changes, f.change(e.content, false))
-		p.Next = []string{"restart cri-o: systemctl restart crio"}
+		p.Changes = append(p.Changes, f.change(e.content, sf.backup))
+		p.Next = []string{sf.next}
 	}
 	return p, nil
 }
