@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/engine"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
 func init() {
@@ -41,7 +42,7 @@ flags:
 `
 
 // hookName is the executable dockerd looks for on its PATH before it accepts --gpus.
-const hookName = "nvidia-container-runtime-hook"
+const hookName = request.DockerHookName
 
 // host is what the runtime command asks of the machine; tests replace it.
 type host struct {

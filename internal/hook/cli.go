@@ -9,13 +9,9 @@ import (
 	"syscall"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
-
-// DockerHookName is the name dockerd looks for to enable --gpus; packaging installs it as a
-// link to gpu-hook. gpu-runtime removes that hook from every spec it handles, so the hook
-// only runs when a --gpus container bypassed gpu-runtime.
-const DockerHookName = "nvidia-container-runtime-hook"
 
 // ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
 var ErrBypassed = errors.New("container was created without gpu-runtime")
@@ -30,8 +26,11 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if filepath.Base(argv0) == DockerHookName {
-		return fmt.Errorf("%w: docker ran %s for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json", ErrBypassed, DockerHookName)
+	// Packaging installs request.DockerHookName as a link to gpu-hook; gpu-runtime removes
+	// that hook from every spec it handles, so it only runs when a --gpus container
+	// bypassed gpu-runtime.
+	if filepath.Base(argv0) == request.DockerHookName {
+		return fmt.Errorf("%w: docker ran %s for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json", ErrBypassed, request.DockerHookName)
 	}
 	if len(args) == 0 {
 		return errors.New("usage: gpu-hook update-ldcache|prestart [flags] (run by gpu-runtime as an OCI hook)")

@@ -102,13 +102,13 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 }
 
 func hasDockerHook(sf *oci.SpecFile) bool {
-	if sf.Spec.Hooks == nil || !bytes.Contains(sf.Raw, []byte(plan.DockerHookName)) {
+	if sf.Spec.Hooks == nil || !bytes.Contains(sf.Raw, []byte(request.DockerHookName)) {
 		return false
 	}
 	h := sf.Spec.Hooks
 	for _, list := range [][]specs.Hook{h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop} { //nolint:staticcheck
 		for _, hk := range list {
-			if oci.HookNamed(hk, plan.DockerHookName) {
+			if oci.HookNamed(hk, request.DockerHookName) {
 				return true
 			}
 		}

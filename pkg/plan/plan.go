@@ -27,8 +27,6 @@ var (
 	ErrMissingLibrary = errors.New("missing driver library")
 )
 
-// DockerHookName is the prestart hook docker adds for --gpus (moby daemon/nvidia_linux.go).
-const DockerHookName = "nvidia-container-runtime-hook"
 
 // HookEnv is the explicit environment of every hook gpu-runtime writes. A hook entry without
 // env would inherit the container's environment (CVE-2025-23266).
@@ -56,7 +54,7 @@ type Plan struct {
 // Build plans the injection for req on host.
 func Build(req request.Request, host Host) (Plan, error) {
 	var p Plan
-	p.Edits.RemoveHooks = []string{DockerHookName}
+	p.Edits.RemoveHooks = []string{request.DockerHookName}
 	if !req.IsGPU() {
 		return p, nil
 	}

@@ -116,7 +116,7 @@ func TestBuild(t *testing.T) {
 			if got := paths(p.GPUs, func(g discover.GPU) string { return g.UUID }); !reflect.DeepEqual(got, tc.wantGPUs) {
 				t.Errorf("gpus = %v, want %v", got, tc.wantGPUs)
 			}
-			if !reflect.DeepEqual(p.Edits.RemoveHooks, []string{DockerHookName}) {
+			if !reflect.DeepEqual(p.Edits.RemoveHooks, []string{request.DockerHookName}) {
 				t.Errorf("RemoveHooks = %v", p.Edits.RemoveHooks)
 			}
 			if (len(p.Edits.Hooks) == 1) != tc.wantHook {

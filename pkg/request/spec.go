@@ -10,6 +10,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// DockerHookName is the prestart hook dockerd adds for --gpus (moby daemon/nvidia_linux.go),
+// and the executable dockerd must find on its PATH to accept --gpus at all. gpu-runtime
+// honours the request it stands for through the spec and removes the entry.
+const DockerHookName = "nvidia-container-runtime-hook"
+
 // DeviceListMountDir is where a device plugin requests devices with /dev/null mounts:
 // a mount of /dev/null at <DeviceListMountDir>/<device> asks for <device>.
 const DeviceListMountDir = "/var/run/nvidia-container-devices"
@@ -68,7 +73,7 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 
 // gpuMarkers are strings at least one of which any GPU request's spec contains.
 var gpuMarkers = [][]byte{
-	[]byte(EnvVisibleDevices), []byte(EnvCUDAVersion), []byte(DeviceListMountDir), []byte("nvidia-container-runtime-hook"),
+	[]byte(EnvVisibleDevices), []byte(EnvCUDAVersion), []byte(DeviceListMountDir), []byte(DockerHookName),
 }
 
 // MayRequestGPU is a fast pre-check on a raw config.json: false means the spec cannot ask
