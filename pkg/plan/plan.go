@@ -27,7 +27,6 @@ var (
 	ErrMissingLibrary = errors.New("missing driver library")
 )
 
-
 // HookEnv is the explicit environment of every hook gpu-runtime writes. A hook entry without
 // env would inherit the container's environment (CVE-2025-23266).
 var HookEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
