@@ -27,11 +27,6 @@ func ParseGPU(v string) (requirements.GPU, error) {
 	return requirements.GPU{Index: idx, Arch: parts[1], Brand: strings.ToLower(parts[2])}, nil
 }
 
-// FormatGPU is the inverse of ParseGPU.
-func FormatGPU(g requirements.GPU) string {
-	return fmt.Sprintf("%d,%s,%s", g.Index, g.Arch, g.Brand)
-}
-
 // CheckRequirements is the prestart check: it reads the container's NVIDIA_REQUIRE_*
 // (and legacy CUDA_VERSION) from <bundle>/config.json and evaluates them against the host
 // facts the runtime passed. The error text starts with "unsatisfied condition: " when

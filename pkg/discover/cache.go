@@ -128,12 +128,13 @@ func Fingerprint(opts Options, devices DeviceNodes) string {
 		fmt.Fprintf(h, "%s %s %d:%d %d %d.%d %d.%d\n", label, p, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	}
 	// The NVML library every candidate path resolves to (a driver upgrade replaces it).
-	for _, c := range NVMLCandidates(opts.DriverRoot) {
+	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
+	for _, c := range nvmlCandidates(opts.DriverRoot, entries) {
 		stamp("nvml", c)
 	}
 	// The loader cache and library directories (driver files added or removed).
 	stamp("ldcache", inRootLexical(opts.DriverRoot, "/etc/ld.so.cache"))
-	dirs64, dirs32 := libSearchDirs(opts.DriverRoot)
+	dirs64, dirs32 := libSearchDirs(entries)
 	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
 		stamp("dir", inRootLexical(opts.DriverRoot, d))
 	}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -74,7 +73,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 		return nil, fmt.Errorf("find driver files: driver root %s is not a directory", root)
 	}
 
-	dirs64, dirs32 := libSearchDirs(root)
+	dirs64, dirs32 := libSearchDirs(rootLDCache(root))
 	var files []File
 	for _, c := range capabilities.All {
 		set := capabilities.Table[c]
@@ -136,20 +135,18 @@ func FindDriverFiles(root, version string) ([]File, error) {
 // libSearchDirs returns the root-relative directories to search, 64-bit and 32-bit: those
 // the root's ld.so.cache names for driver libraries first, then the standard ones, each
 // followed by its vdpau/ subdirectory.
-func libSearchDirs(root string) (dirs64, dirs32 []string) {
+func libSearchDirs(entries []ldcache.Entry) (dirs64, dirs32 []string) {
 	var cache64, cache32 []string
-	if entries, err := ldcache.Load(inRootLexical(root, "/etc/ld.so.cache")); err == nil {
-		prefixes := capabilities.LibraryPrefixes()
-		for _, e := range entries {
-			if !hasDriverPrefix(e.Name, prefixes) {
-				continue
-			}
-			dir := path.Dir(e.Path)
-			if e.Bits == 32 {
-				cache32 = append(cache32, dir)
-			} else {
-				cache64 = append(cache64, dir)
-			}
+	prefixes := capabilities.LibraryPrefixes()
+	for _, e := range entries {
+		if !hasDriverPrefix(e.Name, prefixes) {
+			continue
+		}
+		dir := path.Dir(e.Path)
+		if e.Bits == 32 {
+			cache32 = append(cache32, dir)
+		} else {
+			cache64 = append(cache64, dir)
 		}
 	}
 	return withVDPAU(dedupe(append(cache64, libDirs64...))), withVDPAU(dedupe(append(cache32, libDirs32...)))
@@ -242,9 +239,4 @@ func elfBits(p string) (int, error) {
 		return 32, nil
 	}
 	return 0, fmt.Errorf("%s: unknown ELF class %d", p, ident[4])
-}
-
-// SortFiles orders files by container path, for stable output.
-func SortFiles(files []File) {
-	sort.SliceStable(files, func(i, j int) bool { return files[i].ContainerPath < files[j].ContainerPath })
 }

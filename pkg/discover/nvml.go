@@ -18,6 +18,17 @@ const nvmlSONAME = "libnvidia-ml.so.1"
 // NVMLCandidates returns the host paths where libnvidia-ml.so.1 is looked for, in order:
 // the driver root's ld.so.cache entries, then the standard library directories.
 func NVMLCandidates(root string) []string {
+	return nvmlCandidates(root, rootLDCache(root))
+}
+
+// rootLDCache reads the driver root's ld.so.cache; a missing or unreadable cache is empty
+// (the standard directories are searched anyway).
+func rootLDCache(root string) []ldcache.Entry {
+	entries, _ := ldcache.Load(inRootLexical(root, "/etc/ld.so.cache"))
+	return entries
+}
+
+func nvmlCandidates(root string, entries []ldcache.Entry) []string {
 	var out []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -26,11 +37,9 @@ func NVMLCandidates(root string) []string {
 			out = append(out, p)
 		}
 	}
-	if entries, err := ldcache.Load(inRootLexical(root, "/etc/ld.so.cache")); err == nil {
-		for _, e := range entries {
-			if e.Name == nvmlSONAME && e.Bits != 32 {
-				add(inRootLexical(root, e.Path))
-			}
+	for _, e := range entries {
+		if e.Name == nvmlSONAME && e.Bits != 32 {
+			add(inRootLexical(root, e.Path))
 		}
 	}
 	for _, dir := range libDirs64 {

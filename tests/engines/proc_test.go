@@ -87,14 +87,6 @@ func openOut(t *testing.T, dir, name string) *os.File {
 }
 
 // mustRun is runCmd that fails the test unless the command exits 0; it returns stdout.
-func mustRun(t *testing.T, timeout time.Duration, env []string, stdin, name string, args ...string) string {
-	t.Helper()
-	r := runCmd(t, timeout, env, stdin, name, args...)
-	if r.code != 0 {
-		t.Fatalf("%s %s: %s", name, strings.Join(args, " "), r)
-	}
-	return r.stdout
-}
 
 // daemon is an engine process started by the suite, in a process group of its own, with all
 // of its files under dir.
