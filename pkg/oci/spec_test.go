@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -113,19 +114,28 @@ func TestReadSpecErrors(t *testing.T) {
 
 func ptr(s string) *string { return &s }
 
-func TestWriteFileAtomicFailureLeavesOriginal(t *testing.T) {
+func TestWriteFileAtomicFailureCleansUp(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(p, []byte("original"), 0o644); err != nil {
+	// The target is a non-empty directory: the temporary file is written, then the rename
+	// fails. The error must say so and the temporary file must be gone.
+	target := filepath.Join(dir, "config.json")
+	if err := os.MkdirAll(filepath.Join(target, "inside"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A read-only directory makes the temporary file impossible (root bypasses mode bits,
-	// so use a path whose directory does not exist instead).
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "config.json"), []byte("x"), 0o644); err == nil {
-		t.Fatal("want error for missing directory")
+	err := WriteFileAtomic(target, []byte("x"), 0o644)
+	if err == nil || !strings.HasPrefix(err.Error(), "replace "+target+": rename ") {
+		t.Fatalf("error = %v", err)
 	}
-	data, _ := os.ReadFile(p)
-	if string(data) != "original" {
-		t.Errorf("original changed: %q", data)
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "config.json" {
+		t.Errorf("left behind: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(target, "inside")); err != nil {
+		t.Errorf("target changed: %v", err)
+	}
+	// A missing directory fails before anything is written.
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "config.json"), []byte("x"), 0o644); err == nil ||
+		!strings.HasPrefix(err.Error(), "create temporary file for "+filepath.Join(dir, "missing", "config.json")+": ") {
+		t.Errorf("missing dir: error = %v", err)
 	}
 }
