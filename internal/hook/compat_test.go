@@ -125,6 +125,7 @@ func TestRunMessages(t *testing.T) {
 			"gpu-hook: container was created without gpu-runtime: docker ran nvidia-container-runtime-hook for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json"},
 		{"unknown subcommand", "gpu-hook", []string{"poststart"}, "", `gpu-hook: unknown subcommand "poststart"`},
 		{"bad --gpu", "gpu-hook", []string{"prestart", "--gpu", "x"}, "", `gpu-hook: --gpu "x": want INDEX,ARCH,BRAND`},
+		{"bad --gpu index", "gpu-hook", []string{"prestart", "--gpu", "-1,8.0,tesla"}, "", `gpu-hook: --gpu "-1,8.0,tesla": bad index "-1"`},
 		{"no state on stdin", "gpu-hook", []string{"prestart"}, "", "gpu-hook: bad hook input: decode container state from stdin: EOF"},
 	}
 	for _, tc := range testCases {

@@ -157,3 +157,16 @@ func TestLowLevelRuntimeWithoutPATH(t *testing.T) {
 		t.Fatalf("got %q, %v; want %q", got, err, runc)
 	}
 }
+
+func TestCTKNotFound(t *testing.T) {
+	saved := systemDirs
+	systemDirs = nil
+	defer func() { systemDirs = saved }()
+	t.Setenv("PATH", t.TempDir())
+	self := exe(t, filepath.Join(t.TempDir(), "gpu-runtime"))
+	_, err := toolPath(CTKName, "", self, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
+	want := "find gpu-ctk: not next to " + self + " nor in PATH; install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)"
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v\nwant    %s", err, want)
+	}
+}

@@ -37,6 +37,9 @@ type cacheFile struct {
 // ErrTimeout: NVML did not answer in time.
 var ErrTimeout = errors.New("GPU discovery timed out")
 
+// errStale: the cache answers for a host that has since changed (a normal event).
+var errStale = errors.New("discovery cache is stale")
+
 // Options configure Discover.
 type Options struct {
 	DriverRoot string
@@ -56,7 +59,8 @@ type Options struct {
 type Result struct {
 	Host     Host
 	CacheHit bool
-	// CacheProblem says why an existing cache was not used ("" when it was, or none existed).
+	// CacheProblem says why an existing cache could not be trusted or written ("" when it
+	// was used, or was missing or stale, which are normal).
 	CacheProblem string
 }
 
@@ -74,7 +78,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 		if problem == nil {
 			return Result{Host: host, CacheHit: true}, nil
 		}
-		if !errors.Is(problem, fs.ErrNotExist) {
+		if !errors.Is(problem, fs.ErrNotExist) && !errors.Is(problem, errStale) {
 			res.CacheProblem = problem.Error()
 		}
 	}
@@ -198,7 +202,7 @@ func readCache(p, fp string) (Host, error) {
 		return Host{}, fmt.Errorf("discovery cache %s ignored: %w", p, err)
 	}
 	if c.Version != CacheVersion || c.Fingerprint != fp {
-		return Host{}, fmt.Errorf("discovery cache %s is stale: the host changed", p)
+		return Host{}, fmt.Errorf("%w: %s: the host changed", errStale, p)
 	}
 	if c.Host.Driver.Version == "" {
 		return Host{}, fmt.Errorf("discovery cache %s ignored: no driver version", p)

@@ -1,0 +1,146 @@
+package discover
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// discoverEnv is a driver root with one library directory and a query that counts its calls.
+type discoverEnv struct {
+	opts    Options
+	queries int
+}
+
+func newDiscoverEnv(t *testing.T) *discoverEnv {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib/x86_64-linux-gnu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &discoverEnv{}
+	e.opts = Options{DriverRoot: root, DevRoot: t.TempDir(), ProcRoot: t.TempDir(), CacheFile: filepath.Join(t.TempDir(), "run", "cache.json")}
+	e.opts.Query = func(context.Context, string) (Driver, error) {
+		e.queries++
+		return Driver{Version: "550.54.15", CUDAVersion: "12.4", GPUs: []GPU{{Index: 0, UUID: "GPU-a"}}}, nil
+	}
+	return e
+}
+
+func (e *discoverEnv) discover(t *testing.T) Result {
+	t.Helper()
+	res, err := Discover(e.opts, DeviceNodes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Host.Driver.Version != "550.54.15" {
+		t.Fatalf("host = %+v", res.Host)
+	}
+	return res
+}
+
+func TestDiscoverCache(t *testing.T) {
+	e := newDiscoverEnv(t)
+	if r := e.discover(t); r.CacheHit || r.CacheProblem != "" || e.queries != 1 {
+		t.Fatalf("first: %+v, %d queries", r, e.queries)
+	}
+	if fi, err := os.Stat(e.opts.CacheFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cache file: %v %v", fi, err)
+	}
+	if r := e.discover(t); !r.CacheHit || e.queries != 1 {
+		t.Fatalf("second: %+v, %d queries", r, e.queries)
+	}
+
+	// The host changes (a file appears in a library directory): silently re-queried.
+	if err := os.WriteFile(filepath.Join(e.opts.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.560.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.discover(t); r.CacheHit || r.CacheProblem != "" || e.queries != 2 {
+		t.Fatalf("after a change: %+v, %d queries", r, e.queries)
+	}
+
+	testCases := []struct {
+		description string
+		spoil       func(p string) error
+		wantProblem string
+	}{
+		{"corrupt", func(p string) error { return os.WriteFile(p, []byte("{not json"), 0o600) },
+			"discovery cache " + e.opts.CacheFile + " ignored: invalid character 'n' looking for beginning of object key string"},
+		{"world-writable", func(p string) error { return os.Chmod(p, 0o666) },
+			"discovery cache " + e.opts.CacheFile + " ignored: not a regular file owned by us and writable only by us"},
+		{"no driver version", func(p string) error {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, []byte(strings.Replace(string(data), `"550.54.15"`, `""`, 1)), 0o600)
+		}, "discovery cache " + e.opts.CacheFile + " ignored: no driver version"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e.discover(t) // a valid cache to spoil
+			if err := tc.spoil(e.opts.CacheFile); err != nil {
+				t.Fatal(err)
+			}
+			before := e.queries
+			r := e.discover(t)
+			if r.CacheHit || r.CacheProblem != tc.wantProblem || e.queries != before+1 {
+				t.Fatalf("got %+v (%d queries)\nwant problem %q", r, e.queries-before, tc.wantProblem)
+			}
+			if r := e.discover(t); !r.CacheHit {
+				t.Errorf("cache not rebuilt: %+v", r)
+			}
+		})
+	}
+
+	off := e.opts
+	off.CacheFile = ""
+	before := e.queries
+	if r, err := Discover(off, DeviceNodes{}); err != nil || r.CacheHit || e.queries != before+1 {
+		t.Errorf("cache off: %+v %v", r, err)
+	}
+}
+
+func TestDiscoverQueryErrors(t *testing.T) {
+	e := newDiscoverEnv(t)
+	e.opts.Timeout = 50 * time.Millisecond
+	e.opts.Query = func(ctx context.Context, _ string) (Driver, error) {
+		<-ctx.Done()
+		return Driver{}, ctx.Err()
+	}
+	_, err := Discover(e.opts, DeviceNodes{})
+	want := "GPU discovery timed out: NVML did not answer within 50ms (setting discovery.timeout): the NVIDIA driver may be hung or still initialising; check nvidia-smi on the host, and enable persistence mode (nvidia-smi -pm 1)"
+	if err == nil || err.Error() != want || !errors.Is(err, ErrTimeout) {
+		t.Errorf("timeout error = %v", err)
+	}
+	e.opts.Query = nil
+	if _, err := Discover(e.opts, DeviceNodes{}); err == nil || err.Error() != "discover: no NVML query configured" {
+		t.Errorf("no query: %v", err)
+	}
+	if _, err := os.Stat(e.opts.CacheFile); err == nil {
+		t.Error("a failed discovery wrote a cache")
+	}
+}
+
+func TestFindDriverFilesErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testCases := []struct{ description, root, version, wantErr string }{
+		{"empty version", t.TempDir(), "", "find driver files: empty driver version"},
+		{"root is a file", file, "1.0", "find driver files: driver root " + file + " is not a directory"},
+		{"root missing", "/nonexistent-root", "1.0", "find driver files: driver root: stat /nonexistent-root: no such file or directory"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if _, err := FindDriverFiles(tc.root, tc.version); err == nil || err.Error() != tc.wantErr {
+				t.Errorf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
