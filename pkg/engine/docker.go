@@ -41,15 +41,7 @@ func UnconfigureDocker(current []byte, opts Options) ([]byte, bool, error) {
 }
 
 func configureDocker(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(Docker, true)
-	if err != nil {
-		return edit{}, err
-	}
-	top, err := parseJSONObject(current)
-	if err != nil {
-		return edit{}, err
-	}
-	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
+	opts, top, runtimes, entry, err := loadDocker(current, opts, true)
 	if err != nil {
 		return edit{}, err
 	}
@@ -91,15 +83,7 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 }
 
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(Docker, false)
-	if err != nil {
-		return edit{}, err
-	}
-	top, err := parseJSONObject(current)
-	if err != nil {
-		return edit{}, err
-	}
-	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
+	opts, top, runtimes, entry, err := loadDocker(current, opts, false)
 	if err != nil {
 		return edit{}, err
 	}
@@ -131,6 +115,20 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	}
 	out, err := top.indent()
 	return edit{content: out, changed: true, notes: notes}, err
+}
+
+// loadDocker completes opts and parses daemon.json down to our runtime's entry.
+func loadDocker(current []byte, opts Options, configure bool) (Options, jsonObject, jsonObject, jsonObject, error) {
+	opts, err := opts.withDefaults(Docker, configure)
+	if err != nil {
+		return opts, nil, nil, nil, err
+	}
+	top, err := parseJSONObject(current)
+	if err != nil {
+		return opts, nil, nil, nil, err
+	}
+	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
+	return opts, top, runtimes, entry, err
 }
 
 // dockerRuntime returns daemon.json's runtimes object (empty when absent) and its entry name
