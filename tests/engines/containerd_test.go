@@ -168,19 +168,10 @@ func TestContainerdCtr(t *testing.T) {
 		t.Run(tc.description, func(t *testing.T) {
 			r := c.ctrRun(t, tc.flags...)
 			if tc.wantErr != "" {
-				if r.code == 0 || strings.Contains(r.stdout, "probe-done") {
-					t.Fatalf("want ctr run to fail before the container runs: %s", r)
-				}
-				if !strings.Contains(r.stderr, tc.wantErr) {
-					t.Errorf("ctr run's error lacks %q:\n%s", tc.wantErr, r.stderr)
-				}
+				wantRefused(t, "ctr run", r, 0, tc.wantErr)
 				return
 			}
-			if r.code != 0 {
-				logRuntimeTail(t)
-				t.Fatalf("ctr run %v: %s", tc.flags, r)
-			}
-			wantGPUs(t, r.stdout, tc.gpus...)
+			wantRan(t, fmt.Sprintf("ctr run %v", tc.flags), r, tc.gpus...)
 		})
 	}
 }

@@ -201,25 +201,14 @@ func TestDockerRuntimeFlag(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			r := d.runProbe(t, tc.flags...)
-			if r.code != 0 {
-				logRuntimeTail(t)
-				t.Fatalf("docker run %v: %s", tc.flags, r)
-			}
-			wantGPUs(t, r.stdout, tc.gpus...)
+			wantRan(t, fmt.Sprintf("docker run %v", tc.flags), r, tc.gpus...)
 		})
 	}
 	// --gpus without gpu-runtime: dockerd adds nvidia-container-runtime-hook (gpu-hook) and runc
 	// runs it; gpu-hook refuses rather than start a container without its GPUs.
 	t.Run("--gpus under runc fails and names the fix", func(t *testing.T) {
 		r := d.runProbe(t, "--gpus", "all")
-		if r.code != 125 || strings.Contains(r.stdout, "probe-done") {
-			t.Fatalf("want docker run to fail with exit 125 before the container runs: %s", r)
-		}
-		for _, want := range []string{"container was created without gpu-runtime", "--runtime=gpu"} {
-			if !strings.Contains(r.stderr, want) {
-				t.Errorf("docker run's error lacks %q:\n%s", want, r.stderr)
-			}
-		}
+		wantRefused(t, "docker run", r, 125, "container was created without gpu-runtime", "--runtime=gpu")
 	})
 }
 
@@ -247,11 +236,7 @@ func TestDockerDefaultRuntime(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			r := d.runProbe(t, tc.flags...)
-			if r.code != 0 {
-				logRuntimeTail(t)
-				t.Fatalf("docker run %v: %s", tc.flags, r)
-			}
-			wantGPUs(t, r.stdout, tc.gpus...)
+			wantRan(t, fmt.Sprintf("docker run %v", tc.flags), r, tc.gpus...)
 		})
 	}
 }
@@ -283,14 +268,7 @@ func TestDockerErrors(t *testing.T) {
 			d := tc.daemon(t)
 			r := d.runProbe(t, tc.flags...)
 			// 125: docker itself failed (here: the runtime's create), not the container.
-			if r.code != 125 || strings.Contains(r.stdout, "probe-done") {
-				t.Fatalf("want docker run to fail with exit 125 before the container runs: %s", r)
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(r.stderr, want) {
-					t.Errorf("docker run's error lacks %q:\n%s", want, r.stderr)
-				}
-			}
+			wantRefused(t, "docker run", r, 125, tc.want...)
 		})
 	}
 }

@@ -92,6 +92,32 @@ func wantGPUs(t *testing.T, out string, gpus ...int) {
 	}
 }
 
+// wantRan checks that the engine ran a probe container to completion and that it got exactly
+// the given GPUs (see wantGPUs). what names the command for the failure message.
+func wantRan(t *testing.T, what string, r result, gpus ...int) {
+	t.Helper()
+	if r.code != 0 {
+		logRuntimeTail(t)
+		t.Fatalf("%s: %s", what, r)
+	}
+	wantGPUs(t, r.stdout, gpus...)
+}
+
+// wantRefused checks that the engine failed before the container ran (with exit status code,
+// or any failure when code is 0) and that its error output holds each of msgs, as written or
+// with quotes escaped (podman echoes the runtime's logrus lines as they are).
+func wantRefused(t *testing.T, what string, r result, code int, msgs ...string) {
+	t.Helper()
+	if r.code == 0 || (code != 0 && r.code != code) || strings.Contains(r.stdout, "probe-done") {
+		t.Fatalf("want %s to fail (exit %d) before the container runs: %s", what, code, r)
+	}
+	for _, m := range msgs {
+		if !strings.Contains(r.stderr, m) && !strings.Contains(r.stderr, strings.ReplaceAll(m, `"`, `\"`)) {
+			t.Errorf("%s's error lacks %q:\n%s", what, m, r.stderr)
+		}
+	}
+}
+
 // logRuntimeTail logs the end of gpu-runtime's log file, for failures.
 func logRuntimeTail(t *testing.T) {
 	t.Helper()
