@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -122,15 +123,18 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	if err != nil {
 		return plan.Host{}, err
 	}
-	ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
-	if err != nil {
-		return plan.Host{}, err
-	}
 	devices, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
 	if err != nil {
 		return plan.Host{}, err
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: NVMLQuery(ctkPath)}
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: func(ctx context.Context, root string) (discover.Driver, error) {
+		// Located only on a cache miss, the only time gpu-ctk runs.
+		ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
+		if err != nil {
+			return discover.Driver{}, err
+		}
+		return NVMLQuery(ctkPath)(ctx, root)
+	}}
 	if cfg.Discovery.Cache {
 		dopts.CacheFile = cfg.Discovery.CacheFile
 	}

@@ -71,9 +71,10 @@ type Result struct {
 // path, the NVML library file, the driver root's ld.so.cache and library directories, the
 // GPU and capability device nodes, and the driver's /proc entries.
 func Discover(opts Options, devices DeviceNodes) (Result, error) {
-	fp := Fingerprint(opts, devices)
 	var res Result
+	var fp string
 	if opts.CacheFile != "" {
+		fp = Fingerprint(opts, devices)
 		host, problem := readCache(opts.CacheFile, fp)
 		if problem == nil {
 			return Result{Host: host, CacheHit: true}, nil
