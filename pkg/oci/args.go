@@ -1,6 +1,7 @@
 // Package oci reads the low-level runtime's command line, loads and atomically rewrites a
-// bundle's config.json without losing fields this runtime-spec version does not know, and
-// provides small composable, idempotent edits of an OCI spec.
+// bundle's config.json — decoding only the members GPU injection reads or edits and carrying
+// everything else over as read, so nothing this runtime-spec version does not know is lost —
+// and provides small composable, idempotent edits of an OCI spec.
 package oci
 
 import (

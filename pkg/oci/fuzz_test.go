@@ -1,9 +1,16 @@
 package oci
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // FuzzParseArgs: any command line either parses or fails with ErrArgs/ErrUnsupported, never
@@ -41,4 +48,56 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// FuzzSpecEncode: for any config.json ParseSpec accepts, GPU edits through the partial view
+// give the same spec as a full decode with the same edits, and Encode never fails.
+func FuzzSpecEncode(f *testing.F) {
+	for _, name := range []string{"runc-spec.json", "podman-config.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, seed := range []string{specWithUnknown, `{}`, `{"linux":{}}`, `{"process":null}`, `{"hooks":{"x":[]}}`,
+		`{"mounts":[{"destination":"/a","x":1},{"destination":"/a"}]}`} {
+		f.Add([]byte(seed))
+	}
+	path := filepath.Join(f.TempDir(), "config.json")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want specs.Spec
+		if json.Unmarshal(data, &want) != nil {
+			return // not a spec runc could read either
+		}
+		sf, err := ParseSpec(path, data)
+		if errors.Is(err, errAmbiguous) || (err != nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("null"))) {
+			return // refused on purpose (TestParseSpecRefusesAmbiguousMembers)
+		}
+		if err != nil {
+			t.Fatalf("full decode accepts it, ParseSpec does not: %v", err)
+		}
+		wantErr := Apply(&want, gpuEdits()...)
+		gotErr := Apply(sf.Spec, gpuEdits()...)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("edit errors differ: view %v, full %v", gotErr, wantErr)
+		}
+		if wantErr != nil {
+			return
+		}
+		out, err := sf.Encode()
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		var got specs.Spec
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("output does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Fatalf("differs from full decode + edits\ngot  %s\nwant %s", mustJSON(t, got), mustJSON(t, want))
+		}
+	})
 }

@@ -3,7 +3,9 @@ package oci
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,15 +15,31 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// SpecFile is a bundle's config.json, decoded, with what is needed to write it back
-// without losing anything.
+// SpecFile is a bundle's config.json, read so that it can be written back without losing
+// anything. Only the members gpu-runtime reads or edits are decoded (see Spec); every other
+// member is kept as the original bytes and written back unchanged, byte for byte. That keeps
+// fields this runtime-spec version does not know, numbers as written, and the cost of a
+// create independent of the parts of the spec GPU injection never touches (a seccomp
+// profile is most of a docker spec).
 type SpecFile struct {
 	Path string
+	// Spec is a partial view of the file: only process.env, process.capabilities, mounts,
+	// hooks, linux.devices and linux.resources.devices are decoded; everything else is zero
+	// here whatever the file says. Edits may change those members (and create the objects
+	// holding them); Encode refuses a view in which anything else was set.
 	Spec *specs.Spec
 	// Raw is the file as read.
 	Raw  []byte
 	mode fs.FileMode
+	// The JSON objects on the way to the decoded members, member name → original bytes;
+	// nil where the file has no such object.
+	top, process, linux, resources rawObject
+	// unknown lists the decoded members whose original holds keys this runtime-spec version
+	// does not know; Encode merges those keys back in.
+	unknown map[string]bool
 }
+
+type rawObject map[string]json.RawMessage
 
 // ConfigPath returns the path of a bundle's spec.
 func ConfigPath(bundle string) string { return filepath.Join(bundle, "config.json") }
@@ -41,34 +59,303 @@ func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat spec: %w", err)
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(raw, &spec); err != nil {
+	f := &SpecFile{Path: path, Raw: raw, mode: fi.Mode().Perm(), Spec: &specs.Spec{}, unknown: map[string]bool{}}
+	if err := f.decode(); err != nil {
 		return nil, fmt.Errorf("decode spec %s: %w", path, err)
 	}
-	return &SpecFile{Path: path, Spec: &spec, Raw: raw, mode: fi.Mode().Perm()}, nil
+	return f, nil
 }
 
-// Encode returns the edited spec as JSON. Fields present in the original file but unknown to
-// the runtime-spec version compiled in are carried over at every object level, and numbers
-// keep their original text.
+// errAmbiguous: an object gpu-runtime rewrites has members that Go's JSON decoder (runc's)
+// would merge into one: editing or keeping only one of them would change what runc reads.
+var errAmbiguous = errors.New("ambiguous members")
+
+// The members decoded at each level, with the objects on the way to them.
+var (
+	topMembers       = []string{"process", "mounts", "hooks", "linux"}
+	processMembers   = []string{"env", "capabilities"}
+	linuxMembers     = []string{"devices", "resources"}
+	resourcesMembers = []string{"devices"}
+)
+
+func (f *SpecFile) decode() error {
+	var err error
+	if f.top, err = decodeObject(f.Raw, "", topMembers); err != nil {
+		return err
+	}
+	if f.top == nil {
+		return errors.New("not a JSON object")
+	}
+	s := f.Spec
+	if f.process, err = object(f.top, "process", processMembers); err != nil {
+		return err
+	}
+	if f.process != nil {
+		s.Process = &specs.Process{}
+		err = errors.Join(
+			f.member(f.process, "process.env", &s.Process.Env),
+			f.member(f.process, "process.capabilities", &s.Process.Capabilities))
+	}
+	err = errors.Join(err,
+		f.member(f.top, "mounts", &s.Mounts),
+		f.member(f.top, "hooks", &s.Hooks))
+	if err != nil {
+		return err
+	}
+	if f.linux, err = object(f.top, "linux", linuxMembers); err != nil || f.linux == nil {
+		return err
+	}
+	s.Linux = &specs.Linux{}
+	if err := f.member(f.linux, "linux.devices", &s.Linux.Devices); err != nil {
+		return err
+	}
+	if f.resources, err = object(f.linux, "linux.resources", resourcesMembers); err != nil || f.resources == nil {
+		return err
+	}
+	s.Linux.Resources = &specs.LinuxResources{}
+	return f.member(f.resources, "linux.resources.devices", &s.Linux.Resources.Devices)
+}
+
+// object decodes the member path (dot-separated) of parent as a JSON object whose members
+// named decoded are read by gpu-runtime; nil when absent or null.
+func object(parent rawObject, path string, decoded []string) (rawObject, error) {
+	raw, ok := parent[path[strings.LastIndexByte(path, '.')+1:]]
+	if !ok {
+		return nil, nil
+	}
+	return decodeObject(raw, path, decoded)
+}
+
+// decodeObject splits a JSON object into its members (nil for null). A duplicate member, or
+// one that differs from a member of decoded only in case, is refused with errAmbiguous: Go's
+// JSON decoder (runc's) would merge them.
+func decodeObject(data []byte, path string, decoded []string) (rawObject, error) {
+	at := func(err error) error {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
+		}
+		if path == "" {
+			return err
+		}
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, at(err)
+	}
+	if tok == nil {
+		return nil, expectEnd(dec, path)
+	}
+	if tok != json.Delim('{') {
+		return nil, at(fmt.Errorf("want a JSON object, got %v", tok))
+	}
+	o := rawObject{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, at(err)
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, at(err)
+		}
+		if _, dup := o[name]; dup {
+			return nil, at(fmt.Errorf("%w: %q appears twice", errAmbiguous, name))
+		}
+		for _, d := range decoded {
+			if strings.EqualFold(name, d) && name != d {
+				return nil, at(fmt.Errorf("%w: %q differs from %q only in case", errAmbiguous, name, d))
+			}
+		}
+		o[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, at(err)
+	}
+	return o, expectEnd(dec, path)
+}
+
+// expectEnd fails when anything but white space follows the value dec has read.
+func expectEnd(dec *json.Decoder, path string) error {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("data after the JSON value")
+		}
+		if path != "" {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// member decodes one member of parent (path names it, dot-separated) into v, noting
+// whether its original holds keys v's type does not know.
+func (f *SpecFile) member(parent rawObject, path string, v any) error {
+	name := path[strings.LastIndexByte(path, '.')+1:]
+	raw, ok := parent[name]
+	if !ok {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if dec.Decode(v) == nil {
+		return nil
+	}
+	// The strict decoder differs from json.Unmarshal only in refusing unknown keys: if
+	// Unmarshal succeeds, unknown keys were the problem.
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	f.unknown[path] = true
+	return nil
+}
+
+// Encode returns the edited spec as JSON: the decoded members as the view now holds them
+// (keys the original had that this runtime-spec version does not know merged back in),
+// everything else as it was read.
 func (f *SpecFile) Encode() ([]byte, error) {
-	edited, err := json.Marshal(f.Spec)
+	if err := f.checkView(); err != nil {
+		return nil, err
+	}
+	s := f.Spec
+	top := f.top.clone()
+	var env []string
+	var caps *specs.LinuxCapabilities
+	if s.Process != nil {
+		env, caps = s.Process.Env, s.Process.Capabilities
+	}
+	var devices []specs.LinuxDevice
+	var rules []specs.LinuxDeviceCgroup
+	if s.Linux != nil {
+		devices = s.Linux.Devices
+		if s.Linux.Resources != nil {
+			rules = s.Linux.Resources.Devices
+		}
+	}
+	process, linux, resources := f.process.clone(), f.linux.clone(), f.resources.clone()
+	err := errors.Join(
+		f.put(process, "process.env", env, len(env) == 0),
+		f.put(process, "process.capabilities", caps, caps == nil),
+		f.put(top, "mounts", s.Mounts, len(s.Mounts) == 0),
+		f.put(top, "hooks", s.Hooks, s.Hooks == nil),
+		f.put(linux, "linux.devices", devices, len(devices) == 0),
+		f.put(resources, "linux.resources.devices", rules, len(rules) == 0))
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
-	var orig, out any
-	if err := decodeNumbers(f.Raw, &orig); err != nil {
-		return nil, fmt.Errorf("decode original spec: %w", err)
+	// Objects the file had are written back; ones the edits created only when not empty.
+	err = errors.Join(
+		putObject(linux, "resources", resources, f.resources != nil),
+		putObject(top, "process", process, f.process != nil),
+		putObject(top, "linux", linux, f.linux != nil))
+	if err != nil {
+		return nil, fmt.Errorf("encode spec: %w", err)
 	}
-	if err := decodeNumbers(edited, &out); err != nil {
-		return nil, fmt.Errorf("decode edited spec: %w", err)
-	}
-	out = keepUnknown(orig, out, reflect.TypeOf(specs.Spec{}))
-	data, err := json.Marshal(out)
+	data, err := json.Marshal(top)
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	return data, nil
+}
+
+// checkView refuses a view in which a member that is not decoded was set: it would be lost.
+func (f *SpecFile) checkView() error {
+	s := *f.Spec
+	var changed []string
+	if s.Process != nil {
+		p := *s.Process
+		p.Env, p.Capabilities = nil, nil
+		if !reflect.ValueOf(p).IsZero() {
+			changed = append(changed, "process")
+		}
+	}
+	if s.Linux != nil {
+		l := *s.Linux
+		l.Devices = nil
+		if l.Resources != nil {
+			r := *l.Resources
+			r.Devices = nil
+			if !reflect.ValueOf(r).IsZero() {
+				changed = append(changed, "linux.resources")
+			}
+			l.Resources = nil
+		}
+		if !reflect.ValueOf(l).IsZero() {
+			changed = append(changed, "linux")
+		}
+	}
+	s.Process, s.Mounts, s.Hooks, s.Linux = nil, nil, nil, nil
+	if !reflect.ValueOf(s).IsZero() {
+		changed = append(changed, "the top level")
+	}
+	if len(changed) > 0 {
+		return fmt.Errorf("encode spec: members of %s outside those gpu-runtime decodes were set; they would be lost", strings.Join(changed, ", "))
+	}
+	return nil
+}
+
+// put writes the member path names into parent: v encoded, or no member when v is empty
+// (an emptied object keeps the keys this runtime-spec version does not know).
+func (f *SpecFile) put(parent rawObject, path string, v any, empty bool) error {
+	name := path[strings.LastIndexByte(path, '.')+1:]
+	if empty {
+		typ := reflect.TypeOf(v)
+		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
+			delete(parent, name)
+			return nil
+		}
+		v = reflect.New(typ.Elem()).Interface()
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if f.unknown[path] {
+		if data, err = mergeUnknown(parent[name], data, reflect.TypeOf(v)); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	parent[name] = data
+	return nil
+}
+
+// putObject writes child into parent under name: always when the original had it, else
+// only when it is not empty.
+func putObject(parent rawObject, name string, child rawObject, had bool) error {
+	if child == nil || (!had && len(child) == 0) {
+		return nil
+	}
+	data, err := json.Marshal(child)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	parent[name] = data
+	return nil
+}
+
+// clone copies o; an absent object comes back empty, ready to receive members.
+func (o rawObject) clone() rawObject {
+	c := make(rawObject, len(o)+1)
+	for k, v := range o {
+		c[k] = v
+	}
+	return c
+}
+
+// mergeUnknown returns edited (JSON of type typ) with the keys of orig that typ does not
+// know carried over, at every object level.
+func mergeUnknown(orig, edited []byte, typ reflect.Type) ([]byte, error) {
+	var o, n any
+	if err := decodeNumbers(orig, &o); err != nil {
+		return nil, err
+	}
+	if err := decodeNumbers(edited, &n); err != nil {
+		return nil, err
+	}
+	return json.Marshal(keepUnknown(o, n, typ))
 }
 
 // Write replaces the spec file atomically: a temporary file in the same directory, fsync,
@@ -126,8 +413,9 @@ func decodeNumbers(data []byte, v any) error {
 }
 
 // keepUnknown copies into out every key of orig that typ does not know, recursing into
-// known nested objects. Arrays are matched element by element only when their length is
-// unchanged (an edited list is the editor's to own).
+// known nested objects. An element of a list is matched to the original element it came
+// from by its known fields (an edit may add, remove or reorder elements), so keys are never
+// carried from one element to another.
 func keepUnknown(orig, out any, typ reflect.Type) any {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
@@ -141,24 +429,43 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 		}
 		fields := jsonFields(typ)
 		for k, ov := range o {
-			ft, known := fields[k]
+			name, ft, known := field(fields, k)
 			if !known {
 				n[k] = ov
 				continue
 			}
-			if nv, present := n[k]; present {
-				n[k] = keepUnknown(ov, nv, ft)
+			if nv, present := n[name]; present {
+				n[name] = keepUnknown(ov, nv, ft)
 			}
 		}
 		return n
 	case reflect.Slice, reflect.Array:
 		o, ok1 := orig.([]any)
 		n, ok2 := out.([]any)
-		if !ok1 || !ok2 || len(o) != len(n) {
+		if !ok1 || !ok2 {
 			return out
 		}
-		for i := range n {
-			n[i] = keepUnknown(o[i], n[i], typ.Elem())
+		et := typ.Elem()
+		for et.Kind() == reflect.Pointer {
+			et = et.Elem()
+		}
+		if et.Kind() != reflect.Struct && et.Kind() != reflect.Map && et.Kind() != reflect.Slice {
+			return out // no keys to keep
+		}
+		used := make([]bool, len(o))
+		origKeys := make([]string, len(o))
+		for i := range o {
+			origKeys[i] = knownForm(o[i], et)
+		}
+		for j := range n {
+			key := knownForm(n[j], et)
+			for i := range o {
+				if !used[i] && origKeys[i] == key {
+					used[i] = true
+					n[j] = keepUnknown(o[i], n[j], et)
+					break
+				}
+			}
 		}
 		return n
 	case reflect.Map:
@@ -175,6 +482,38 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 		return n
 	}
 	return out
+}
+
+// knownForm is v (decoded JSON) as typ sees it: the JSON of v decoded into typ and encoded
+// again, so two values with the same known fields have the same form whatever else they hold.
+func knownForm(v any, typ reflect.Type) string {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	p := reflect.New(typ)
+	if err := json.Unmarshal(data, p.Interface()); err != nil {
+		return "\x00" + string(data) // not of typ: matched only to an identical value
+	}
+	data, err = json.Marshal(p.Interface())
+	if err != nil {
+		return ""
+	}
+	return string(data)
+}
+
+// field finds the struct field a JSON key decodes into: the exact name, else one equal to it
+// under case folding (Go's decoder, and so runc's, accepts both).
+func field(fields map[string]reflect.Type, key string) (string, reflect.Type, bool) {
+	if t, ok := fields[key]; ok {
+		return key, t, true
+	}
+	for name, t := range fields {
+		if strings.EqualFold(name, key) {
+			return name, t, true
+		}
+	}
+	return "", nil, false
 }
 
 // jsonFields maps the JSON names of a struct's fields (embedded structs flattened) to types.

@@ -56,7 +56,7 @@ func TestBadInput(t *testing.T) {
 		}, wantMsg: []string{"decode spec " + "", "config.json: unexpected end of JSON input"}},
 		{description: "config.json with a field of the wrong type", env: gpu0, spec: func(t *testing.T, _ *env, b string) {
 			writeFile(t, filepath.Join(b, "config.json"), `{"ociVersion": "1.0.2", "process": {"env": "NVIDIA_VISIBLE_DEVICES=0"}}`)
-		}, wantMsg: []string{"config.json: json: cannot unmarshal string into Go struct field Process.process.env of type []string"}},
+		}, wantMsg: []string{"config.json: process.env: json: cannot unmarshal string into Go value of type []string"}},
 		{description: "garbage device token", env: []string{"NVIDIA_VISIBLE_DEVICES=abc"}, wantMsg: []string{`unknown device "abc" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`}},
 		{description: "negative index", env: []string{"NVIDIA_VISIBLE_DEVICES=-1"}, wantMsg: []string{`unknown device "-1"`}},
 		{description: "huge index", env: []string{"NVIDIA_VISIBLE_DEVICES=99999999999999999999999"}, wantMsg: []string{`unknown device "99999999999999999999999"`}},
