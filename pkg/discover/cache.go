@@ -26,12 +26,16 @@ type Host struct {
 }
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 1
+const CacheVersion = 2
 
 type cacheFile struct {
 	Version     int    `json:"version"`
 	Fingerprint string `json:"fingerprint"`
-	Host        Host   `json:"host"`
+	// Inputs are the files the fingerprint stamps, found from the driver root's ld.so.cache,
+	// which is the first of them: while it is unchanged, so is this list, and a cache hit
+	// needs no ld.so.cache parse.
+	Inputs []string `json:"inputs"`
+	Host   Host     `json:"host"`
 }
 
 // ErrTimeout: NVML did not answer in time.
@@ -72,16 +76,21 @@ type Result struct {
 // GPU and capability device nodes, and the driver's /proc entries.
 func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	var res Result
+	var inputs []string
 	var fp string
 	if opts.CacheFile != "" {
-		fp = Fingerprint(opts, devices)
-		host, problem := readCache(opts.CacheFile, fp)
+		c, problem := readCache(opts.CacheFile)
 		if problem == nil {
-			return Result{Host: host, CacheHit: true}, nil
+			if fingerprint(opts, devices, c.Inputs) == c.Fingerprint && usableInputs(opts, c.Inputs) {
+				return Result{Host: c.Host, CacheHit: true}, nil
+			}
+			problem = fmt.Errorf("%w: %s: the host changed", errStale, opts.CacheFile)
 		}
 		if !errors.Is(problem, fs.ErrNotExist) && !errors.Is(problem, errStale) {
 			res.CacheProblem = problem.Error()
 		}
+		inputs = fingerprintInputs(opts)
+		fp = fingerprint(opts, devices, inputs)
 	}
 	driver, err := queryWithTimeout(opts)
 	if err != nil {
@@ -93,7 +102,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	}
 	res.Host = Host{Driver: driver, Files: files}
 	if opts.CacheFile != "" {
-		if err := writeCache(opts.CacheFile, cacheFile{Version: CacheVersion, Fingerprint: fp, Host: res.Host}); err != nil {
+		if err := writeCache(opts.CacheFile, cacheFile{Version: CacheVersion, Fingerprint: fp, Inputs: inputs, Host: res.Host}); err != nil {
 			res.CacheProblem = strings.TrimPrefix(res.CacheProblem+"; "+err.Error(), "; ")
 		}
 	}
@@ -120,28 +129,54 @@ func queryWithTimeout(opts Options) (Driver, error) {
 // Fingerprint summarises what a change of driver, GPUs or MIG layout alters, using only
 // cheap stat and readdir calls (no NVML).
 func Fingerprint(opts Options, devices DeviceNodes) string {
+	return fingerprint(opts, devices, fingerprintInputs(opts))
+}
+
+// fingerprintInputs lists the files whose stat the fingerprint covers, each as
+// "<label> <path>": the driver root's ld.so.cache first, then every path the NVML library
+// may be loaded from (a driver upgrade replaces it) and the library, binary and firmware
+// directories (driver files added or removed), the first two found from the ld.so.cache.
+func fingerprintInputs(opts Options) []string {
+	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
+	inputs := []string{ldcacheInput(opts)}
+	for _, c := range nvmlCandidates(opts.DriverRoot, entries) {
+		inputs = append(inputs, "nvml "+c)
+	}
+	dirs64, dirs32 := libSearchDirs(entries)
+	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
+		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
+	}
+	return inputs
+}
+
+func ldcacheInput(opts Options) string {
+	return "ldcache " + inRootLexical(opts.DriverRoot, "/etc/ld.so.cache")
+}
+
+// usableInputs: a cached input list starts with this driver root's ld.so.cache, whose stamp
+// vouches for the rest of the list.
+func usableInputs(opts Options, inputs []string) bool {
+	return len(inputs) > 0 && inputs[0] == ldcacheInput(opts)
+}
+
+// fingerprint hashes the driver and device roots, the stat of every input, the device
+// nodes and the driver's /proc entries.
+func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	// FNV-128a, not a cryptographic hash: the inputs are the host's (root's) files, not
 	// anything a container controls, and crypto/* would add start-up cost to every call.
 	h := fnv.New128a()
 	fmt.Fprintf(h, "v%d\nroot %s\ndev %s\n", CacheVersion, filepath.Clean(opts.DriverRoot), filepath.Clean(opts.DevRoot))
-	stamp := func(label, p string) {
+	stamp := func(input string) {
+		_, p, _ := strings.Cut(input, " ")
 		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
-			fmt.Fprintf(h, "%s %s missing\n", label, p)
+			fmt.Fprintf(h, "%s missing\n", input)
 			return
 		}
-		fmt.Fprintf(h, "%s %s %d:%d %d %d.%d %d.%d\n", label, p, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+		fmt.Fprintf(h, "%s %d:%d %d %d.%d %d.%d\n", input, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	}
-	// The NVML library every candidate path resolves to (a driver upgrade replaces it).
-	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
-	for _, c := range nvmlCandidates(opts.DriverRoot, entries) {
-		stamp("nvml", c)
-	}
-	// The loader cache and library directories (driver files added or removed).
-	stamp("ldcache", inRootLexical(opts.DriverRoot, "/etc/ld.so.cache"))
-	dirs64, dirs32 := libSearchDirs(entries)
-	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
-		stamp("dir", inRootLexical(opts.DriverRoot, d))
+	for _, in := range inputs {
+		stamp(in)
 	}
 	// GPU, capability (MIG) and IMEX nodes.
 	var nodes []string
@@ -158,7 +193,7 @@ func Fingerprint(opts Options, devices DeviceNodes) string {
 	if procRoot == "" {
 		procRoot = "/"
 	}
-	stamp("version", filepath.Join(procRoot, "proc/driver/nvidia/version"))
+	stamp("version " + filepath.Join(procRoot, "proc/driver/nvidia/version"))
 	fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/gpus"), 1), ","))
 	fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/capabilities"), 6), ","))
 	return hex.EncodeToString(h.Sum(nil))
@@ -182,33 +217,34 @@ func listTree(dir string, depth int) []string {
 	return out
 }
 
-// readCache returns the cached host if the file is trustworthy (a regular file owned by
-// root, writable by nobody else) and its fingerprint matches.
-func readCache(p, fp string) (Host, error) {
+// readCache returns the cache file if it is trustworthy (a regular file owned by root,
+// writable by nobody else), of this version and has a driver version; the caller checks its
+// fingerprint.
+func readCache(p string) (cacheFile, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return Host{}, err
+		return cacheFile{}, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return Host{}, fmt.Errorf("stat discovery cache %s: %w", p, err)
+		return cacheFile{}, fmt.Errorf("stat discovery cache %s: %w", p, err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
-		return Host{}, fmt.Errorf("discovery cache %s ignored: not a regular file owned by us and writable only by us", p)
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file owned by us and writable only by us", p)
 	}
 	var c cacheFile
 	if err := json.NewDecoder(f).Decode(&c); err != nil {
-		return Host{}, fmt.Errorf("discovery cache %s ignored: %w", p, err)
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: %w", p, err)
 	}
-	if c.Version != CacheVersion || c.Fingerprint != fp {
-		return Host{}, fmt.Errorf("%w: %s: the host changed", errStale, p)
+	if c.Version != CacheVersion {
+		return cacheFile{}, fmt.Errorf("%w: %s: written by another gpu-runtime version", errStale, p)
 	}
 	if c.Host.Driver.Version == "" {
-		return Host{}, fmt.Errorf("discovery cache %s ignored: no driver version", p)
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: no driver version", p)
 	}
-	return c.Host, nil
+	return c, nil
 }
 
 func writeCache(p string, c cacheFile) error {

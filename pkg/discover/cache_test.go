@@ -63,6 +63,45 @@ func TestDiscoverCache(t *testing.T) {
 		t.Fatalf("after a change: %+v, %d queries", r, e.queries)
 	}
 
+	// Stale caches are normal events: re-queried silently.
+	staleCases := []struct {
+		description string
+		write       func(c cacheFile) cacheFile
+	}{
+		{"another cache version", func(c cacheFile) cacheFile { c.Version = CacheVersion - 1; return c }},
+		// A list that does not start with this root's ld.so.cache cannot vouch for itself,
+		// even when the fingerprint over it matches.
+		{"inputs without the ld.so.cache", func(c cacheFile) cacheFile {
+			c.Inputs = c.Inputs[1:]
+			c.Fingerprint = fingerprint(e.opts, DeviceNodes{}, c.Inputs)
+			return c
+		}},
+		{"inputs of another driver root", func(c cacheFile) cacheFile {
+			c.Inputs[0] = "ldcache /elsewhere/etc/ld.so.cache"
+			c.Fingerprint = fingerprint(e.opts, DeviceNodes{}, c.Inputs)
+			return c
+		}},
+	}
+	for _, tc := range staleCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e.discover(t)
+			c, err := readCache(e.opts.CacheFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writeCache(e.opts.CacheFile, tc.write(c)); err != nil {
+				t.Fatal(err)
+			}
+			before := e.queries
+			if r := e.discover(t); r.CacheHit || r.CacheProblem != "" || e.queries != before+1 {
+				t.Fatalf("got %+v (%d queries)", r, e.queries-before)
+			}
+			if r := e.discover(t); !r.CacheHit {
+				t.Errorf("cache not rebuilt: %+v", r)
+			}
+		})
+	}
+
 	testCases := []struct {
 		description string
 		spoil       func(p string) error
