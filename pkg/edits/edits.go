@@ -59,19 +59,21 @@ func (e Edits) Options() []oci.SpecOpt {
 	if len(e.Env) > 0 {
 		opts = append(opts, oci.WithEnv(e.Env...))
 	}
-	for _, d := range e.DeviceNodes {
+	devices := make([]specs.LinuxDevice, len(e.DeviceNodes))
+	for i, d := range e.DeviceNodes {
 		mode := d.FileMode
 		uid, gid := d.UID, d.GID
-		opts = append(opts, oci.WithDevice(specs.LinuxDevice{
+		devices[i] = specs.LinuxDevice{
 			Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
 			FileMode: &mode, UID: &uid, GID: &gid,
-		}))
+		}
 	}
-	for _, m := range e.Mounts {
-		opts = append(opts, oci.WithMount(specs.Mount{
-			Destination: m.ContainerPath, Type: "bind", Source: m.HostPath, Options: m.Options,
-		}))
+	opts = append(opts, oci.WithDevices(devices...))
+	mounts := make([]specs.Mount, len(e.Mounts))
+	for i, m := range e.Mounts {
+		mounts[i] = specs.Mount{Destination: m.ContainerPath, Type: "bind", Source: m.HostPath, Options: m.Options}
 	}
+	opts = append(opts, oci.WithMounts(mounts...))
 	for _, h := range e.Hooks {
 		opts = append(opts, oci.WithHook(h.Stage, specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}))
 	}

@@ -1,0 +1,114 @@
+package oci
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// modelAddDevice and modelAddMount are the one-at-a-time definitions of WithDevice and
+// WithMount: remove what the new element replaces, append it.
+func modelAddDevice(s *specs.Spec, d specs.LinuxDevice) {
+	var devices []specs.LinuxDevice
+	for _, e := range s.Linux.Devices {
+		if e.Path != d.Path {
+			devices = append(devices, e)
+		}
+	}
+	s.Linux.Devices = append(devices, d)
+	major, minor := d.Major, d.Minor
+	rule := specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm"}
+	var rules []specs.LinuxDeviceCgroup
+	for _, r := range s.Linux.Resources.Devices {
+		same := r.Allow && r.Type == rule.Type && r.Access == rule.Access && r.Major != nil && r.Minor != nil &&
+			*r.Major == major && *r.Minor == minor
+		if !same {
+			rules = append(rules, r)
+		}
+	}
+	s.Linux.Resources.Devices = append(rules, rule)
+}
+
+func modelAddMount(s *specs.Spec, m specs.Mount) {
+	var mounts []specs.Mount
+	for _, e := range s.Mounts {
+		if filepath.Clean(e.Destination) != filepath.Clean(m.Destination) {
+			mounts = append(mounts, e)
+		}
+	}
+	s.Mounts = append(mounts, m)
+}
+
+// TestBatchEditsMatchOneAtATime: WithDevices and WithMounts give what adding their elements
+// one at a time gives, duplicates within the batch and replaced existing entries included.
+func TestBatchEditsMatchOneAtATime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	device := func() specs.LinuxDevice {
+		n := rng.Int64N(4)
+		return specs.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", rng.IntN(5)), Type: "c", Major: 195, Minor: n}
+	}
+	mount := func() specs.Mount {
+		dest := []string{"/usr/lib/a", "/usr/lib/a/", "/usr/lib/b", "/usr/bin/c", "/usr/lib/../lib/b"}[rng.IntN(5)]
+		return specs.Mount{Destination: dest, Source: fmt.Sprintf("/host%d", rng.IntN(100)), Type: "bind"}
+	}
+	for i := 0; i < 2000; i++ {
+		base := specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{
+			Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}}}
+		for j := rng.IntN(5); j > 0; j-- {
+			modelAddDevice(&base, device())
+			modelAddMount(&base, mount())
+		}
+		var ds []specs.LinuxDevice
+		var ms []specs.Mount
+		for j := rng.IntN(8); j > 0; j-- {
+			ds, ms = append(ds, device()), append(ms, mount())
+		}
+		want := clone(t, base)
+		for _, d := range ds {
+			modelAddDevice(&want, d)
+		}
+		for _, m := range ms {
+			modelAddMount(&want, m)
+		}
+		got := clone(t, base)
+		if err := Apply(&got, WithDevices(ds...), WithMounts(ms...)); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Fatalf("case %d: adding %v and %v\ngot  %s\nwant %s", i, ds, ms, mustJSON(t, got), mustJSON(t, want))
+		}
+	}
+}
+
+func clone(t *testing.T, s specs.Spec) specs.Spec {
+	t.Helper()
+	return normalize(s)
+}
+
+func TestBatchEditErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		opt         SpecOpt
+		want        string
+	}{
+		{"relative device path", WithDevices(specs.LinuxDevice{Path: "/dev/ok", Type: "c"}, specs.LinuxDevice{Path: "dev/x", Type: "c"}), `add device "dev/x": path must be absolute`},
+		{"bad device type", WithDevices(specs.LinuxDevice{Path: "/dev/x", Type: "p"}), `add device /dev/x: type "p" is not c or b`},
+		{"relative mount source", WithMounts(specs.Mount{Destination: "/a", Source: "a"}), `add mount a -> /a: source and destination must be absolute`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var s specs.Spec
+			if err := Apply(&s, tc.opt); err == nil || err.Error() != tc.want {
+				t.Fatalf("error = %v, want %s", err, tc.want)
+			}
+			// Nothing is half-applied: the batch is checked before the spec is touched.
+			if !reflect.ValueOf(s).IsZero() {
+				t.Errorf("spec changed: %+v", s)
+			}
+		})
+	}
+}
