@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -33,13 +34,67 @@ type SpecFile struct {
 	mode fs.FileMode
 	// The JSON objects on the way to the decoded members, member name → original bytes;
 	// nil where the file has no such object.
-	top, process, linux, resources rawObject
+	top, process, linux, resources *rawObject
 	// unknown lists the decoded members whose original holds keys this runtime-spec version
 	// does not know; Encode merges those keys back in.
 	unknown map[string]bool
 }
 
-type rawObject map[string]json.RawMessage
+// rawObject is a JSON object as its members in file order, each value kept as read.
+type rawObject struct {
+	names   []string
+	members map[string]json.RawMessage
+}
+
+func (o *rawObject) get(name string) (json.RawMessage, bool) {
+	if o == nil {
+		return nil, false
+	}
+	v, ok := o.members[name]
+	return v, ok
+}
+
+// set replaces a member's value in place, or appends a new member.
+func (o *rawObject) set(name string, v json.RawMessage) {
+	if _, ok := o.members[name]; !ok {
+		o.names = append(o.names, name)
+	}
+	o.members[name] = v
+}
+
+func (o *rawObject) remove(name string) {
+	if _, ok := o.members[name]; !ok {
+		return
+	}
+	delete(o.members, name)
+	o.names = slices.DeleteFunc(o.names, func(n string) bool { return n == name })
+}
+
+// clone copies o; an absent object comes back empty, ready to receive members.
+func (o *rawObject) clone() *rawObject {
+	c := &rawObject{members: map[string]json.RawMessage{}}
+	if o != nil {
+		c.names = slices.Clone(o.names)
+		for k, v := range o.members {
+			c.members[k] = v
+		}
+	}
+	return c
+}
+
+// encode writes the object back: members in order, values as held (no re-encoding of what
+// was read).
+func (o *rawObject) encode() []byte {
+	b := []byte{'{'}
+	for i, name := range o.names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(name) // a string always encodes
+		b = append(append(append(b, key...), ':'), o.members[name]...)
+	}
+	return append(b, '}')
+}
 
 // ConfigPath returns the path of a bundle's spec.
 func ConfigPath(bundle string) string { return filepath.Join(bundle, "config.json") }
@@ -118,8 +173,8 @@ func (f *SpecFile) decode() error {
 
 // object decodes the member path (dot-separated) of parent as a JSON object whose members
 // named decoded are read by gpu-runtime; nil when absent or null.
-func object(parent rawObject, path string, decoded []string) (rawObject, error) {
-	raw, ok := parent[path[strings.LastIndexByte(path, '.')+1:]]
+func object(parent *rawObject, path string, decoded []string) (*rawObject, error) {
+	raw, ok := parent.get(path[strings.LastIndexByte(path, '.')+1:])
 	if !ok {
 		return nil, nil
 	}
@@ -129,7 +184,7 @@ func object(parent rawObject, path string, decoded []string) (rawObject, error) 
 // decodeObject splits a JSON object into its members (nil for null). A duplicate member, or
 // one that differs from a member of decoded only in case, is refused with errAmbiguous: Go's
 // JSON decoder (runc's) would merge them.
-func decodeObject(data []byte, path string, decoded []string) (rawObject, error) {
+func decodeObject(data []byte, path string, decoded []string) (*rawObject, error) {
 	at := func(err error) error {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
@@ -150,7 +205,7 @@ func decodeObject(data []byte, path string, decoded []string) (rawObject, error)
 	if tok != json.Delim('{') {
 		return nil, at(fmt.Errorf("want a JSON object, got %v", tok))
 	}
-	o := rawObject{}
+	o := &rawObject{members: map[string]json.RawMessage{}}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -161,7 +216,7 @@ func decodeObject(data []byte, path string, decoded []string) (rawObject, error)
 		if err := dec.Decode(&v); err != nil {
 			return nil, at(err)
 		}
-		if _, dup := o[name]; dup {
+		if _, dup := o.members[name]; dup {
 			return nil, at(fmt.Errorf("%w: %q appears twice", errAmbiguous, name))
 		}
 		for _, d := range decoded {
@@ -169,7 +224,7 @@ func decodeObject(data []byte, path string, decoded []string) (rawObject, error)
 				return nil, at(fmt.Errorf("%w: %q differs from %q only in case", errAmbiguous, name, d))
 			}
 		}
-		o[name] = v
+		o.set(name, v)
 	}
 	if _, err := dec.Token(); err != nil {
 		return nil, at(err)
@@ -193,9 +248,9 @@ func expectEnd(dec *json.Decoder, path string) error {
 
 // member decodes one member of parent (path names it, dot-separated) into v, noting
 // whether its original holds keys v's type does not know.
-func (f *SpecFile) member(parent rawObject, path string, v any) error {
+func (f *SpecFile) member(parent *rawObject, path string, v any) error {
 	name := path[strings.LastIndexByte(path, '.')+1:]
-	raw, ok := parent[name]
+	raw, ok := parent.get(name)
 	if !ok {
 		return nil
 	}
@@ -247,18 +302,10 @@ func (f *SpecFile) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	// Objects the file had are written back; ones the edits created only when not empty.
-	err = errors.Join(
-		putObject(linux, "resources", resources, f.resources != nil),
-		putObject(top, "process", process, f.process != nil),
-		putObject(top, "linux", linux, f.linux != nil))
-	if err != nil {
-		return nil, fmt.Errorf("encode spec: %w", err)
-	}
-	data, err := json.Marshal(top)
-	if err != nil {
-		return nil, fmt.Errorf("encode spec: %w", err)
-	}
-	return data, nil
+	putObject(linux, "resources", resources, f.resources != nil)
+	putObject(top, "process", process, f.process != nil)
+	putObject(top, "linux", linux, f.linux != nil)
+	return top.encode(), nil
 }
 
 // checkView refuses a view in which a member that is not decoded was set: it would be lost.
@@ -299,12 +346,12 @@ func (f *SpecFile) checkView() error {
 
 // put writes the member path names into parent: v encoded, or no member when v is empty
 // (an emptied object keeps the keys this runtime-spec version does not know).
-func (f *SpecFile) put(parent rawObject, path string, v any, empty bool) error {
+func (f *SpecFile) put(parent *rawObject, path string, v any, empty bool) error {
 	name := path[strings.LastIndexByte(path, '.')+1:]
 	if empty {
 		typ := reflect.TypeOf(v)
 		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
-			delete(parent, name)
+			parent.remove(name)
 			return nil
 		}
 		v = reflect.New(typ.Elem()).Interface()
@@ -314,35 +361,21 @@ func (f *SpecFile) put(parent rawObject, path string, v any, empty bool) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if f.unknown[path] {
-		if data, err = mergeUnknown(parent[name], data, reflect.TypeOf(v)); err != nil {
+		orig, _ := parent.get(name)
+		if data, err = mergeUnknown(orig, data, reflect.TypeOf(v)); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	parent[name] = data
+	parent.set(name, data)
 	return nil
 }
 
 // putObject writes child into parent under name: always when the original had it, else
 // only when it is not empty.
-func putObject(parent rawObject, name string, child rawObject, had bool) error {
-	if child == nil || (!had && len(child) == 0) {
-		return nil
+func putObject(parent *rawObject, name string, child *rawObject, had bool) {
+	if had || len(child.names) > 0 {
+		parent.set(name, child.encode())
 	}
-	data, err := json.Marshal(child)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	parent[name] = data
-	return nil
-}
-
-// clone copies o; an absent object comes back empty, ready to receive members.
-func (o rawObject) clone() rawObject {
-	c := make(rawObject, len(o)+1)
-	for k, v := range o {
-		c[k] = v
-	}
-	return c
 }
 
 // mergeUnknown returns edited (JSON of type typ) with the keys of orig that typ does not
