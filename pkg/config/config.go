@@ -202,11 +202,9 @@ func Parse(data []byte, name string) (Config, []string, error) {
 	}
 
 	cfg := Default()
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var warnings []string
 	var strict *toml.StrictMissingError
-	switch err := dec.Decode(&cfg); {
+	switch err := decode(data, &cfg); {
 	case errors.As(err, &strict):
 		// Known keys are decoded even when unknown ones are present.
 		warnings = unknownKeyWarnings(name, strict)
@@ -219,6 +217,20 @@ func Parse(data []byte, name string) (Config, []string, error) {
 		return Config{}, warnings, invalid(nil, "config %s: %s", name, strings.Join(problems, "; "))
 	}
 	return cfg, warnings, nil
+}
+
+// decode decodes data into cfg, refusing unknown keys. go-toml has panicked on input
+// checkTypes passed (a table below a string key spelled in other case); a bad file must
+// be an error, never a crash of the runtime.
+func decode(data []byte, cfg *Config) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("go-toml cannot decode it: %v", r)
+		}
+	}()
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(cfg)
 }
 
 // Level returns the logrus level of Runtime.LogLevel. A Config from Load or
@@ -477,6 +489,20 @@ func (d *document) keyParts(n *unstable.Node) (parts []string, line, col int) {
 	return parts, line, col
 }
 
+// schemaKey finds key in the schema as go-toml matches keys to fields: exactly, else
+// ignoring case. It returns the schema's spelling.
+func schemaKey(key string) (string, valueKind, bool) {
+	if k, ok := schema[key]; ok {
+		return key, k, true
+	}
+	for name, k := range schema {
+		if strings.EqualFold(name, key) {
+			return name, k, true
+		}
+	}
+	return "", 0, false
+}
+
 // checkTypes returns a message for every known key in data whose value has
 // the wrong type, with its position. data must be valid TOML.
 func checkTypes(data []byte) []string {
@@ -488,14 +514,15 @@ func checkTypes(data []byte) []string {
 			return
 		}
 		reported[key] = true
-		problems = append(problems, fmt.Sprintf("line %d, column %d: %s must be %s, not %s", line, col, key, schema[key], got))
+		_, want, _ := schemaKey(key)
+		problems = append(problems, fmt.Sprintf("line %d, column %d: %s must be %s, not %s", line, col, key, want, got))
 	}
 	// scalarPrefix returns the first of the first n prefixes of parts that
 	// is a known non-table key: parts then puts a table inside a value.
 	scalarPrefix := func(parts []string, n int) (string, bool) {
 		for i := 1; i <= n; i++ {
-			key := dottedKey(parts[:i])
-			if k, ok := schema[key]; ok && k != kindTable {
+			key, k, ok := schemaKey(dottedKey(parts[:i]))
+			if ok && k != kindTable {
 				return key, true
 			}
 		}
@@ -510,8 +537,7 @@ func checkTypes(data []byte) []string {
 			problem(line, col, key, "a table")
 			return
 		}
-		key := dottedKey(full)
-		want, known := schema[key]
+		key, want, known := schemaKey(dottedKey(full))
 		if !known {
 			return // an unknown key: a warning later
 		}
@@ -561,10 +587,10 @@ func checkTypes(data []byte) []string {
 			if n.Kind == unstable.ArrayTable {
 				got = "an array of tables"
 			}
-			key := dottedKey(parts)
+			key, k, known := schemaKey(dottedKey(parts))
 			if prefix, ok := scalarPrefix(parts, len(parts)-1); ok {
 				problem(line, col, prefix, "a table")
-			} else if k, ok := schema[key]; ok && (k != kindTable || n.Kind == unstable.ArrayTable) {
+			} else if known && (k != kindTable || n.Kind == unstable.ArrayTable) {
 				problem(line, col, key, got)
 			}
 		case unstable.KeyValue:

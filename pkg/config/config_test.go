@@ -224,6 +224,17 @@ func TestParseErrors(t *testing.T) {
 			wantErr:     `parse config /x.toml: line 4, column 1: key runtime.log-level defined twice (first on line 2)`,
 		},
 		{
+			// go-toml matches keys to fields ignoring case, and panicked on this.
+			description: "table below a string key spelled in other case",
+			data:        "[hook.ldConfig.0]\n",
+			wantErr:     `parse config /x.toml: line 1, column 2: hook.ldconfig must be a string, not a table`,
+		},
+		{
+			description: "string key spelled in other case, wrong type",
+			data:        "[Driver]\nRoot = 1\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: driver.root must be a string, not an integer`,
+		},
+		{
 			description: "table defined twice",
 			data:        "[driver]\nroot = \"/a\"\n[hook]\n[driver]\n",
 			wantErr:     `parse config /x.toml: line 4, column 2: table [driver] defined twice (first on line 1)`,
