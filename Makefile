@@ -40,6 +40,7 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/requirements/
 	$(GO) test -run='^$$' -fuzz=FuzzParseArgs -fuzztime=10s ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzSpecEncode -fuzztime=10s ./pkg/oci/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=5s ./pkg/discover/
 
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
 	./scripts/demo.sh

@@ -154,7 +154,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	}
 	cfg := config.Default()
 	cfg.Driver.Root, cfg.Driver.DevRoot, cfg.Hook.Path = h.DriverRoot, h.DevRoot, hook
-	cfg.Discovery.Cache, cfg.Discovery.CacheFile = true, filepath.Join(dir, "discovery-cache.json")
+	cfg.Discovery.Cache, cfg.Discovery.CacheFile = true, filepath.Join(dir, "discovery-cache.csv")
 	f := &benchFixture{host: h, cfg: cfg, dir: dir, exe: filepath.Join(bin, "gpu-runtime"), specs: map[string][]byte{
 		"runc-default": benchSpec(benchGPUEnv, false),
 		"with-seccomp": benchSpec(benchGPUEnv, true),

@@ -133,7 +133,7 @@ func Default() Config {
 		},
 		Discovery: DiscoveryConfig{
 			Cache:     true,
-			CacheFile: "/run/gpu-runtime/discovery-cache.json",
+			CacheFile: "/run/gpu-runtime/discovery-cache.csv",
 			Timeout:   "10s",
 		},
 	}

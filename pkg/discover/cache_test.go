@@ -1,10 +1,13 @@
 package discover
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +110,16 @@ func TestDiscoverCache(t *testing.T) {
 		spoil       func(p string) error
 		wantProblem string
 	}{
-		{"corrupt", func(p string) error { return os.WriteFile(p, []byte("{not json"), 0o600) },
-			"discovery cache " + e.opts.CacheFile + " ignored: invalid character 'n' looking for beginning of object key string"},
+		{"not a cache", func(p string) error { return os.WriteFile(p, []byte("{not json"), 0o600) },
+			"discovery cache " + e.opts.CacheFile + " ignored: not a discovery cache"},
+		{"bad CSV", func(p string) error { return appendTo(p, "file,\"unterminated\n") },
+			"discovery cache " + e.opts.CacheFile + ` ignored: parse error on line N, column 20: extraneous or missing " in quoted-field`},
+		{"unknown record", func(p string) error { return appendTo(p, "future,1\n") },
+			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "future" with 2 fields`},
+		{"short record", func(p string) error { return appendTo(p, "gpu,1,1\n") },
+			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "gpu" with 3 fields`},
+		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,\n") },
+			"discovery cache " + e.opts.CacheFile + ` ignored: line N: "one" is not a number`},
 		{"world-writable", func(p string) error { return os.Chmod(p, 0o666) },
 			"discovery cache " + e.opts.CacheFile + " ignored: not a regular file owned by us and writable only by us"},
 		{"no driver version", func(p string) error {
@@ -116,19 +127,26 @@ func TestDiscoverCache(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return os.WriteFile(p, []byte(strings.Replace(string(data), `"550.54.15"`, `""`, 1)), 0o600)
+			return os.WriteFile(p, []byte(strings.Replace(string(data), "driver,550.54.15,", "driver,,", 1)), 0o600)
 		}, "discovery cache " + e.opts.CacheFile + " ignored: no driver version"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			e.discover(t) // a valid cache to spoil
+			valid, err := os.ReadFile(e.opts.CacheFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			validLines := bytes.Count(valid, []byte("\n"))
 			if err := tc.spoil(e.opts.CacheFile); err != nil {
 				t.Fatal(err)
 			}
 			before := e.queries
 			r := e.discover(t)
-			if r.CacheHit || r.CacheProblem != tc.wantProblem || e.queries != before+1 {
-				t.Fatalf("got %+v (%d queries)\nwant problem %q", r, e.queries-before, tc.wantProblem)
+			// N: the line appended to the valid cache.
+			want := strings.ReplaceAll(tc.wantProblem, "line N", fmt.Sprintf("line %d", validLines+1))
+			if r.CacheHit || r.CacheProblem != want || e.queries != before+1 {
+				t.Fatalf("got %+v (%d queries)\nwant problem %q", r, e.queries-before, want)
 			}
 			if r := e.discover(t); !r.CacheHit {
 				t.Errorf("cache not rebuilt: %+v", r)
@@ -182,4 +200,61 @@ func TestFindDriverFilesErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+func appendTo(p, line string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(line)
+	return errors.Join(err, f.Close())
+}
+
+// TestCacheRoundTrip: everything discovery learns comes back from the cache as it went in,
+// separators and quotes in names and paths included.
+func TestCacheRoundTrip(t *testing.T) {
+	want := cacheFile{Version: CacheVersion, Fingerprint: "0123abcd", Inputs: []string{"ldcache /r/etc/ld.so.cache", "dir /r/usr/lib, with comma"},
+		Host: Host{
+			Driver: Driver{Version: "550.54.15", CUDAVersion: "12.4", NVMLPath: "/r/usr/lib/libnvidia-ml.so.1", GPUs: []GPU{
+				{Index: 0, Minor: 3, UUID: "GPU-a", Name: `NVIDIA "H100", 80GB`, Brand: "nvidia", BusID: "00000000:07:00.0", ComputeCapability: "9.0"},
+				{Index: 1, Minor: 4, UUID: "GPU-b", Name: "line\nbreak"},
+			}},
+			Files: []File{
+				{Kind: KindLibrary, Capability: "compute", Prefix: "libcuda", Bits: 64, HostPath: "/r/usr/lib/libcuda.so.550.54.15", ContainerPath: "/usr/lib/libcuda.so.550.54.15"},
+				{Kind: KindSocket, HostPath: "/r/run/nvidia-persistenced/socket", ContainerPath: "/run/nvidia-persistenced/socket"},
+			},
+		}}
+	data, err := encodeCache(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeCache(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+// FuzzDecodeCache: any file decodes or fails cleanly, and what decodes survives a re-encode.
+func FuzzDecodeCache(f *testing.F) {
+	f.Add([]byte(cacheMagic + ",3\nfingerprint,ab\ninput,ldcache /etc/ld.so.cache\ndriver,1.0,12.4,\ngpu,0,0,GPU-a,n,b,bus,8.0\nfile,library,compute,libcuda,64,/a,/a\n"))
+	f.Add([]byte(cacheMagic + ",2\n"))
+	f.Add([]byte("{}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := decodeCache(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		again, err := encodeCache(c)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		c2, err := decodeCache(bytes.NewReader(again))
+		if err != nil || !reflect.DeepEqual(c, c2) {
+			t.Fatalf("round trip: %v\n%+v\n%+v", err, c, c2)
+		}
+	})
 }

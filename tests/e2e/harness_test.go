@@ -148,7 +148,7 @@ dev-root = %q
 path = %q
 [discovery]
 cache-file = %q
-%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(e.dir, "discovery-cache.json"), extra)
+%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(e.dir, "discovery-cache.csv"), extra)
 	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

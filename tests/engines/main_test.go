@@ -182,7 +182,7 @@ dev-root = %q
 path = %q
 [discovery]
 cache-file = %q
-`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.json"))
+`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.csv"))
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		return err
 	}
