@@ -238,7 +238,11 @@ func readCache(p string) (cacheFile, error) {
 	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
 		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file owned by us and writable only by us", p)
 	}
-	c, err := decodeCache(f)
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return cacheFile{}, fmt.Errorf("read discovery cache %s: %w", p, err)
+	}
+	c, err := decodeCache(data)
 	if err != nil {
 		if errors.Is(err, errStale) {
 			return cacheFile{}, fmt.Errorf("%w: %s: written by another gpu-runtime version", errStale, p)
@@ -290,8 +294,11 @@ func encodeCache(c cacheFile) ([]byte, error) {
 }
 
 // decodeCache reads what encodeCache wrote; errStale for another cache version.
-func decodeCache(r io.Reader) (cacheFile, error) {
-	cr := csv.NewReader(r)
+func decodeCache(data []byte) (cacheFile, error) {
+	if bytes.HasPrefix(data, []byte(`{"version":`)) {
+		return cacheFile{}, errStale // the JSON cache of gpu-runtime before CacheVersion 3
+	}
+	cr := csv.NewReader(bytes.NewReader(data))
 	cr.FieldsPerRecord = -1
 	var c cacheFile
 	header, err := cr.Read()

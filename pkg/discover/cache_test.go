@@ -72,6 +72,7 @@ func TestDiscoverCache(t *testing.T) {
 		write       func(c cacheFile) cacheFile
 	}{
 		{"another cache version", func(c cacheFile) cacheFile { c.Version = CacheVersion - 1; return c }},
+		{"the JSON cache of an older gpu-runtime", func(c cacheFile) cacheFile { c.Fingerprint = "json"; return c }},
 		// A list that does not start with this root's ld.so.cache cannot vouch for itself,
 		// even when the fingerprint over it matches.
 		{"inputs without the ld.so.cache", func(c cacheFile) cacheFile {
@@ -92,7 +93,12 @@ func TestDiscoverCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := writeCache(e.opts.CacheFile, tc.write(c)); err != nil {
+			if c = tc.write(c); c.Fingerprint == "json" {
+				err = os.WriteFile(e.opts.CacheFile, []byte(`{"version":2,"fingerprint":"x","inputs":[],"host":{}}`), 0o600)
+			} else {
+				err = writeCache(e.opts.CacheFile, c)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			before := e.queries
@@ -110,7 +116,7 @@ func TestDiscoverCache(t *testing.T) {
 		spoil       func(p string) error
 		wantProblem string
 	}{
-		{"not a cache", func(p string) error { return os.WriteFile(p, []byte("{not json"), 0o600) },
+		{"not a cache", func(p string) error { return os.WriteFile(p, []byte("{not json,\n"), 0o600) },
 			"discovery cache " + e.opts.CacheFile + " ignored: not a discovery cache"},
 		{"bad CSV", func(p string) error { return appendTo(p, "file,\"unterminated\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: parse error on line N, column 20: extraneous or missing " in quoted-field`},
@@ -229,7 +235,7 @@ func TestCacheRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeCache(bytes.NewReader(data))
+	got, err := decodeCache(data)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
@@ -244,7 +250,7 @@ func FuzzDecodeCache(f *testing.F) {
 	f.Add([]byte(cacheMagic + ",2\n"))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := decodeCache(bytes.NewReader(data))
+		c, err := decodeCache(data)
 		if err != nil {
 			return
 		}
@@ -252,7 +258,7 @@ func FuzzDecodeCache(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		c2, err := decodeCache(bytes.NewReader(again))
+		c2, err := decodeCache(again)
 		if err != nil || !reflect.DeepEqual(c, c2) {
 			t.Fatalf("round trip: %v\n%+v\n%+v", err, c, c2)
 		}
