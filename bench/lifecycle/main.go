@@ -199,14 +199,17 @@ func measure(ctx context.Context, o options, l *lab) error {
 	nonGPU := &variant{key: "nongpu", label: "gpu-runtime, non-GPU container", binary: l.runtime, config: cfg[8], spec: specPlain}
 	runcPlain := &variant{key: "runc", label: "runc, no GPUs", binary: l.runc, config: cfg[8], spec: specPlain}
 	runcSame := &variant{key: "runc-same-spec", label: "runc, gpu-runtime's 8-GPU spec", binary: l.runc, config: cfg[8], spec: specSame}
+	goExec := &variant{key: "goexec", label: "a static Go program that only execs runc, no GPUs", binary: l.goExec, config: cfg[8], spec: specPlain}
 	cuda8 := &variant{key: "gpu8-cuda", label: "gpu-runtime, 8 GPUs, CUDA image env (NVIDIA_REQUIRE_CUDA)", binary: l.runtime, config: cfg[8], spec: specCUDA}
-	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16}
+	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16, goExec}
 	traced := append(append([]*variant(nil), variants...), cuda8)
 	comps := []*comparison{
 		{title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs", a: gpu8, b: runcPlain, target: 1.6},
 		{title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
 		{title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, target: 1.10},
 		{title: "16 GPUs vs 1 GPU through gpu-runtime", a: gpu16, b: gpu1, target: 1.10},
+		// No target: what any Go wrapper costs here (the issue quotes 1.07 on its machine).
+		{title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
 	}
 	m := describeMachine(l, goruntime.Version())
 

@@ -32,6 +32,8 @@ type lab struct {
 	// rusage is a tiny C program that forks, execs its arguments, waits and writes the
 	// child's ru_maxrss: see maxRSSLauncher.
 	rusage string
+	// goExec is a static Go program that only execs runc: the floor any Go wrapper pays.
+	goExec string
 	seq    int
 	tracer *tracer // nil unless tracing
 }
@@ -115,7 +117,49 @@ func newLab(parent, bundleParent, runc, runtime, hook, noop string) (*lab, error
 	if l.rusage, err = buildLauncher(work); err != nil {
 		return l, err
 	}
+	if l.goExec, err = buildGoExec(work, l.runc); err != nil {
+		return l, err
+	}
 	return l, nil
+}
+
+// goExecSource is the least a Go wrapper of runc can be: start, then exec runc with the
+// same arguments. Built like gpu-runtime (static, stripped), it measures what the Go
+// runtime's start-up and the second exec cost on this machine, which gpu-runtime pays on
+// create, start and delete before any work of its own.
+const goExecSource = `package main
+
+import (
+	"os"
+	"syscall"
+)
+
+var runc string // set with -ldflags -X
+
+func main() {
+	err := syscall.Exec(runc, append([]string{runc}, os.Args[1:]...), os.Environ())
+	panic(err)
+}
+`
+
+func buildGoExec(dir, runc string) (string, error) {
+	src := filepath.Join(dir, "goexec")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	for name, content := range map[string]string{"main.go": goExecSource, "go.mod": "module goexec\n\ngo 1.24\n"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	bin := filepath.Join(dir, "goexec-runc")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.runc="+runc, "-o", bin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the Go exec-only reference wrapper: %w: %s", err, out)
+	}
+	return bin, nil
 }
 
 // maxRSSLauncher is the C source of the launcher used to measure peak RSS. Measuring a
