@@ -46,7 +46,7 @@ demo: deps build ## build everything and run a busybox container that gets 2 fak
 	./scripts/demo.sh
 
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
-	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-30}
+	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
 	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
 
 lint: ## gofmt, go vet, go mod tidy check
