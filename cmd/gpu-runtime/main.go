@@ -29,7 +29,14 @@ func main() {
 		fmt.Println(version.String("gpu-runtime"))
 		return
 	}
-	cfg, warnings, cfgErr := config.LoadFromEnv(os.Getenv)
+	var cfg config.Config
+	var warnings []string
+	var cfgErr error
+	if inv.ModifiesSpec() {
+		cfg, warnings, cfgErr = config.LoadFromEnv(os.Getenv)
+	} else { // start, delete, state…: only the runtime and log settings matter
+		cfg, cfgErr = config.LoadRuntimeFromEnv(os.Getenv)
+	}
 	level := logrus.InfoLevel
 	if cfgErr == nil {
 		level = cfg.Level()
@@ -74,7 +81,7 @@ func unsupported(err error) error {
 // fail reports err the way runc does (its log, and stderr when the log is a file) and exits 1.
 func fail(log *runlog.Logger, err error) {
 	log.Error("gpu-runtime: " + err.Error())
-	if log.ToFile {
+	if log.ToFile() {
 		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
 	}
 	log.Close()

@@ -25,13 +25,20 @@ type Options struct {
 // Logger is a configured logger and what it opened.
 type Logger struct {
 	*logrus.Logger
-	files []*os.File
-	// ToFile is true when lines go to a file rather than stderr.
-	ToFile bool
+	files []*lazyFile
+	runc  *lazyFile // runc's --log; nil without one
 }
 
-// New opens the log destinations. A destination that cannot be opened is reported on
-// stderr and skipped: logging must never stop a container.
+// ToFile reports whether lines go to runc's log file rather than stderr (a file that could
+// not be opened sends them to stderr).
+func (l *Logger) ToFile() bool {
+	return l.runc != nil && (!l.runc.tried || l.runc.f != nil)
+}
+
+// New sets up the log destinations. Files are opened at the first line written to them:
+// most calls (start, delete, state) log nothing and open nothing. A file that cannot be
+// opened is reported on stderr and its lines go to stderr: logging must never stop a
+// container, nor lose the line.
 func New(opts Options) *Logger {
 	l := &Logger{Logger: logrus.New()}
 	l.SetLevel(opts.Level)
@@ -41,20 +48,17 @@ func New(opts Options) *Logger {
 		l.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
 	}
 	var writers []io.Writer
-	for _, p := range []string{opts.RuncLog, opts.ExtraFile} {
-		if p == "" {
-			continue
+	for i, p := range []string{opts.RuncLog, opts.ExtraFile} {
+		if p != "" {
+			f := &lazyFile{path: p, stderr: opts.Stderr}
+			if i == 0 {
+				l.runc = f
+			}
+			l.files = append(l.files, f)
+			writers = append(writers, f)
 		}
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			fmt.Fprintf(opts.Stderr, "gpu-runtime: open log file %s: %v\n", p, err)
-			continue
-		}
-		l.files = append(l.files, f)
-		writers = append(writers, f)
 	}
-	l.ToFile = opts.RuncLog != "" && len(l.files) > 0
-	if opts.RuncLog == "" || !l.ToFile {
+	if l.runc == nil {
 		writers = append(writers, opts.Stderr)
 		// On a terminal, routine info lines are noise (runc prints none either);
 		// debug and trace are still honoured when asked for.
@@ -66,10 +70,35 @@ func New(opts Options) *Logger {
 	return l
 }
 
+// lazyFile opens its file for appending at the first write.
+type lazyFile struct {
+	path   string
+	stderr io.Writer
+	f      *os.File
+	tried  bool
+}
+
+func (l *lazyFile) Write(p []byte) (int, error) {
+	if !l.tried {
+		l.tried = true
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintf(l.stderr, "gpu-runtime: open log file %s: %v\n", l.path, err)
+		}
+		l.f = f
+	}
+	if l.f == nil {
+		return l.stderr.Write(p)
+	}
+	return l.f.Write(p)
+}
+
 // Close closes the files the logger opened.
 func (l *Logger) Close() {
 	for _, f := range l.files {
-		_ = f.Close()
+		if f.f != nil {
+			_ = f.f.Close()
+		}
 	}
 	l.files = nil
 }

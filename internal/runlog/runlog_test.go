@@ -3,6 +3,9 @@ package runlog
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +52,7 @@ func TestFormatsMatchRunc(t *testing.T) {
 				t.Fatalf("log must be appended to, one line per entry: %q", got)
 			}
 			tc.check(t, got[1])
-			if stderr.Len() != 0 || !l.ToFile {
+			if stderr.Len() != 0 || !l.ToFile() {
 				t.Errorf("with --log, nothing goes to stderr: %q", stderr.String())
 			}
 		})
@@ -62,7 +65,7 @@ func TestNoLogFileMeansStderr(t *testing.T) {
 	l := New(Options{Format: "text", ExtraFile: extra, Level: logrus.WarnLevel, Stderr: &stderr})
 	l.Warn("careful")
 	l.Close()
-	if !strings.Contains(stderr.String(), "careful") || l.ToFile {
+	if !strings.Contains(stderr.String(), "careful") || l.ToFile() {
 		t.Errorf("stderr = %q", stderr.String())
 	}
 	if data, _ := os.ReadFile(extra); !strings.Contains(string(data), "careful") {
@@ -76,6 +79,9 @@ func TestUnopenableLogReported(t *testing.T) {
 	l.Error("still logged")
 	if !strings.Contains(stderr.String(), "gpu-runtime: open log file /nonexistent/dir/log.json") || !strings.Contains(stderr.String(), "still logged") {
 		t.Errorf("stderr = %q", stderr.String())
+	}
+	if l.ToFile() {
+		t.Error("ToFile after the log file could not be opened")
 	}
 }
 
@@ -98,5 +104,25 @@ func TestTerminalHidesInfoButNotDebug(t *testing.T) {
 				t.Errorf("stderr = %q", stderr.String())
 			}
 		})
+	}
+}
+
+// TestFilesOpenOnlyWhenWritten: a call that logs nothing (start, delete) opens no file.
+func TestFilesOpenOnlyWhenWritten(t *testing.T) {
+	dir := t.TempDir()
+	runcLog, extra := filepath.Join(dir, "log.json"), filepath.Join(dir, "extra.log")
+	l := New(Options{RuncLog: runcLog, Format: "json", ExtraFile: extra, Level: logrus.InfoLevel, Stderr: io.Discard})
+	l.Debug("below the level")
+	l.Close()
+	for _, p := range []string{runcLog, extra} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want no file", p, err)
+		}
+	}
+	l = New(Options{RuncLog: runcLog, Format: "json", Level: logrus.InfoLevel, Stderr: io.Discard})
+	l.Warn("written")
+	l.Close()
+	if data, err := os.ReadFile(runcLog); err != nil || !strings.Contains(string(data), `"msg":"written"`) {
+		t.Errorf("log = %q, %v", data, err)
 	}
 }

@@ -183,6 +183,57 @@ func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 	return Load(p)
 }
 
+// LoadRuntimeFromEnv is LoadFromEnv for the calls that only pass through to the low-level
+// runtime (start, delete, state, kill…): it reads only the [runtime] section — which
+// runtime, and where and how to log — in one lenient pass, and leaves every other section at
+// its default. A file whose [runtime] section cannot be read gets LoadFromEnv's full
+// diagnosis as the error, with Default(). Problems elsewhere in the file are create's to
+// report: they do not change which runtime a delete must reach.
+func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	p := Path(getenv)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) && getenv(EnvPath) == "" {
+		return Default(), nil
+	}
+	if err == nil {
+		if cfg, ok := parseRuntime(data); ok {
+			return cfg, nil
+		}
+	}
+	_, _, err = LoadFromEnv(getenv)
+	if err == nil { // the full parse accepts what the lenient one did not: not expected
+		err = invalid(nil, "config %s: the [runtime] section cannot be read", p)
+	}
+	return Default(), err
+}
+
+// parseRuntime decodes only the [runtime] section of data over Default(); false when it
+// cannot be decoded or a value in it is bad. For a file Parse accepts, it gives Parse's
+// [runtime] section (FuzzParse checks).
+func parseRuntime(data []byte) (Config, bool) {
+	cfg := Default()
+	doc := struct {
+		Runtime *RuntimeConfig `toml:"runtime"`
+	}{Runtime: &cfg.Runtime}
+	if lenient(data, &doc) != nil || len(cfg.clean()) > 0 {
+		return Config{}, false
+	}
+	return cfg, true
+}
+
+// lenient decodes data into v, ignoring keys v does not have; a panic in go-toml is an error.
+func lenient(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("go-toml cannot decode it: %v", r)
+		}
+	}()
+	return toml.Unmarshal(data, v)
+}
+
 // Parse parses the contents of a configuration file; name is the file's
 // name in messages. Keys the data leaves out keep their Default() values.
 // Errors wrap ErrInvalid; warnings name unknown keys that were ignored, and

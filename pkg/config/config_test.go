@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -551,4 +552,67 @@ func TestLoadFromEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoadRuntimeFromEnv: the pass-through reads [runtime] only; a file it cannot read that
+// way gets the full diagnosis and the default runtimes.
+func TestLoadRuntimeFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	missing := filepath.Join(dir, "missing.toml")
+	badDriver := write("bad-driver.toml", "[runtime]\nruntimes = [\"crun\"]\nlog-level = \"debug\"\n[driver]\nroot = \"relative\"\n")
+	syntax := write("syntax.toml", "[runtime]\nruntimes = [\"crun\"\n")
+	badLevel := write("bad-level.toml", "[runtime]\nruntimes = [\"crun\"]\nlog-level = \"loud\"\n")
+	testCases := []struct {
+		description  string
+		env          string
+		wantRuntimes []string
+		wantLevel    string
+		wantErr      string
+	}{
+		{description: "a problem outside [runtime] does not stop a delete reaching crun", env: badDriver, wantRuntimes: []string{"crun"}, wantLevel: "debug"},
+		{description: "named file must exist", env: missing, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
+			wantErr: "read config " + missing + " (named by GPU_RUNTIME_CONFIG): stat " + missing + ": no such file or directory"},
+		{description: "syntax error: full diagnosis, defaults", env: syntax, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
+			wantErr: "parse config " + syntax + ": line 3, column 1: expected character ] but the document ended here"},
+		{description: "bad [runtime] value: full diagnosis, defaults", env: badLevel, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
+			wantErr: "config " + badLevel + `: invalid runtime.log-level "loud": want one of panic, fatal, error, warn, warning, info, debug, trace`},
+	}
+	// An empty file (as a missing default one) is the defaults.
+	if cfg, ok := parseRuntime(nil); !ok || !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf("parseRuntime(empty) = %+v, %v", cfg, ok)
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == EnvPath {
+					return tc.env
+				}
+				return ""
+			}
+			cfg, err := LoadRuntimeFromEnv(getenv)
+			if fmt.Sprint(err) != fmt.Sprint(errOrNil(tc.wantErr)) {
+				t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+			}
+			if !reflect.DeepEqual(cfg.Runtime.Runtimes, tc.wantRuntimes) || cfg.Runtime.LogLevel != tc.wantLevel {
+				t.Errorf("runtime section = %+v", cfg.Runtime)
+			}
+			if cfg.Driver != Default().Driver {
+				t.Errorf("driver section read: %+v", cfg.Driver)
+			}
+		})
+	}
+}
+
+func errOrNil(msg string) error {
+	if msg == "" {
+		return nil
+	}
+	return errors.New(msg)
 }

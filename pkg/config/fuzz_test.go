@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 )
 
@@ -37,6 +38,10 @@ func FuzzParse(f *testing.F) {
 		}
 		if problems := cfg.clean(); len(problems) > 0 {
 			t.Fatalf("Parse returned an invalid config %+v: %q", cfg, problems)
+		}
+		// The pass-through reading of [runtime] agrees with the full parse.
+		if rc, ok := parseRuntime(data); !ok || !reflect.DeepEqual(rc.Runtime, cfg.Runtime) {
+			t.Fatalf("parseRuntime = %+v, %v; Parse's [runtime] = %+v", rc.Runtime, ok, cfg.Runtime)
 		}
 	})
 }
