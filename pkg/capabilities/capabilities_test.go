@@ -42,13 +42,13 @@ func TestParseAndHas(t *testing.T) {
 
 func TestTableCoversEveryLibraryCapability(t *testing.T) {
 	for _, c := range []Capability{Utility, Compute, Video, Graphics, NGX} {
-		if len(Table[c].Libraries) == 0 {
+		if len(FilesOf(c).Libraries) == 0 {
 			t.Errorf("capability %s has no libraries", c)
 		}
 	}
 	seen := map[string]Capability{}
 	for _, c := range All {
-		for _, l := range Table[c].Libraries {
+		for _, l := range FilesOf(c).Libraries {
 			if prev, dup := seen[l]; dup {
 				t.Errorf("library %s listed under %s and %s", l, prev, c)
 			}

@@ -14,17 +14,32 @@ type Files struct {
 	Required []string
 }
 
-// Table is what each capability injects (reference §3). Compat32 and Display have no
+// FilesOf returns what capability c injects (reference §3). Compat32 and Display have no
 // files of their own: compat32 selects the 32-bit variants of the other sets, display
 // implies graphics (see Set.Has).
-var Table = map[Capability]Files{
-	Utility: {
+func FilesOf(c Capability) Files {
+	for _, e := range table {
+		if e.capability == c {
+			return e.files
+		}
+	}
+	return Files{}
+}
+
+// table is a list, not a map: a composite literal of constants is laid out by the linker,
+// while a map would be built by init code in every gpu-runtime process, start and delete
+// included.
+var table = [...]struct {
+	capability Capability
+	files      Files
+}{
+	{Utility, Files{
 		Libraries: []string{"libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"},
 		Binaries:  []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"},
 		Sockets:   []string{"/var/run/nvidia-persistenced/socket", "/var/run/nvidia-fabricmanager/socket"},
 		Required:  []string{"libnvidia-ml"},
-	},
-	Compute: {
+	}},
+	{Compute, Files{
 		Libraries: []string{
 			"libcuda", "libcudadebugger", "libnvidia-opencl", "libnvidia-gpucomp",
 			"libnvidia-ptxjitcompiler", "libnvidia-fatbinaryloader", "libnvidia-allocator",
@@ -34,11 +49,11 @@ var Table = map[Capability]Files{
 		Binaries: []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"},
 		Configs:  []string{"/etc/OpenCL/vendors/nvidia.icd"},
 		Required: []string{"libcuda"},
-	},
-	Video: {
+	}},
+	{Video, Files{
 		Libraries: []string{"libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"},
-	},
-	Graphics: {
+	}},
+	{Graphics, Files{
 		Libraries: []string{
 			"libnvidia-eglcore", "libnvidia-glcore", "libnvidia-tls", "libnvidia-glsi",
 			"libnvidia-fbc", "libnvidia-ifr", "libnvidia-rtcore", "libnvoptix",
@@ -54,17 +69,17 @@ var Table = map[Capability]Files{
 			"/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
 			"/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
 		},
-	},
-	NGX: {
+	}},
+	{NGX, Files{
 		Libraries: []string{"libnvidia-ngx"},
-	},
+	}},
 }
 
 // LibraryPrefixes returns every library prefix in the table, for discovery.
 func LibraryPrefixes() []string {
 	var out []string
 	for _, c := range All {
-		out = append(out, Table[c].Libraries...)
+		out = append(out, FilesOf(c).Libraries...)
 	}
 	return out
 }

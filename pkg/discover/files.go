@@ -76,7 +76,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 	dirs64, dirs32 := libSearchDirs(rootLDCache(root))
 	var files []File
 	for _, c := range capabilities.All {
-		set := capabilities.Table[c]
+		set := capabilities.FilesOf(c)
 		for _, prefix := range set.Libraries {
 			name := prefix + ".so." + version
 			found := map[int]bool{}

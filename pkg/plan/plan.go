@@ -122,7 +122,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 		if !req.Capabilities.Has(c) {
 			continue
 		}
-		for _, prefix := range capabilities.Table[c].Required {
+		for _, prefix := range capabilities.FilesOf(c).Required {
 			if !have[prefix] {
 				errs = append(errs, fmt.Errorf("%w: %s.so.%s (capability %s) not found under driver root: check driver.root and that the driver's user-space libraries are installed",
 					ErrMissingLibrary, prefix, host.Driver.Version, c))
