@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -473,8 +474,9 @@ func (k valueKind) String() string {
 }
 
 // schema maps every known dotted key to its kind. It is derived from the
-// toml tags of Config, so the two cannot disagree.
-var schema = func() map[string]valueKind {
+// toml tags of Config, so the two cannot disagree, on first use: start and
+// delete never need it.
+var schema = sync.OnceValue(func() map[string]valueKind {
 	m := map[string]valueKind{}
 	var walk func(prefix string, t reflect.Type)
 	walk = func(prefix string, t reflect.Type) {
@@ -498,7 +500,7 @@ var schema = func() map[string]valueKind {
 	}
 	walk("", reflect.TypeFor[Config]())
 	return m
-}()
+})
 
 // tomlKind names the type of a TOML value node for messages.
 func tomlKind(n *unstable.Node) string {
@@ -543,10 +545,10 @@ func (d *document) keyParts(n *unstable.Node) (parts []string, line, col int) {
 // schemaKey finds key in the schema as go-toml matches keys to fields: exactly, else
 // ignoring case. It returns the schema's spelling.
 func schemaKey(key string) (string, valueKind, bool) {
-	if k, ok := schema[key]; ok {
+	if k, ok := schema()[key]; ok {
 		return key, k, true
 	}
-	for name, k := range schema {
+	for name, k := range schema() {
 		if strings.EqualFold(name, key) {
 			return name, k, true
 		}
