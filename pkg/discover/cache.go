@@ -147,8 +147,12 @@ func fingerprintInputs(opts Options) []string {
 		inputs = append(inputs, "nvml "+c)
 	}
 	dirs64, dirs32 := libSearchDirs(entries)
+	seen := map[string]bool{}
 	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
-		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
+		if in := "dir " + inRootLexical(opts.DriverRoot, d); !seen[in] { // 32- and 64-bit lists share some
+			seen[in] = true
+			inputs = append(inputs, in)
+		}
 	}
 	return inputs
 }

@@ -57,6 +57,18 @@ func TestDiscoverCache(t *testing.T) {
 	if r := e.discover(t); !r.CacheHit || e.queries != 1 {
 		t.Fatalf("second: %+v, %d queries", r, e.queries)
 	}
+	// Every input is stamped once (the 32- and 64-bit library directory lists overlap).
+	c, err := readCache(e.opts.CacheFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, in := range c.Inputs {
+		if seen[in] {
+			t.Errorf("input %q listed twice", in)
+		}
+		seen[in] = true
+	}
 
 	// The host changes (a file appears in a library directory): silently re-queried.
 	if err := os.WriteFile(filepath.Join(e.opts.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.560.1"), nil, 0o644); err != nil {
