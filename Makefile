@@ -32,15 +32,15 @@ unit: ## unit tests only (no root needed for most)
 e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and podman on a fake GPU host (root)
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ ./tests/engines/
 
-fuzz: ## run each fuzz target briefly
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/ldcache/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/config/
-	$(GO) test -run='^$$' -fuzz=FuzzFromEnv -fuzztime=10s ./pkg/request/
-	$(GO) test -run='^$$' -fuzz=FuzzMayRequestGPU -fuzztime=5s ./pkg/request/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=10s ./pkg/requirements/
-	$(GO) test -run='^$$' -fuzz=FuzzParseArgs -fuzztime=10s ./pkg/oci/
-	$(GO) test -run='^$$' -fuzz=FuzzSpecEncode -fuzztime=10s ./pkg/oci/
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=5s ./pkg/discover/
+fuzz: ## run each fuzz target briefly (execution counts, not durations: a duration-based -fuzztime can fail with "context deadline exceeded" on a loaded machine, golang/go#75804, fixed in go1.27)
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./pkg/ldcache/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=50000x ./pkg/config/
+	$(GO) test -run='^$$' -fuzz=FuzzFromEnv -fuzztime=200000x ./pkg/request/
+	$(GO) test -run='^$$' -fuzz=FuzzMayRequestGPU -fuzztime=200000x ./pkg/request/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./pkg/requirements/
+	$(GO) test -run='^$$' -fuzz=FuzzParseArgs -fuzztime=200000x ./pkg/oci/
+	$(GO) test -run='^$$' -fuzz=FuzzSpecEncode -fuzztime=20000x ./pkg/oci/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
 
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
 	./scripts/demo.sh
