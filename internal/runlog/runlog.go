@@ -48,15 +48,17 @@ func New(opts Options) *Logger {
 		l.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
 	}
 	var writers []io.Writer
-	for i, p := range []string{opts.RuncLog, opts.ExtraFile} {
-		if p != "" {
-			f := &lazyFile{path: p, stderr: opts.Stderr}
-			if i == 0 {
-				l.runc = f
-			}
-			l.files = append(l.files, f)
-			writers = append(writers, f)
-		}
+	if opts.RuncLog != "" {
+		// runc's log is where engines read errors: if it cannot be opened, its lines go to
+		// stderr rather than nowhere.
+		l.runc = &lazyFile{path: opts.RuncLog, stderr: opts.Stderr, fallback: true}
+		l.files = append(l.files, l.runc)
+		writers = append(writers, l.runc)
+	}
+	if opts.ExtraFile != "" {
+		f := &lazyFile{path: opts.ExtraFile, stderr: opts.Stderr}
+		l.files = append(l.files, f)
+		writers = append(writers, f)
 	}
 	if l.runc == nil {
 		writers = append(writers, opts.Stderr)
@@ -70,12 +72,14 @@ func New(opts Options) *Logger {
 	return l
 }
 
-// lazyFile opens its file for appending at the first write.
+// lazyFile opens its file for appending at the first write. If it cannot, it says so on
+// stderr once, then sends its lines to stderr (fallback) or drops them.
 type lazyFile struct {
-	path   string
-	stderr io.Writer
-	f      *os.File
-	tried  bool
+	path     string
+	stderr   io.Writer
+	fallback bool
+	f        *os.File
+	tried    bool
 }
 
 func (l *lazyFile) Write(p []byte) (int, error) {
@@ -87,10 +91,13 @@ func (l *lazyFile) Write(p []byte) (int, error) {
 		}
 		l.f = f
 	}
-	if l.f == nil {
+	switch {
+	case l.f != nil:
+		return l.f.Write(p)
+	case l.fallback:
 		return l.stderr.Write(p)
 	}
-	return l.f.Write(p)
+	return len(p), nil
 }
 
 // Close closes the files the logger opened.

@@ -126,3 +126,39 @@ func TestFilesOpenOnlyWhenWritten(t *testing.T) {
 		t.Errorf("log = %q, %v", data, err)
 	}
 }
+
+// TestUnopenableFilesNeverDoubleLines: only runc's log falls back to stderr; an extra log
+// file that cannot be opened is reported once and its lines dropped, so no line reaches
+// stderr twice.
+func TestUnopenableFilesNeverDoubleLines(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "log.json"), filepath.Join(dir, "missing", "x.log")
+	testCases := []struct {
+		description     string
+		runcLog, extra  string
+		wantStderrLines int // lines containing "boom"
+		wantOpenErrors  int
+	}{
+		{"no --log, extra file unopenable", "", bad, 1, 1},
+		{"--log and extra file both unopenable", bad, bad, 1, 2},
+		{"--log fine, extra file unopenable", good, bad, 0, 1},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var stderr bytes.Buffer
+			l := New(Options{RuncLog: tc.runcLog, ExtraFile: tc.extra, Format: "text", Level: logrus.InfoLevel, Stderr: &stderr})
+			l.Info("routine")
+			l.Error("boom")
+			l.Close()
+			if n := strings.Count(stderr.String(), "boom"); n != tc.wantStderrLines {
+				t.Errorf("%d lines with boom on stderr, want %d:\n%s", n, tc.wantStderrLines, stderr.String())
+			}
+			if n := strings.Count(stderr.String(), "gpu-runtime: open log file"); n != tc.wantOpenErrors {
+				t.Errorf("%d open errors on stderr, want %d:\n%s", n, tc.wantOpenErrors, stderr.String())
+			}
+			if tc.runcLog == good && strings.Contains(stderr.String(), "routine") {
+				t.Errorf("info line on stderr:\n%s", stderr.String())
+			}
+		})
+	}
+}
