@@ -291,6 +291,15 @@ func encodeCache(c cacheFile) ([]byte, error) {
 	for _, f := range c.Host.Files {
 		records = append(records, []string{"file", string(f.Kind), string(f.Capability), f.Prefix, strconv.Itoa(f.Bits), f.HostPath, f.ContainerPath})
 	}
+	// encoding/csv reads "\r\n" inside a quoted field back as "\n": such a value would not
+	// come back as it went in, so it is not cached (discovery still answers).
+	for _, rec := range records {
+		for _, field := range rec {
+			if strings.ContainsRune(field, '\r') {
+				return nil, fmt.Errorf("%s record: %q holds a carriage return", rec[0], field)
+			}
+		}
+	}
 	if err := w.WriteAll(records); err != nil {
 		return nil, err
 	}

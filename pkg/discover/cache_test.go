@@ -256,6 +256,26 @@ func TestCacheRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCacheRefusesCarriageReturns: a value encoding/csv would not give back unchanged is
+// not cached; discovery answers anyway and says why the cache was not written.
+func TestCacheRefusesCarriageReturns(t *testing.T) {
+	c := cacheFile{Version: CacheVersion, Host: Host{Driver: Driver{Version: "1.0", GPUs: []GPU{{UUID: "GPU-a", Name: "a\r\nb"}}}}}
+	if _, err := encodeCache(c); err == nil || err.Error() != `gpu record: "a\r\nb" holds a carriage return` {
+		t.Errorf("error = %v", err)
+	}
+	e := newDiscoverEnv(t)
+	e.opts.Query = func(context.Context, string) (Driver, error) {
+		return Driver{Version: "550.54.15", GPUs: []GPU{{UUID: "GPU-a", Name: "x\ry"}}}, nil
+	}
+	r := e.discover(t)
+	if want := `encode discovery cache: gpu record: "x\ry" holds a carriage return`; r.CacheProblem != want || r.Host.Driver.GPUs[0].Name != "x\ry" {
+		t.Errorf("got %+v\nwant problem %s", r, want)
+	}
+	if _, err := os.Stat(e.opts.CacheFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cache written: %v", err)
+	}
+}
+
 // FuzzDecodeCache: any file decodes or fails cleanly, and what decodes survives a re-encode.
 func FuzzDecodeCache(f *testing.F) {
 	f.Add([]byte(cacheMagic + ",3\nfingerprint,ab\ninput,ldcache /etc/ld.so.cache\ndriver,1.0,12.4,\ngpu,0,0,GPU-a,n,b,bus,8.0\nfile,library,compute,libcuda,64,/a,/a\n"))

@@ -203,7 +203,7 @@ func decodeObject(data []byte, path string, decoded []string) (*rawObject, error
 		return nil, expectEnd(dec, path)
 	}
 	if tok != json.Delim('{') {
-		return nil, at(fmt.Errorf("want a JSON object, got %v", tok))
+		return nil, at(fmt.Errorf("want a JSON object, got %s", jsonKind(tok)))
 	}
 	o := &rawObject{members: map[string]json.RawMessage{}}
 	for dec.More() {
@@ -230,6 +230,19 @@ func decodeObject(data []byte, path string, decoded []string) (*rawObject, error
 		return nil, at(err)
 	}
 	return o, expectEnd(dec, path)
+}
+
+// jsonKind names the kind of JSON value a token starts.
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // expectEnd fails when anything but white space follows the value dec has read.

@@ -295,7 +295,9 @@ func TestParseSpecRefusesAmbiguousMembers(t *testing.T) {
 		{"duplicate view member", `{"process":{"env":["A=1"],"env":["B=2"]}}`, `: process: ambiguous members: "env" appears twice`},
 		{"duplicate member kept as read", `{"root":{"path":"a","readonly":true},"root":{"path":"b"}}`, `: ambiguous members: "root" appears twice`},
 		{"null document", `null`, `: not a JSON object`},
-		{"not an object", `[]`, `: want a JSON object, got [`},
+		{"not an object", `[]`, `: want a JSON object, got an array`},
+		{"process not an object", `{"process": "abc"}`, `: process: want a JSON object, got a string`},
+		{"linux not an object", `{"linux": 7}`, `: linux: want a JSON object, got a number`},
 		{"trailing data", `{} {}`, `: data after the JSON value`},
 		{"view member of the wrong type", `{"linux":{"devices":{}}}`, `: linux.devices: json: cannot unmarshal object into Go value of type []specs.LinuxDevice`},
 	}
