@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,13 +105,33 @@ func TestPassThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = e.runtime(t, nil, "list")
-	if r.code != 0 || !strings.Contains(r.stdout, "ID") {
+	if r.code != 0 || !strings.Contains(r.stdout, "ID") || !strings.Contains(r.stderr, "config unusable; using default runtimes for list") {
 		t.Errorf("list with broken config: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
 	r = e.run(t, b)
 	if r.code == 0 || !strings.Contains(r.stderr, "config.toml") {
 		t.Errorf("create with broken config must fail naming the file: exit %d %q", r.code, r.stderr)
+	}
+
+	// A bad value outside [runtime] fails create, but start/delete/state still reach the
+	// configured runtime: a delete must go where the create went.
+	marker := filepath.Join(e.dir, "runtime-calls")
+	wrapper := filepath.Join(e.dir, "recording-runc")
+	script := "#!/bin/sh\necho \"$@\" >> " + marker + "\nexec runc \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.config, []byte(fmt.Sprintf("[runtime]\nruntimes = [%q]\n[driver]\nroot = \"relative\"\n", wrapper)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.runtime(t, nil, "state", "no-such-container")
+	if calls, _ := os.ReadFile(marker); r.code != 1 || !strings.Contains(string(calls), "state no-such-container") || strings.Contains(r.stderr, "config unusable") {
+		t.Errorf("state with a bad [driver]: exit %d, stderr %q, runtime calls %q", r.code, r.stderr, calls)
+	}
+	r = e.run(t, b)
+	if r.code == 0 || !strings.Contains(r.stderr, `invalid driver.root \"relative\": want an absolute path`) {
+		t.Errorf("create with a bad [driver] must fail naming it: exit %d %q", r.code, r.stderr)
 	}
 }
 
