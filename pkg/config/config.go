@@ -219,20 +219,10 @@ func parseRuntime(data []byte) (Config, bool) {
 	doc := struct {
 		Runtime *RuntimeConfig `toml:"runtime"`
 	}{Runtime: &cfg.Runtime}
-	if lenient(data, &doc) != nil || len(cfg.clean()) > 0 {
+	if decode(data, &doc, false) != nil || len(cfg.clean()) > 0 {
 		return Config{}, false
 	}
 	return cfg, true
-}
-
-// lenient decodes data into v, ignoring keys v does not have; a panic in go-toml is an error.
-func lenient(data []byte, v any) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("go-toml cannot decode it: %v", r)
-		}
-	}()
-	return toml.Unmarshal(data, v)
 }
 
 // Parse parses the contents of a configuration file; name is the file's
@@ -256,7 +246,7 @@ func Parse(data []byte, name string) (Config, []string, error) {
 	cfg := Default()
 	var warnings []string
 	var strict *toml.StrictMissingError
-	switch err := decode(data, &cfg); {
+	switch err := decode(data, &cfg, true); {
 	case errors.As(err, &strict):
 		// Known keys are decoded even when unknown ones are present.
 		warnings = unknownKeyWarnings(name, strict)
@@ -271,18 +261,21 @@ func Parse(data []byte, name string) (Config, []string, error) {
 	return cfg, warnings, nil
 }
 
-// decode decodes data into cfg, refusing unknown keys. go-toml has panicked on input
-// checkTypes passed (a table below a string key spelled in other case); a bad file must
-// be an error, never a crash of the runtime.
-func decode(data []byte, cfg *Config) (err error) {
+// decode decodes data into v; strict refuses keys v does not have (a
+// *toml.StrictMissingError that still decodes the known ones). go-toml has
+// panicked on input checkTypes passed (a table below a string key spelled in
+// other case); a bad file must be an error, never a crash of the runtime.
+func decode(data []byte, v any, strict bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("go-toml cannot decode it: %v", r)
 		}
 	}()
 	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	return dec.Decode(cfg)
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	return dec.Decode(v)
 }
 
 // Level returns the logrus level of Runtime.LogLevel. A Config from Load or
