@@ -104,7 +104,7 @@ func FromEnv(list []string) (Request, error) {
 func build(env Env, visible string, set bool) (Request, error) {
 	var req Request
 
-	cudaVersion, hasCUDAVersion := env[EnvCUDAVersion]
+	_, hasCUDAVersion := env[EnvCUDAVersion]
 	req.Legacy = hasCUDAVersion && env[EnvRequireCUDA] == ""
 
 	switch {
@@ -150,13 +150,7 @@ func build(env Env, visible string, set bool) (Request, error) {
 		}
 	}
 
-	req.DisableRequire = parseBool(env[EnvDisableRequire])
-	req.Requirements = requirements(env)
-	if req.Legacy && cudaVersion != "" {
-		if r, ok := legacyRequirement(cudaVersion); ok {
-			req.Requirements = append(req.Requirements, r)
-		}
-	}
+	req.Requirements, req.DisableRequire = envRequirements(env)
 	return req, nil
 }
 
@@ -227,8 +221,13 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 // a legacy CUDA image's implied cuda>= rule, and whether NVIDIA_DISABLE_REQUIRE turns them
 // off. It is what gpu-hook's prestart check evaluates.
 func Requirements(list []string) (reqs []Requirement, disabled bool) {
-	env := ParseEnv(list)
-	reqs = requirements(env)
+	return envRequirements(ParseEnv(list))
+}
+
+// envRequirements is Requirements for a parsed environment: the single definition the
+// planner (through build) and gpu-hook share.
+func envRequirements(env Env) ([]Requirement, bool) {
+	reqs := requirements(env)
 	if cuda, ok := env[EnvCUDAVersion]; ok && env[EnvRequireCUDA] == "" {
 		if r, ok := legacyRequirement(cuda); ok {
 			reqs = append(reqs, r)

@@ -43,19 +43,14 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 			return Request{}, nil, err
 		}
 		if len(ids) > 0 {
-			req, err := build(env, strings.Join(ids, ","), true)
-			if err != nil || p.AcceptEnvWhenUnprivileged || Privileged(spec) {
-				return req, nil, err
-			}
-			// The devices come from the orchestrator; the container's own env may not add
-			// IMEX channels or MIG access.
 			var warnings []string
-			if len(req.IMEXChannels) > 0 || req.AllIMEXChannels || req.MIGConfig || req.MIGMonitor {
-				warnings = append(warnings, fmt.Sprintf("%s, %s and %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-					EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor))
+			if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+				// The devices come from the orchestrator; the container's own env may not
+				// add IMEX channels or MIG access, so it is not even parsed.
+				env, warnings = withoutEnvAccess(env)
 			}
-			req.IMEXChannels, req.AllIMEXChannels, req.MIGConfig, req.MIGMonitor = nil, false, false, false
-			return req, warnings, nil
+			req, err := build(env, strings.Join(ids, ","), true)
+			return req, warnings, err
 		}
 	}
 	visible, set := env[EnvVisibleDevices]
@@ -69,6 +64,30 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	}
 	req, err := build(env, visible, set)
 	return req, nil, err
+}
+
+// withoutEnvAccess returns env without the variables that grant access beyond the
+// devices (IMEX channels, MIG config and monitor), and a warning when one asked for any.
+func withoutEnvAccess(env Env) (Env, []string) {
+	out := make(Env, len(env))
+	asked := false
+	for k, v := range env {
+		switch k {
+		case EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor:
+			switch strings.TrimSpace(v) {
+			case "", "none", "void":
+			default:
+				asked = true
+			}
+		default:
+			out[k] = v
+		}
+	}
+	if !asked {
+		return out, nil
+	}
+	return out, []string{fmt.Sprintf("%s, %s and %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
+		EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor)}
 }
 
 // gpuMarkers are strings at least one of which any GPU request's spec contains.

@@ -107,6 +107,23 @@ func TestFromSpecStrictDropsEnvIMEX(t *testing.T) {
 	}
 }
 
+// TestFromSpecStrictNeverParsesIgnoredEnv: variables the policy ignores cannot fail the
+// request, however malformed; they are reported as ignored.
+func TestFromSpecStrictNeverParsesIgnoredEnv(t *testing.T) {
+	for _, env := range []string{"NVIDIA_IMEX_CHANNELS=x", "NVIDIA_MIG_MONITOR_DEVICES=0"} {
+		spec := &specs.Spec{Process: &specs.Process{Env: []string{env}}, Mounts: []specs.Mount{devMount("0")}}
+		req, warnings, err := FromSpec(spec, Policy{AcceptVolumeMounts: true})
+		if err != nil || req.Mode != DeviceList || len(warnings) != 1 {
+			t.Errorf("%s: %+v %q %v", env, req, warnings, err)
+		}
+	}
+	// "none" asks for nothing: no warning.
+	spec := &specs.Spec{Process: &specs.Process{Env: []string{"NVIDIA_IMEX_CHANNELS=none"}}, Mounts: []specs.Mount{devMount("0")}}
+	if _, warnings, err := FromSpec(spec, Policy{AcceptVolumeMounts: true}); err != nil || warnings != nil {
+		t.Errorf("none: %q %v", warnings, err)
+	}
+}
+
 // TestMayRequestGPU: the fast pre-check never says "no" for a spec FromSpec would inject into.
 func TestMayRequestGPU(t *testing.T) {
 	testCases := []struct {
