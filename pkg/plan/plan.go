@@ -114,7 +114,11 @@ func Build(req request.Request, host Host) (Plan, error) {
 		}
 		files = append(files, f)
 		if f.Kind == discover.KindLibrary {
-			have[f.Prefix] = true
+			// A required library must be there for 64-bit programs: an i386 copy alone
+			// (compat32) does not make the capability work.
+			if f.Bits != 32 {
+				have[f.Prefix] = true
+			}
 			libraries = append(libraries, f.ContainerPath)
 		}
 	}

@@ -153,6 +153,8 @@ func TestBuildErrors(t *testing.T) {
 	badNode.Devices.Invalid["/dev/nvidia0"] = errors.New("bad device node: /devroot/dev/nvidia0 is a symlink, not a device node")
 	noCuda := testHost()
 	noCuda.Files = noCuda.Files[:1]
+	only32 := testHost()
+	only32.Files = append(only32.Files[:1:1], lib(capabilities.Compute, "libcuda", 32))
 
 	testCases := []struct {
 		description string
@@ -178,6 +180,8 @@ func TestBuildErrors(t *testing.T) {
 		{description: "node that is not a device", host: badNode, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"},
 			wantErr: "missing device node: bad device node: /devroot/dev/nvidia0 is a symlink, not a device node", is: ErrMissingNode},
 		{description: "compute without libcuda", host: noCuda, env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			wantErr: "missing driver library: libcuda.so.550.54.15 (capability compute) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrMissingLibrary},
+		{description: "compute with only the 32-bit libcuda", host: only32, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,compat32"},
 			wantErr: "missing driver library: libcuda.so.550.54.15 (capability compute) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrMissingLibrary},
 	}
 	for _, tc := range testCases {
