@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -102,19 +101,9 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	return nil
 }
 
+// hasDockerHook: the raw check skips the walk for the usual spec without one.
 func hasDockerHook(sf *oci.SpecFile) bool {
-	if sf.Spec.Hooks == nil || !bytes.Contains(sf.Raw, []byte(request.DockerHookName)) {
-		return false
-	}
-	h := sf.Spec.Hooks
-	for _, list := range [][]specs.Hook{h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop} { //nolint:staticcheck
-		for _, hk := range list {
-			if oci.HookNamed(hk, request.DockerHookName) {
-				return true
-			}
-		}
-	}
-	return false
+	return bytes.Contains(sf.Raw, []byte(request.DockerHookName)) && oci.HasHookNamed(sf.Spec, request.DockerHookName)
 }
 
 func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {

@@ -184,11 +184,10 @@ func WithoutHooksNamed(name string) SpecOpt {
 		if s.Hooks == nil {
 			return nil
 		}
-		for _, stage := range []string{StagePrestart, StageCreateRuntime, StageCreateContainer, StageStartContainer, StagePoststart, StagePoststop} {
-			list, _ := stageList(s.Hooks, stage)
+		for _, list := range hookLists(s.Hooks) {
 			kept := (*list)[:0:0]
 			for _, h := range *list {
-				if !HookNamed(h, name) {
+				if !hookNamed(h, name) {
 					kept = append(kept, h)
 				}
 			}
@@ -204,8 +203,28 @@ func WithoutHooksNamed(name string) SpecOpt {
 	}
 }
 
-// HookNamed reports whether a hook runs an executable called name.
-func HookNamed(h specs.Hook, name string) bool {
+// hookLists returns every stage's list of h.
+func hookLists(h *specs.Hooks) []*[]specs.Hook {
+	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
+}
+
+// HasHookNamed reports whether any stage of s runs an executable called name.
+func HasHookNamed(s *specs.Spec, name string) bool {
+	if s.Hooks == nil {
+		return false
+	}
+	for _, list := range hookLists(s.Hooks) {
+		for _, h := range *list {
+			if hookNamed(h, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hookNamed reports whether a hook runs an executable called name.
+func hookNamed(h specs.Hook, name string) bool {
 	if filepath.Base(h.Path) == name {
 		return true
 	}

@@ -112,3 +112,22 @@ func TestBatchEditErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestHasHookNamed(t *testing.T) {
+	const name = "nvidia-container-runtime-hook"
+	testCases := []struct {
+		description string
+		hooks       *specs.Hooks
+		want        bool
+	}{
+		{"no hooks", nil, false},
+		{"by path, in any stage", &specs.Hooks{Poststop: []specs.Hook{{Path: "/usr/bin/" + name}}}, true},
+		{"by argv[0]", &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/bin/sh", Args: []string{name}}}}, true},
+		{"another hook", &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/other", Args: []string{"other", name}}}}, false}, //nolint:staticcheck
+	}
+	for _, tc := range testCases {
+		if got := HasHookNamed(&specs.Spec{Hooks: tc.hooks}, name); got != tc.want {
+			t.Errorf("%s: got %v", tc.description, got)
+		}
+	}
+}
