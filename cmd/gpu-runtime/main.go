@@ -48,7 +48,6 @@ func main() {
 		log.Warn(w)
 	}
 	self, _ := os.Executable()
-	cwd, _ := os.Getwd()
 
 	if cfgErr != nil && !inv.ModifiesSpec() {
 		log.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
@@ -58,6 +57,7 @@ func main() {
 	if inv.ModifiesSpec() {
 		err = errors.Join(cfgErr, unsupported(argErr), err)
 		if err == nil && argErr == nil {
+			cwd, _ := os.Getwd() // a relative --bundle is relative to it
 			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log})
 		}
 	}

@@ -449,7 +449,7 @@ func BenchmarkCreatePath(b *testing.B) {
 	prepare := func(name string, spec []byte, cfg config.Config, wantChanged bool) {
 		b.Run(name, func(b *testing.B) {
 			if wantChanged {
-				f.needCTK(b) // PrepareBundle resolves gpu-ctk next to the executable even on a cache hit
+				f.needCTK(b) // the untimed first call fills the cache through gpu-ctk (and cache-off asks it every time)
 			}
 			b.ReportAllocs()
 			parent := b.TempDir()
