@@ -2,6 +2,7 @@ package hook
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -200,4 +201,20 @@ func TestUpdateLDCacheBecomesLDConfig(t *testing.T) {
 	if link, _ := os.Readlink(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libcuda.so")); link != "libcuda.so.1.2" {
 		t.Errorf("dev link = %q", link)
 	}
+}
+
+// UpdateLDCache is what gpu-hook update-ldcache does, with ldconfig run as a child rather
+// than exec'd in place.
+func UpdateLDCache(root string, opts LDCacheOptions) error {
+	argv, err := PrepareLDCache(root, opts)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = LDConfigEnv
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }

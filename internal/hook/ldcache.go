@@ -3,7 +3,6 @@ package hook
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -25,29 +24,15 @@ type LDCacheOptions struct {
 	DriverVersion string
 }
 
-// UpdateLDCache makes the injected libraries loadable inside the container root: it creates
-// each library's development link (libcuda.so -> libcuda.so.550.54.15) where the image has
-// none, then runs the host's ldconfig chrooted into the root (ldconfig -r) over the
-// libraries' directories, which creates the SONAME links and rewrites /etc/ld.so.cache.
-func UpdateLDCache(root string, opts LDCacheOptions) error {
-	argv, err := PrepareLDCache(root, opts)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = LDConfigEnv
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("run %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
 // LDConfigEnv is the whole environment ldconfig runs with.
 var LDConfigEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
-// PrepareLDCache does everything UpdateLDCache does except running ldconfig, and returns
-// ldconfig's command line. gpu-hook execs it in place, so the hook costs one process.
+// PrepareLDCache makes the injected libraries loadable inside the container root, all but
+// the last step: it creates each library's development link (libcuda.so ->
+// libcuda.so.550.54.15) where the image has none and returns the command line of the
+// host's ldconfig chrooted into the root (ldconfig -r) over the libraries' directories,
+// which creates the SONAME links and rewrites /etc/ld.so.cache. gpu-hook execs that in
+// place, so the hook costs one process.
 func PrepareLDCache(root string, opts LDCacheOptions) ([]string, error) {
 	if !filepath.IsAbs(opts.LDConfig) {
 		return nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
