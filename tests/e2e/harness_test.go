@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/testbin"
 )
 
 var (
@@ -73,13 +74,8 @@ func setup() string {
 		return "cannot find the module root: " + err.Error()
 	}
 	binDir = filepath.Join(workDir, "bin")
-	for _, b := range []struct{ name, cgo string }{{"gpu-runtime", "0"}, {"gpu-hook", "0"}, {"gpu-ctk", "1"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), "./cmd/"+b.name)
-		cmd.Dir = strings.TrimSpace(string(root))
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Sprintf("build %s: %v: %s", b.name, err, out)
-		}
+	if err := testbin.Build(strings.TrimSpace(string(root)), binDir); err != nil {
+		return err.Error()
 	}
 	tmpl := filepath.Join(workDir, "spec")
 	if err := os.MkdirAll(tmpl, 0o755); err != nil {

@@ -45,6 +45,7 @@ import (
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/testbin"
 )
 
 // workPrefix names the suite's temporary directory, /tmp/gre-*: short, because unix socket
@@ -129,13 +130,8 @@ func setup() string {
 
 	binDir = filepath.Join(workDir, "bin")
 	// As `make build` builds them: gpu-runtime asks gpu-ctk, next to it, about NVML.
-	for _, b := range []struct{ name, cgo string }{{"gpu-runtime", "0"}, {"gpu-hook", "0"}, {"gpu-ctk", "1"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), "./cmd/"+b.name)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Sprintf("build %s: %v: %s", b.name, err, out)
-		}
+	if err := testbin.Build(repoRoot, binDir); err != nil {
+		return err.Error()
 	}
 	if host, err = fakehost.Build(filepath.Join(workDir, "host"), fakehost.Default(2)); err != nil {
 		return "build the fake GPU host: " + err.Error()
