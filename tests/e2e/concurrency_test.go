@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestParallelCreates: 32 GPU containers created at once through gpu-runtime all start
@@ -59,6 +60,9 @@ func TestParallelCreates(t *testing.T) {
 	}
 	for i := range outcomes {
 		o := &outcomes[i]
+		if o.res.code != 0 {
+			continue // reported above
+		}
 		waitStopped(t, e, o.id)
 		e.runtime(t, nil, "delete", "--force", o.id)
 		data, _ := os.ReadFile(o.stdout)
@@ -108,11 +112,15 @@ func TestParallelCreates(t *testing.T) {
 
 func waitStopped(t *testing.T, e *env, id string) {
 	t.Helper()
-	for i := 0; i < 400; i++ {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
 		r := e.runtime(t, nil, "state", id)
-		if strings.Contains(r.stdout, `"status": "stopped"`) || r.code != 0 {
+		if strings.Contains(r.stdout, `"status": "stopped"`) {
 			return
 		}
+		if r.code != 0 || time.Now().After(deadline) {
+			t.Fatalf("container %s did not stop: exit %d %s %s", id, r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Errorf("container %s did not stop", id)
 }

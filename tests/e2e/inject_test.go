@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -234,17 +233,7 @@ func TestCreateStartDelete(t *testing.T) {
 	if r := e.runtime(t, nil, "start", id); r.code != 0 {
 		t.Fatalf("start: exit %d: %s", r.code, r.stderr)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := e.runtime(t, nil, "state", id)
-		if strings.Contains(r.stdout, `"status": "stopped"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container did not stop: %s %s", r.stdout, r.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStopped(t, e, id)
 	if r := e.runtime(t, nil, "delete", id); r.code != 0 {
 		t.Fatalf("delete: exit %d: %s", r.code, r.stderr)
 	}
@@ -310,12 +299,7 @@ func TestCrun(t *testing.T) {
 		}
 		t.Skip("SKIPPED: crun is not installed")
 	}
-	e.writeConfig(t, "")
-	cfg, _ := os.ReadFile(e.config)
-	cfg = bytes.Replace(cfg, []byte(`runtimes = ["runc"]`), []byte(`runtimes = ["crun"]`), 1)
-	if err := os.WriteFile(e.config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replaceInFile(t, e.config, `runtimes = ["runc"]`, `runtimes = ["crun"]`)
 	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, probe)
 	r := e.run(t, b, "--cgroup-manager=disabled")
 	if r.code != 0 && strings.Contains(r.stderr, "cgroups in hybrid mode not supported") {
