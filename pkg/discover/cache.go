@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,14 +31,12 @@ type Host struct {
 }
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 3
+const CacheVersion = 4
 
 type cacheFile struct {
 	Version     int
 	Fingerprint string
-	// Inputs are the files the fingerprint stamps, found from the driver root's ld.so.cache,
-	// which is the first of them: while it is unchanged, so is this list, and a cache hit
-	// needs no ld.so.cache parse.
+	// Inputs are fingerprintInputs at the time of writing.
 	Inputs []string
 	Host   Host
 }
@@ -85,7 +84,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	if opts.CacheFile != "" {
 		c, problem := readCache(opts.CacheFile)
 		if problem == nil {
-			if fingerprint(opts, devices, c.Inputs) == c.Fingerprint && usableInputs(opts, c.Inputs) {
+			if fingerprint(opts, devices, c.Inputs) == c.Fingerprint {
 				return Result{Host: c.Host, CacheHit: true}, nil
 			}
 			problem = fmt.Errorf("%w: %s: the host changed", errStale, opts.CacheFile)
@@ -130,45 +129,27 @@ func queryWithTimeout(opts Options) (Driver, error) {
 	return d, err
 }
 
-// Fingerprint summarises what a change of driver, GPUs or MIG layout alters, using only
-// cheap stat and readdir calls (no NVML).
-func Fingerprint(opts Options, devices DeviceNodes) string {
-	return fingerprint(opts, devices, fingerprintInputs(opts))
-}
-
-// fingerprintInputs lists the files whose stat the fingerprint covers, each as
-// "<label> <path>": the driver root's ld.so.cache first, then every path the NVML library
-// may be loaded from (a driver upgrade replaces it) and the library, binary and firmware
-// directories (driver files added or removed), the first two found from the ld.so.cache.
+// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver
+// root's ld.so.cache (which fingerprint always stamps first), each as "<label> <path>":
+// every path the NVML library may be loaded from (a driver upgrade replaces it) and the
+// library, binary and firmware directories (driver files added or removed). The first two
+// come from the ld.so.cache, so while its stamp is unchanged so is this list: the cache
+// keeps it and a hit needs no ld.so.cache parse.
 func fingerprintInputs(opts Options) []string {
 	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
-	inputs := []string{ldcacheInput(opts)}
+	var inputs []string
 	for _, c := range nvmlCandidates(opts.DriverRoot, entries) {
 		inputs = append(inputs, "nvml "+c)
 	}
 	dirs64, dirs32 := libSearchDirs(entries)
-	seen := map[string]bool{}
-	for _, d := range append(append(append([]string{}, dirs64...), dirs32...), append(binDirs, firmwareDirs...)...) {
-		if in := "dir " + inRootLexical(opts.DriverRoot, d); !seen[in] { // 32- and 64-bit lists share some
-			seen[in] = true
-			inputs = append(inputs, in)
-		}
+	for _, d := range dedupe(slices.Concat(dirs64, dirs32, binDirs, firmwareDirs)) { // the 32- and 64-bit lists share some
+		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
 	}
 	return inputs
 }
 
-func ldcacheInput(opts Options) string {
-	return "ldcache " + inRootLexical(opts.DriverRoot, "/etc/ld.so.cache")
-}
-
-// usableInputs: a cached input list starts with this driver root's ld.so.cache, whose stamp
-// vouches for the rest of the list.
-func usableInputs(opts Options, inputs []string) bool {
-	return len(inputs) > 0 && inputs[0] == ldcacheInput(opts)
-}
-
-// fingerprint hashes the driver and device roots, the stat of every input, the device
-// nodes and the driver's /proc entries.
+// fingerprint hashes the driver and device roots, the stat of the driver root's
+// ld.so.cache and of every input, the device nodes and the driver's /proc entries.
 func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	// FNV-128a, not a cryptographic hash: the inputs are the host's (root's) files, not
 	// anything a container controls, and crypto/* would add start-up cost to every call.
@@ -183,6 +164,8 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 		}
 		fmt.Fprintf(h, "%s %d:%d %d %d.%d %d.%d\n", input, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	}
+	ldc, _ := ldcacheFile(opts.DriverRoot)
+	stamp("ldcache " + ldc)
 	for _, in := range inputs {
 		stamp(in)
 	}

@@ -15,42 +15,47 @@ import (
 
 const nvmlSONAME = "libnvidia-ml.so.1"
 
-// NVMLCandidates returns the host paths where libnvidia-ml.so.1 is looked for, in order:
-// the driver root's ld.so.cache entries, then the standard library directories.
-func NVMLCandidates(root string) []string {
-	return nvmlCandidates(root, rootLDCache(root))
-}
-
 // rootLDCache reads the driver root's ld.so.cache; a missing or unreadable cache is empty
 // (the standard directories are searched anyway).
 func rootLDCache(root string) []ldcache.Entry {
-	entries, _ := ldcache.Load(inRootLexical(root, "/etc/ld.so.cache"))
+	p, ok := ldcacheFile(root)
+	if !ok {
+		return nil
+	}
+	entries, _ := ldcache.Load(p)
 	return entries
+}
+
+// ldcacheFile is the driver root's ld.so.cache with symlinks resolved inside the root: a
+// link to /etc/ld.so.cache must not read the host's own cache. ok is false when it does
+// not exist there (p is then the lexical path).
+func ldcacheFile(root string) (p string, ok bool) {
+	p = inRootLexical(root, ldcache.DefaultPath)
+	resolved, err := resolveInRoot(root, p)
+	if err != nil {
+		return p, false
+	}
+	return resolved, true
 }
 
 func nvmlCandidates(root string, entries []ldcache.Entry) []string {
 	var out []string
-	seen := map[string]bool{}
-	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
 	for _, e := range entries {
 		if e.Name == nvmlSONAME && e.Bits != 32 {
-			add(inRootLexical(root, e.Path))
+			out = append(out, inRootLexical(root, e.Path))
 		}
 	}
 	for _, dir := range libDirs64 {
-		add(inRootLexical(root, path.Join(dir, nvmlSONAME)))
+		out = append(out, inRootLexical(root, path.Join(dir, nvmlSONAME)))
 	}
-	return out
+	return dedupe(out)
 }
 
-// FindNVML returns the first loadable candidate path (symlinks resolved inside the root).
+// FindNVML returns the first loadable libnvidia-ml.so.1 (symlinks resolved inside the
+// root), looked for in the driver root's ld.so.cache entries, then the standard library
+// directories.
 func FindNVML(root string) (string, error) {
-	candidates := NVMLCandidates(root)
+	candidates := nvmlCandidates(root, rootLDCache(root))
 	var tried []string
 	for _, c := range candidates {
 		resolved, err := resolveInRoot(root, c)
