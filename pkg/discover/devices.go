@@ -74,9 +74,6 @@ func DeviceNode(devRoot, containerPath string) (edits.DeviceNode, error) {
 	hostPath := filepath.Join(devRoot, containerPath)
 	var st unix.Stat_t
 	if err := unix.Lstat(hostPath, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return edits.DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, fs.ErrNotExist)
-		}
 		return edits.DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, err)
 	}
 	var typ string

@@ -25,7 +25,7 @@ func Query(root string) (discover.Driver, error) {
 	// to keep dlerror's text.
 	probe := dl.New(libPath, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
 	if err := probe.Open(); err != nil {
-		return discover.Driver{}, fmt.Errorf("%w: load %s: %w; set driver.root in /etc/gpu-runtime/config.toml", discover.ErrNVMLNotFound, libPath, err)
+		return discover.Driver{}, fmt.Errorf("%w: load %s: %w; %s", discover.ErrNVMLNotFound, libPath, err, discover.DriverRootHint)
 	}
 	defer func() { _ = probe.Close() }()
 

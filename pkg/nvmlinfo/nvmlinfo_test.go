@@ -49,7 +49,7 @@ func TestQueryNVMLInitFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Query(root)
-	if !errors.Is(err, discover.ErrNVMLNotFound) || !strings.Contains(err.Error(), "load "+lib+": ") || !strings.Contains(err.Error(), "set driver.root") {
+	if !errors.Is(err, discover.ErrNVMLNotFound) || !strings.Contains(err.Error(), "load "+lib+": ") || !strings.HasSuffix(err.Error(), "; set driver.root in the gpu-runtime config (/etc/gpu-runtime/config.toml) to where the NVIDIA driver is installed") {
 		t.Errorf("error = %v", err)
 	}
 }
