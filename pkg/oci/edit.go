@@ -71,7 +71,8 @@ func replaceAll[T any](list, added []T, keys []string, key func(T) string) []T {
 	}
 	out := make([]T, 0, len(list)+len(added))
 	for _, e := range list {
-		if _, replaced := last[key(e)]; !replaced || key(e) == "" {
+		k := key(e)
+		if _, replaced := last[k]; k == "" || !replaced {
 			out = append(out, e)
 		}
 	}

@@ -67,14 +67,14 @@ func TestBatchEditsMatchOneAtATime(t *testing.T) {
 		for j := rng.IntN(8); j > 0; j-- {
 			ds, ms = append(ds, device()), append(ms, mount())
 		}
-		want := clone(t, base)
+		want := normalize(base) // a deep copy
 		for _, d := range ds {
 			modelAddDevice(&want, d)
 		}
 		for _, m := range ms {
 			modelAddMount(&want, m)
 		}
-		got := clone(t, base)
+		got := normalize(base)
 		if err := Apply(&got, WithDevices(ds...), WithMounts(ms...)); err != nil {
 			t.Fatal(err)
 		}
@@ -82,11 +82,6 @@ func TestBatchEditsMatchOneAtATime(t *testing.T) {
 			t.Fatalf("case %d: adding %v and %v\ngot  %s\nwant %s", i, ds, ms, mustJSON(t, got), mustJSON(t, want))
 		}
 	}
-}
-
-func clone(t *testing.T, s specs.Spec) specs.Spec {
-	t.Helper()
-	return normalize(s)
 }
 
 func TestBatchEditErrors(t *testing.T) {

@@ -174,7 +174,7 @@ func (f *SpecFile) decode() error {
 // object decodes the member path (dot-separated) of parent as a JSON object whose members
 // named decoded are read by gpu-runtime; nil when absent or null.
 func object(parent *rawObject, path string, decoded []string) (*rawObject, error) {
-	raw, ok := parent.get(path[strings.LastIndexByte(path, '.')+1:])
+	raw, ok := parent.get(leaf(path))
 	if !ok {
 		return nil, nil
 	}
@@ -186,6 +186,9 @@ func object(parent *rawObject, path string, decoded []string) (*rawObject, error
 // JSON decoder (runc's) would merge them.
 func decodeObject(data []byte, path string, decoded []string) (*rawObject, error) {
 	at := func(err error) error {
+		if err == nil {
+			return nil
+		}
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
 		}
@@ -200,7 +203,7 @@ func decodeObject(data []byte, path string, decoded []string) (*rawObject, error
 		return nil, at(err)
 	}
 	if tok == nil {
-		return nil, expectEnd(dec, path)
+		return nil, at(expectEnd(dec))
 	}
 	if tok != json.Delim('{') {
 		return nil, at(fmt.Errorf("want a JSON object, got %s", jsonKind(tok)))
@@ -229,7 +232,7 @@ func decodeObject(data []byte, path string, decoded []string) (*rawObject, error
 	if _, err := dec.Token(); err != nil {
 		return nil, at(err)
 	}
-	return o, expectEnd(dec, path)
+	return o, at(expectEnd(dec))
 }
 
 // jsonKind names the kind of JSON value a token starts.
@@ -246,23 +249,24 @@ func jsonKind(tok json.Token) string {
 }
 
 // expectEnd fails when anything but white space follows the value dec has read.
-func expectEnd(dec *json.Decoder, path string) error {
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err == nil {
-			err = errors.New("data after the JSON value")
-		}
-		if path != "" {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		return err
+func expectEnd(dec *json.Decoder) error {
+	_, err := dec.Token()
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil:
+		return errors.New("data after the JSON value")
 	}
-	return nil
+	return err
 }
+
+// leaf is the last name of a dot-separated member path ("linux.devices" → "devices").
+func leaf(path string) string { return path[strings.LastIndexByte(path, '.')+1:] }
 
 // member decodes one member of parent (path names it, dot-separated) into v, noting
 // whether its original holds keys v's type does not know.
 func (f *SpecFile) member(parent *rawObject, path string, v any) error {
-	name := path[strings.LastIndexByte(path, '.')+1:]
+	name := leaf(path)
 	raw, ok := parent.get(name)
 	if !ok {
 		return nil
@@ -360,7 +364,7 @@ func (f *SpecFile) checkView() error {
 // put writes the member path names into parent: v encoded, or no member when v is empty
 // (an emptied object keeps the keys this runtime-spec version does not know).
 func (f *SpecFile) put(parent *rawObject, path string, v any, empty bool) error {
-	name := path[strings.LastIndexByte(path, '.')+1:]
+	name := leaf(path)
 	if empty {
 		typ := reflect.TypeOf(v)
 		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
