@@ -40,6 +40,8 @@ func TestLowLevelRuntime(t *testing.T) {
 		{description: "name found in PATH", candidates: []string{"runc", "crun"}, want: runc},
 		{description: "first missing, path used as is", candidates: []string{"nope", crun}, want: crun},
 		{description: "itself is skipped", candidates: []string{"gpu-runtime", "runc"}, want: runc},
+		{description: "only itself", candidates: []string{self},
+			wantErr: "low-level runtime not found: tried [" + self + " (is gpu-runtime itself)]; install runc or set runtime.runtimes in the gpu-runtime config"},
 		{description: "nothing usable", candidates: []string{"nope", notExec},
 			wantErr: "low-level runtime not found: tried [nope (exec: \"nope\": executable file not found in $PATH) " + notExec + " (runtime.runtimes " + notExec + ": not an executable file)]; install runc or set runtime.runtimes in the gpu-runtime config"},
 	}

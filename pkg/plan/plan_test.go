@@ -197,14 +197,18 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
-func TestBuildWarnsOnMissingUVM(t *testing.T) {
+func TestBuildWarnsOnMissingOptionalNodes(t *testing.T) {
 	h := testHost()
 	delete(h.Devices.Nodes, "/dev/nvidia-uvm")
-	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0"), h)
+	delete(h.Devices.Nodes, "/dev/nvidia-modeset")
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,graphics"), h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`device node /dev/nvidia-uvm not found under device root "/devroot", not injected (CUDA needs it: load the nvidia-uvm module (nvidia-modprobe -u -c=0))`}
+	want := []string{
+		`device node /dev/nvidia-uvm not found under device root "/devroot", not injected (CUDA needs it: load the nvidia-uvm module (nvidia-modprobe -u -c=0))`,
+		`device node /dev/nvidia-modeset not found under device root "/devroot", not injected (load the nvidia-modeset module)`,
+	}
 	if !reflect.DeepEqual(p.Warnings, want) {
 		t.Errorf("warnings = %q", p.Warnings)
 	}

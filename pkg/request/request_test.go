@@ -103,6 +103,7 @@ func TestIMEXAndMIG(t *testing.T) {
 		{description: "not a number", env: []string{"NVIDIA_IMEX_CHANNELS=0,x"}, wantErr: `invalid GPU request: IMEX channel "x" in NVIDIA_IMEX_CHANNELS="0,x": want a number from 0 to 2047, or all`},
 		{description: "MIG config and monitor", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"}, wantMIG: [2]bool{true, true}},
 		{description: "MIG with a list", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=0"}, wantErr: `invalid GPU request: NVIDIA_MIG_CONFIG_DEVICES="0": only "all" is supported`},
+		{description: "MIG monitor with a list", env: []string{"NVIDIA_MIG_MONITOR_DEVICES=0,1"}, wantErr: `invalid GPU request: NVIDIA_MIG_MONITOR_DEVICES="0,1": only "all" is supported`},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
