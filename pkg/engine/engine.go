@@ -39,9 +39,6 @@ const (
 	CRIO       Engine = "crio"
 )
 
-// Engines lists the supported engines, in the order help text shows them.
-var Engines = []Engine{Docker, Containerd, CRIO}
-
 // Default locations and names.
 const (
 	DefaultRuntimeName      = "gpu"
@@ -67,7 +64,7 @@ var (
 	ErrChanged = errors.New("file changed since it was read")
 	// ErrInvalidOptions: bad Options (a relative runtime path, an odd runtime name).
 	ErrInvalidOptions = errors.New("invalid options")
-	// ErrUnknownEngine: not one of Engines.
+	// ErrUnknownEngine: not docker, containerd or crio.
 	ErrUnknownEngine = errors.New("unknown container engine")
 )
 
