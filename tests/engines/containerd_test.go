@@ -146,12 +146,7 @@ func (c *containerd) ctrRun(t *testing.T, flags ...string) result {
 // TestContainerdCtr: ctr run with gpu-runtime as the runc binary of the runc shim (case 4).
 func TestContainerdCtr(t *testing.T) {
 	c := startedContainerd(t)
-	testCases := []struct {
-		description string
-		flags       []string
-		gpus        []int
-		wantErr     string
-	}{
+	testCases := []engineCase{
 		{description: "--runc-binary gpu-runtime, NVIDIA_VISIBLE_DEVICES=0 gets GPU 0 only",
 			flags: []string{"--runc-binary", wrapper, "--env", "NVIDIA_VISIBLE_DEVICES=0"}, gpus: []int{0}},
 		{description: "--runc-binary gpu-runtime, NVIDIA_VISIBLE_DEVICES=all gets both GPUs",
@@ -164,16 +159,7 @@ func TestContainerdCtr(t *testing.T) {
 			flags:   []string{"--runc-binary", wrapper, "--env", "NVIDIA_VISIBLE_DEVICES=7"},
 			wantErr: `unknown device "7" in NVIDIA_VISIBLE_DEVICES`},
 	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			r := c.ctrRun(t, tc.flags...)
-			if tc.wantErr != "" {
-				wantRefused(t, "ctr run", r, 0, tc.wantErr)
-				return
-			}
-			wantRan(t, fmt.Sprintf("ctr run %v", tc.flags), r, tc.gpus...)
-		})
-	}
+	runEngineCases(t, "ctr run", c.ctrRun, testCases)
 }
 
 // TestContainerdCRI: the Kubernetes path. Pods of runtime handler gpu — the runtime class

@@ -188,22 +188,13 @@ func TestDockerRuntimeFlag(t *testing.T) {
 	t.Run("daemon.json and dockerd's runtimes", func(t *testing.T) {
 		checkDaemonJSON(t, d, "")
 	})
-	testCases := []struct {
-		description string
-		flags       []string
-		gpus        []int
-	}{
+	testCases := []engineCase{
 		{description: "--runtime=gpu -e NVIDIA_VISIBLE_DEVICES=1 gets GPU 1 only", flags: []string{"--runtime=gpu", "-e", "NVIDIA_VISIBLE_DEVICES=1"}, gpus: []int{1}},
 		{description: "--runtime=gpu --gpus all gets both GPUs", flags: []string{"--runtime=gpu", "--gpus", "all"}, gpus: []int{0, 1}},
 		{description: "--runtime=gpu without a request gets no GPU", flags: []string{"--runtime=gpu"}},
 		{description: "the default runtime (runc) ignores NVIDIA_VISIBLE_DEVICES", flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=1"}},
 	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			r := d.runProbe(t, tc.flags...)
-			wantRan(t, fmt.Sprintf("docker run %v", tc.flags), r, tc.gpus...)
-		})
-	}
+	runEngineCases(t, "docker run", d.runProbe, testCases)
 	// --gpus without gpu-runtime: dockerd adds nvidia-container-runtime-hook (gpu-hook) and runc
 	// runs it; gpu-hook refuses rather than start a container without its GPUs.
 	t.Run("--gpus under runc fails and names the fix", func(t *testing.T) {
@@ -220,11 +211,7 @@ func TestDockerDefaultRuntime(t *testing.T) {
 	t.Run("daemon.json and dockerd's runtimes", func(t *testing.T) {
 		checkDaemonJSON(t, d, "gpu")
 	})
-	testCases := []struct {
-		description string
-		flags       []string
-		gpus        []int
-	}{
+	testCases := []engineCase{
 		{description: "--gpus all gets both GPUs", flags: []string{"--gpus", "all"}, gpus: []int{0, 1}},
 		{description: `--gpus "device=1" gets GPU 1 only`, flags: []string{"--gpus", `"device=1"`}, gpus: []int{1}},
 		{description: "--gpus device=<UUID of GPU 1> gets GPU 1 only", flags: []string{"--gpus", "device=" + host.Options.GPUs[1].UUID}, gpus: []int{1}},
@@ -233,12 +220,7 @@ func TestDockerDefaultRuntime(t *testing.T) {
 		{description: "a container asking for no GPU is unaffected"},
 		{description: "--runtime=runc ignores NVIDIA_VISIBLE_DEVICES", flags: []string{"--runtime=runc", "-e", "NVIDIA_VISIBLE_DEVICES=all"}},
 	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			r := d.runProbe(t, tc.flags...)
-			wantRan(t, fmt.Sprintf("docker run %v", tc.flags), r, tc.gpus...)
-		})
-	}
+	runEngineCases(t, "docker run", d.runProbe, testCases)
 }
 
 // TestDockerErrors: a failure of gpu-runtime or of its requirement check reaches the docker

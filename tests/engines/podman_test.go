@@ -115,12 +115,7 @@ func (p *podman) runProbeCid(t *testing.T, cidFile *string, flags ...string) res
 // TestPodman: podman run --runtime gpu-runtime (case 5).
 func TestPodman(t *testing.T) {
 	p := startedPodman(t)
-	testCases := []struct {
-		description string
-		flags       []string
-		gpus        []int
-		wantErr     string
-	}{
+	testCases := []engineCase{
 		{description: "--runtime gpu-runtime, NVIDIA_VISIBLE_DEVICES=0 gets GPU 0 only",
 			flags: []string{"--runtime", wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=0"}, gpus: []int{0}},
 		{description: "--runtime gpu-runtime, NVIDIA_VISIBLE_DEVICES=1,0 gets both GPUs",
@@ -134,16 +129,7 @@ func TestPodman(t *testing.T) {
 			flags:   []string{"--runtime", wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=7"},
 			wantErr: `unknown device "7" in NVIDIA_VISIBLE_DEVICES`},
 	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			r := p.runProbe(t, tc.flags...)
-			if tc.wantErr != "" {
-				wantRefused(t, "podman run", r, 0, tc.wantErr)
-				return
-			}
-			wantRan(t, fmt.Sprintf("podman run %v", tc.flags), r, tc.gpus...)
-		})
-	}
+	runEngineCases(t, "podman run", p.runProbe, testCases)
 }
 
 // TestPodmanCleanup: after `podman run --rm`, the container is gone from the OCI runtime too.

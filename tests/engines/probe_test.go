@@ -131,3 +131,27 @@ func logRuntimeTail(t *testing.T) {
 	}
 	t.Logf("end of gpu-runtime's log (%s):\n%s", runtimeLog, data)
 }
+
+// engineCase is one `<engine> run` of the probe: its flags, and either the GPUs the probe
+// must see (none: no GPU) or the error the engine must show.
+type engineCase struct {
+	description string
+	flags       []string
+	gpus        []int
+	wantErr     string
+}
+
+// runEngineCases runs each case through run; what names the command in messages.
+func runEngineCases(t *testing.T, what string, run func(t *testing.T, flags ...string) result, cases []engineCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.description, func(t *testing.T) {
+			r := run(t, tc.flags...)
+			if tc.wantErr != "" {
+				wantRefused(t, what, r, 0, tc.wantErr)
+				return
+			}
+			wantRan(t, fmt.Sprintf("%s %v", what, tc.flags), r, tc.gpus...)
+		})
+	}
+}
