@@ -131,6 +131,7 @@ func progress(format string, args ...any) {
 
 // comparison is one A-vs-B question, answered from alternating pairs.
 type comparison struct {
+	key    string // what the report looks it up by
 	title  string
 	a, b   *variant
 	target float64 // the issue's bound on median(A)/median(B)
@@ -204,12 +205,12 @@ func measure(ctx context.Context, o options, l *lab) error {
 	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16, goExec}
 	traced := append(append([]*variant(nil), variants...), cuda8)
 	comps := []*comparison{
-		{title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs", a: gpu8, b: runcPlain, target: 1.6},
-		{title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
-		{title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, target: 1.10},
-		{title: "16 GPUs vs 1 GPU through gpu-runtime", a: gpu16, b: gpu1, target: 1.10},
+		{key: "gpu-vs-runc", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs", a: gpu8, b: runcPlain, target: 1.6},
+		{key: "gpu-vs-same-spec", title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
+		{key: "nongpu-vs-runc", title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, target: 1.10},
+		{key: "16-vs-1", title: "16 GPUs vs 1 GPU through gpu-runtime", a: gpu16, b: gpu1, target: 1.10},
 		// No target: what any Go wrapper costs here (the issue quotes 1.07 on its machine).
-		{title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
+		{key: "goexec-vs-runc", title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
 	}
 	m := describeMachine(l, goruntime.Version())
 

@@ -189,7 +189,7 @@ func render(d reportData) string {
 func breakdown(d reportData) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	c0, c1 := d.comps[0], d.comps[1]
+	c0, c1 := d.comp("gpu-vs-runc"), d.comp("gpu-vs-same-spec")
 	gpu, plain, same := median(totals(c0.as)), median(totals(c0.bs)), median(totals(c1.bs))
 	w("- Lifecycle: GPU container %.2f ms vs plain runc %.2f ms: **+%.2f ms**. Create alone: %.2f vs %.2f ms.\n",
 		gpu, plain, gpu-plain, median(field(c0.as, func(s sample) float64 { return s.create })), median(field(c0.bs, func(s sample) float64 { return s.create })))
@@ -207,12 +207,12 @@ func breakdown(d reportData) string {
 	w("- Every other invocation passes through gpu-runtime: %.2f ms each in isolation (`gpu-runtime start` minus true(1)). In the lifecycle, start and delete through gpu-runtime take %+.2f ms together over runc's (8-GPU variant vs plain runc, medians).\n",
 		iso("passthrough")-iso("true"),
 		median(field(c0.as, func(s sample) float64 { return s.start + s.delete }))-median(field(c0.bs, func(s sample) float64 { return s.start + s.delete })))
-	// The Go floor: the reference comparison (exec-only Go wrapper vs plain runc) is the last.
-	if ref := d.comps[len(d.comps)-1]; ref.target == 0 && len(ref.as) > 0 {
+	// The Go floor: the exec-only Go wrapper vs plain runc.
+	if ref := d.comp("goexec-vs-runc"); len(ref.as) > 0 {
 		phase := func(ss []sample, f func(s sample) float64) float64 { return median(field(ss, f)) }
 		sd := func(s sample) float64 { return s.start + s.delete }
 		cr := func(s sample) float64 { return s.create }
-		nonGPU := d.comps[2]
+		nonGPU := d.comp("nongpu-vs-runc")
 		w("- The floor any Go wrapper pays: a static Go program that only execs runc adds %+.2f ms to start + delete and %+.2f ms to create over runc alone (%.3f on the lifecycle). gpu-runtime's non-GPU lifecycle adds %+.2f ms to start + delete and %+.2f ms to create over plain runc: %+.2f ms of its own per start + delete beyond that floor.\n",
 			phase(ref.as, sd)-phase(ref.bs, sd), phase(ref.as, cr)-phase(ref.bs, cr), median(totals(ref.as))/median(totals(ref.bs)),
 			phase(nonGPU.as, sd)-phase(nonGPU.bs, sd), phase(nonGPU.as, cr)-phase(nonGPU.bs, cr),
@@ -224,9 +224,20 @@ func breakdown(d reportData) string {
 			w("  - %s: %s ms exec → exit (median)\n", name, fmtMs(medianOf(tr, func(t *traceResult) float64 { return medianOrNaN(t.hookMs[name]) })))
 		}
 	}
+	scale := d.comp("16-vs-1")
 	w("- 16 vs 1 GPU through gpu-runtime: %+.2f ms on the lifecycle (%.2f vs %.2f ms).\n",
-		median(totals(d.comps[3].as))-median(totals(d.comps[3].bs)), median(totals(d.comps[3].as)), median(totals(d.comps[3].bs)))
+		median(totals(scale.as))-median(totals(scale.bs)), median(totals(scale.as)), median(totals(scale.bs)))
 	return b.String()
+}
+
+// comp returns the comparison with key; a key the bench does not define is a bug in it.
+func (d reportData) comp(key string) *comparison {
+	for _, c := range d.comps {
+		if c.key == key {
+			return c
+		}
+	}
+	panic("bench: no comparison " + key)
 }
 
 // iso returns the median wall time of the isolation case with key.
