@@ -20,11 +20,15 @@ func TestFailures(t *testing.T) {
 		env         []string
 		brokenRoot  bool
 		wantMsg     []string
+		// whole, when set, is the entire message ({uuid0}, {uuid1}: the fake GPUs' UUIDs).
+		whole string
 	}{
 		{description: "unknown index", env: []string{"NVIDIA_VISIBLE_DEVICES=0,7"},
-			wantMsg: []string{`unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`, `), 1 (GPU-`}},
+			wantMsg: []string{`unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`, `), 1 (GPU-`},
+			whole:   `plan GPU injection: unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 ({uuid0}), 1 ({uuid1})`},
 		{description: "unknown UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000"},
-			wantMsg: []string{`unknown device "GPU-00000000-0000-0000-0000-000000000000" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`}},
+			wantMsg: []string{`unknown device "GPU-00000000-0000-0000-0000-000000000000" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`},
+			whole:   `plan GPU injection: unknown device "GPU-00000000-0000-0000-0000-000000000000" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 ({uuid0}), 1 ({uuid1})`},
 		{description: "duplicate entry", env: []string{"NVIDIA_VISIBLE_DEVICES=1,1"},
 			wantMsg: []string{`device "1" is listed twice in NVIDIA_VISIBLE_DEVICES="1,1"`}},
 		{description: "unknown capability", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,gaming"},
@@ -60,6 +64,13 @@ func TestFailures(t *testing.T) {
 			}
 			if !strings.HasPrefix(msg, "gpu-runtime: ") {
 				t.Errorf("log message should name gpu-runtime: %q", msg)
+			}
+			if tc.whole != "" {
+				gpus := e.host.Options.GPUs
+				want := "gpu-runtime: " + strings.NewReplacer("{uuid0}", gpus[0].UUID, "{uuid1}", gpus[1].UUID).Replace(tc.whole)
+				if msg != want {
+					t.Errorf("last error in --log:\n%s\nwant\n%s", msg, want)
+				}
 			}
 			after, _ := os.ReadFile(cfgPath)
 			if !bytes.Equal(before, after) {
@@ -110,8 +121,8 @@ func TestPassThrough(t *testing.T) {
 	}
 	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
 	r = e.run(t, b)
-	if r.code == 0 || !strings.Contains(r.stderr, "config.toml") {
-		t.Errorf("create with broken config must fail naming the file: exit %d %q", r.code, r.stderr)
+	if r.code == 0 || !strings.Contains(r.stderr, "gpu-runtime: parse config "+e.config+": line 1, column 9: expected character ]") {
+		t.Errorf("create with broken config must fail naming the file and place: exit %d %q", r.code, r.stderr)
 	}
 
 	// A bad value outside [runtime] fails create, but start/delete/state still reach the
