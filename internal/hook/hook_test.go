@@ -49,6 +49,9 @@ func TestContainerRoot(t *testing.T) {
 		{description: "no state", spec: `{}`, state: ``, wantErr: "bad hook input: decode container state from stdin: EOF"},
 		{description: "relative bundle", spec: `{}`, state: `{"bundle":"b"}`, wantErr: `bad hook input: container state has bundle "b", want an absolute path`},
 		{description: "no root", spec: `{}`, state: `{"bundle":"` + bundle + `"}`, wantErr: "bad hook input: spec of bundle " + bundle + " has no root.path"},
+		{description: "bundle without a spec", spec: `{}`, state: `{"bundle":"/nonexistent-bundle"}`,
+			wantErr: "read spec of bundle /nonexistent-bundle: open /nonexistent-bundle/config.json: no such file or directory"},
+		{description: "spec that is not JSON", spec: `{"root":`, state: `{"bundle":"` + bundle + `"}`, wantErr: "decode spec of bundle " + bundle + ": unexpected end of JSON input"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

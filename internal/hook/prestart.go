@@ -1,10 +1,7 @@
 package hook
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -32,15 +29,11 @@ func ParseGPU(v string) (requirements.GPU, error) {
 // facts the runtime passed. The error text starts with "unsatisfied condition: " when
 // the driver is too old. Warnings (unknown keys) are returned for the caller to print.
 func CheckRequirements(bundle string, host requirements.Host) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return nil, fmt.Errorf("read spec of bundle %s: %w", bundle, err)
-	}
 	var spec struct {
 		Process *specs.Process `json:"process"`
 	}
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
+	if err := readBundleSpec(bundle, &spec); err != nil {
+		return nil, err
 	}
 	if spec.Process == nil {
 		return nil, nil

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 // ErrState marks unusable hook input.
@@ -38,15 +40,11 @@ func ContainerRoot(r io.Reader) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return "", fmt.Errorf("read spec of bundle %s: %w", bundle, err)
-	}
 	var spec struct {
 		Root *specs.Root `json:"root"`
 	}
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
+	if err := readBundleSpec(bundle, &spec); err != nil {
+		return "", err
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
 		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
@@ -56,4 +54,17 @@ func ContainerRoot(r io.Reader) (string, error) {
 		root = filepath.Join(bundle, root)
 	}
 	return filepath.Clean(root), nil
+}
+
+// readBundleSpec decodes <bundle>/config.json into v, which names only the members the
+// hook needs.
+func readBundleSpec(bundle string, v any) error {
+	data, err := os.ReadFile(oci.ConfigPath(bundle))
+	if err != nil {
+		return fmt.Errorf("read spec of bundle %s: %w", bundle, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
+	}
+	return nil
 }
