@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -71,9 +72,17 @@ __attribute__((constructor)) static void pwn(void) { FILE *f = fopen("`+marker+`
 	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range spec.Hooks.CreateContainer {
-		if len(h.Env) == 0 || strings.Contains(strings.Join(h.Env, " "), "LD_") {
-			t.Errorf("hook env = %q", h.Env)
+	if spec.Hooks == nil {
+		t.Fatal("the GPU container's spec has no hooks")
+	}
+	h := spec.Hooks
+	all := slices.Concat(h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop) //nolint:staticcheck
+	if len(all) == 0 {
+		t.Fatal("the GPU container's spec has no hooks")
+	}
+	for _, hk := range all {
+		if len(hk.Env) == 0 || strings.Contains(strings.Join(hk.Env, " "), "LD_") {
+			t.Errorf("hook %s env = %q", hk.Path, hk.Env)
 		}
 	}
 }
