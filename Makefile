@@ -33,7 +33,7 @@ e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ ./tests/engines/
 
 fuzz: ## run each fuzz target briefly (execution counts, not durations: a duration-based -fuzztime can fail with "context deadline exceeded" on a loaded machine, golang/go#75804, fixed in go1.27)
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./pkg/ldcache/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./internal/ldcache/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=50000x ./pkg/config/
 	$(GO) test -run='^$$' -fuzz=FuzzFromEnv -fuzztime=200000x ./pkg/request/
 	$(GO) test -run='^$$' -fuzz=FuzzMayRequestGPU -fuzztime=200000x ./pkg/request/

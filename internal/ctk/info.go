@@ -8,8 +8,8 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
-	"github.com/gpu-runtime/gpu-runtime/pkg/nvmlinfo"
 )
 
 func init() {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/pkg/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/engine"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 

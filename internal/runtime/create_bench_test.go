@@ -34,11 +34,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
-	"github.com/gpu-runtime/gpu-runtime/pkg/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
@@ -432,7 +433,7 @@ func BenchmarkCreatePath(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(encoded)))
 			for i := 0; i < b.N; i++ {
-				if err := oci.WriteFileAtomic(sf.Path, encoded, 0o644); err != nil {
+				if err := atomicfile.Write(sf.Path, encoded, 0o644, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {
 					b.Fatal(err)
 				}
 			}

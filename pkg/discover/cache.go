@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 // Host is everything discovery learns that is worth keeping between containers.
@@ -352,5 +352,5 @@ func writeCache(p string, c cacheFile) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("create discovery cache directory: %w", err)
 	}
-	return oci.WriteFileAtomic(p, data, 0o600)
+	return atomicfile.Write(p, data, 0o600, atomicfile.Options{}) // root's own file: never a link's target, never another owner
 }

@@ -10,15 +10,26 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 )
+
+// DeviceNode is a device node found under the device root, with the numbers, mode and
+// owner read from it.
+type DeviceNode struct {
+	Path     string // path in a container, e.g. /dev/nvidia0
+	HostPath string // where it was found on the host (under the device root)
+	Type     string // "c" or "b"
+	Major    int64
+	Minor    int64
+	FileMode fs.FileMode
+	UID      uint32
+	GID      uint32
+}
 
 // DeviceNodes holds the NVIDIA device nodes found under a device root.
 type DeviceNodes struct {
 	Root string
 	// Nodes are valid character devices, by container path (/dev/nvidia0).
-	Nodes map[string]edits.DeviceNode
+	Nodes map[string]DeviceNode
 	// Invalid are /dev/nvidia* entries that are not character devices, with the reason.
 	Invalid map[string]error
 }
@@ -26,7 +37,7 @@ type DeviceNodes struct {
 // FindDeviceNodes reads <devRoot>/dev/nvidia* (not following symlinks). A missing /dev is
 // an empty result, not an error: the planner reports what it needed and did not find.
 func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
-	dn := DeviceNodes{Root: devRoot, Nodes: map[string]edits.DeviceNode{}, Invalid: map[string]error{}}
+	dn := DeviceNodes{Root: devRoot, Nodes: map[string]DeviceNode{}, Invalid: map[string]error{}}
 	devDir := filepath.Join(devRoot, "dev")
 	entries, err := os.ReadDir(devDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -48,7 +59,7 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 			}
 			for _, s := range sub {
 				p := path.Join(containerPath, s.Name())
-				if node, err := DeviceNode(devRoot, p); err == nil {
+				if node, err := StatDeviceNode(devRoot, p); err == nil {
 					dn.Nodes[p] = node
 				} else if !errors.Is(err, fs.ErrNotExist) {
 					dn.Invalid[p] = err
@@ -56,7 +67,7 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 			}
 			continue
 		}
-		node, err := DeviceNode(devRoot, containerPath)
+		node, err := StatDeviceNode(devRoot, containerPath)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				dn.Invalid[containerPath] = err
@@ -68,13 +79,13 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 	return dn, nil
 }
 
-// DeviceNode stats one node (container path such as /dev/nvidiactl) under devRoot. It must
+// StatDeviceNode stats one node (container path such as /dev/nvidiactl) under devRoot. It must
 // be a character or block device itself: a symlink or regular file is ErrDeviceNode.
-func DeviceNode(devRoot, containerPath string) (edits.DeviceNode, error) {
+func StatDeviceNode(devRoot, containerPath string) (DeviceNode, error) {
 	hostPath := filepath.Join(devRoot, containerPath)
 	var st unix.Stat_t
 	if err := unix.Lstat(hostPath, &st); err != nil {
-		return edits.DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, err)
+		return DeviceNode{}, fmt.Errorf("stat device node %s: %w", hostPath, err)
 	}
 	var typ string
 	switch st.Mode & unix.S_IFMT {
@@ -83,11 +94,11 @@ func DeviceNode(devRoot, containerPath string) (edits.DeviceNode, error) {
 	case unix.S_IFBLK:
 		typ = "b"
 	case unix.S_IFLNK:
-		return edits.DeviceNode{}, fmt.Errorf("%w: %s is a symlink, not a device node", ErrDeviceNode, hostPath)
+		return DeviceNode{}, fmt.Errorf("%w: %s is a symlink, not a device node", ErrDeviceNode, hostPath)
 	default:
-		return edits.DeviceNode{}, fmt.Errorf("%w: %s is not a device node (mode %#o)", ErrDeviceNode, hostPath, st.Mode&unix.S_IFMT)
+		return DeviceNode{}, fmt.Errorf("%w: %s is not a device node (mode %#o)", ErrDeviceNode, hostPath, st.Mode&unix.S_IFMT)
 	}
-	return edits.DeviceNode{
+	return DeviceNode{
 		Path:     containerPath,
 		HostPath: hostPath,
 		Type:     typ,

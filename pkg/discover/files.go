@@ -9,8 +9,8 @@ import (
 	"path"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
-	"github.com/gpu-runtime/gpu-runtime/pkg/ldcache"
 )
 
 // Kind says what a driver file is.

@@ -10,8 +10,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 
-	"github.com/gpu-runtime/gpu-runtime/pkg/config"
-	"github.com/gpu-runtime/gpu-runtime/pkg/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 const nvmlSONAME = "libnvidia-ml.so.1"
@@ -66,12 +65,9 @@ func FindNVML(root string) (string, error) {
 		}
 		return resolved, nil
 	}
-	return "", fmt.Errorf("%w: load %s from driver root %q: tried %s; %s",
-		ErrNVMLNotFound, nvmlSONAME, root, strings.Join(tried, ", "), DriverRootHint)
+	return "", fmt.Errorf("%w: load %s from driver root %q: tried %s",
+		ErrNVMLNotFound, nvmlSONAME, root, strings.Join(tried, ", "))
 }
-
-// DriverRootHint ends every error about an NVML library that cannot be found or loaded.
-const DriverRootHint = "set driver.root in the gpu-runtime config (" + config.DefaultPath + ") to where the NVIDIA driver is installed"
 
 func shortErr(err error) string {
 	if errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 )
 
 // SpecFile is a bundle's config.json, read so that it can be written back without losing
@@ -408,52 +410,15 @@ func mergeUnknown(orig, edited []byte, typ reflect.Type) ([]byte, error) {
 	return json.Marshal(keepUnknown(o, n, typ))
 }
 
-// Write replaces the spec file atomically: a temporary file in the same directory, fsync,
-// the original mode, rename, then fsync of the directory. On error the original is intact.
+// Write replaces the spec file atomically (internal/atomicfile), keeping its mode, owner and
+// group, and a symlink at its path. On error the original is intact.
 func (f *SpecFile) Write() error {
 	data, err := f.Encode()
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(f.Path, data, f.mode)
-}
-
-// WriteFileAtomic writes data to path through a temporary file and a rename.
-func WriteFileAtomic(path string, data []byte, mode fs.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-")
-	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	// The engine's file: a symlinked config.json stays a link, and its owner stays.
+	return atomicfile.Write(f.Path, data, f.mode, atomicfile.Options{Follow: true, KeepOwner: true})
 }
 
 func decodeNumbers(data []byte, v any) error {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -113,29 +112,3 @@ func TestReadSpecErrors(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
-
-func TestWriteFileAtomicFailureCleansUp(t *testing.T) {
-	dir := t.TempDir()
-	// The target is a non-empty directory: the temporary file is written, then the rename
-	// fails. The error must say so and the temporary file must be gone.
-	target := filepath.Join(dir, "config.json")
-	if err := os.MkdirAll(filepath.Join(target, "inside"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	err := WriteFileAtomic(target, []byte("x"), 0o644)
-	if err == nil || !strings.HasPrefix(err.Error(), "replace "+target+": rename ") {
-		t.Fatalf("error = %v", err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 || entries[0].Name() != "config.json" {
-		t.Errorf("left behind: %v", entries)
-	}
-	if _, err := os.Stat(filepath.Join(target, "inside")); err != nil {
-		t.Errorf("target changed: %v", err)
-	}
-	// A missing directory fails before anything is written.
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "config.json"), []byte("x"), 0o644); err == nil ||
-		!strings.HasPrefix(err.Error(), "create temporary file for "+filepath.Join(dir, "missing", "config.json")+": ") {
-		t.Errorf("missing dir: error = %v", err)
-	}
-}

@@ -14,7 +14,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
-	"github.com/gpu-runtime/gpu-runtime/pkg/mounts"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
@@ -93,7 +92,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 		node, ok := host.Devices.Nodes[w.path]
 		switch {
 		case ok:
-			p.Edits.DeviceNodes = append(p.Edits.DeviceNodes, node)
+			p.Edits.DeviceNodes = append(p.Edits.DeviceNodes, edits.DeviceNode(node))
 		case host.Devices.Invalid[w.path] != nil:
 			errs = append(errs, fmt.Errorf("%w: %w", ErrMissingNode, host.Devices.Invalid[w.path]))
 		case w.required:
@@ -137,7 +136,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 		return Plan{}, errors.Join(errs...)
 	}
 
-	p.Edits.Mounts = mounts.ForFiles(files)
+	p.Edits.Mounts = mountsFor(files)
 	if len(req.Requirements) > 0 && !req.DisableRequire {
 		args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
 		for _, g := range gpus {

@@ -12,8 +12,8 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
-func node(path string, major, minor int64) edits.DeviceNode {
-	return edits.DeviceNode{Path: path, HostPath: "/devroot" + path, Type: "c", Major: major, Minor: minor, FileMode: 0o666}
+func node(path string, major, minor int64) discover.DeviceNode {
+	return discover.DeviceNode{Path: path, HostPath: "/devroot" + path, Type: "c", Major: major, Minor: minor, FileMode: 0o666}
 }
 
 func lib(c capabilities.Capability, prefix string, bits int) discover.File {
@@ -26,8 +26,8 @@ func lib(c capabilities.Capability, prefix string, bits int) discover.File {
 }
 
 func testHost() Host {
-	nodes := map[string]edits.DeviceNode{}
-	for _, n := range []edits.DeviceNode{
+	nodes := map[string]discover.DeviceNode{}
+	for _, n := range []discover.DeviceNode{
 		node("/dev/nvidia0", 195, 0), node("/dev/nvidia1", 195, 1), node("/dev/nvidia2", 195, 2),
 		node("/dev/nvidiactl", 195, 255), node("/dev/nvidia-modeset", 195, 254),
 		node("/dev/nvidia-uvm", 235, 0), node("/dev/nvidia-uvm-tools", 235, 1),

@@ -11,7 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpu-runtime/gpu-runtime/pkg/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 const libDir = "/usr/lib/x86_64-linux-gnu"

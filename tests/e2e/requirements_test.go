@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
-	"github.com/gpu-runtime/gpu-runtime/pkg/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 // TestRequirements runs the prestart check through real runc on a host with CUDA 12.4 and

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 )
 
 // newFileMode is the mode of configuration files gpu-ctk creates.
@@ -277,7 +277,7 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 		if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil { // #nosec G301 -- /etc/<engine> directories are world-readable
 			return backups, fmt.Errorf("create directory for %s: %w", c.Path, err)
 		}
-		if err := oci.WriteFileAtomic(c.Path, c.Content, c.Mode); err != nil {
+		if err := atomicfile.Write(c.Path, c.Content, c.Mode, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {
 			return backups, err
 		}
 	}

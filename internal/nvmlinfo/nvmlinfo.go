@@ -12,20 +12,24 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
+
+// DriverRootHint ends every error about an NVML library that cannot be found or loaded.
+const DriverRootHint = "set driver.root in the gpu-runtime config (" + config.DefaultPath + ") to where the NVIDIA driver is installed"
 
 // Query loads NVML from the driver root and reads the driver and every GPU.
 func Query(root string) (discover.Driver, error) {
 	libPath, err := discover.FindNVML(root)
 	if err != nil {
-		return discover.Driver{}, err
+		return discover.Driver{}, fmt.Errorf("%w; %s", err, DriverRootHint)
 	}
 	// go-nvml reports any dlopen failure as ERROR_LIBRARY_NOT_FOUND; open it once ourselves
 	// to keep dlerror's text.
 	probe := dl.New(libPath, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
 	if err := probe.Open(); err != nil {
-		return discover.Driver{}, fmt.Errorf("%w: load %s: %w; %s", discover.ErrNVMLNotFound, libPath, err, discover.DriverRootHint)
+		return discover.Driver{}, fmt.Errorf("%w: load %s: %w; %s", discover.ErrNVMLNotFound, libPath, err, DriverRootHint)
 	}
 	defer func() { _ = probe.Close() }()
 

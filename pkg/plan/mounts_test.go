@@ -1,4 +1,4 @@
-package mounts
+package plan
 
 import (
 	"reflect"
@@ -8,7 +8,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 )
 
-func TestForFile(t *testing.T) {
+func TestMountFor(t *testing.T) {
 	testCases := []struct {
 		description string
 		file        discover.File
@@ -25,15 +25,15 @@ func TestForFile(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			if got := ForFile(tc.file); !reflect.DeepEqual(got, tc.want) {
+			if got := mountFor(tc.file); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
 	// Options must not alias the shared ReadOnly slice.
-	a := ForFile(discover.File{Kind: discover.KindLibrary}) // no option appended: the one case that could alias
+	a := mountFor(discover.File{Kind: discover.KindLibrary}) // no option appended: the one case that could alias
 	a.Options[0] = "rw"
-	if ReadOnly[0] != "ro" {
-		t.Fatal("ForFile returned options aliasing ReadOnly")
+	if readOnly[0] != "ro" {
+		t.Fatal("ForFile returned options aliasing readOnly")
 	}
 }

@@ -14,7 +14,7 @@ import (
 // input could not hold. Seeds: the real caches in testdata (written by
 // glibc 2.36's ldconfig in each format) and hand-made edge cases.
 //
-//	go test -run='^$' -fuzz=FuzzParse -fuzztime=20s ./pkg/ldcache/
+//	go test -run='^$' -fuzz=FuzzParse -fuzztime=20s ./internal/ldcache/
 func FuzzParse(f *testing.F) {
 	for _, tc := range ldconfigFormats {
 		data, err := os.ReadFile(tc.file)

@@ -1,0 +1,183 @@
+// Package atomicfile replaces files atomically: readers see the old content or the new,
+// never a mix, and a writer killed at any point leaves the old file in place. It is the one
+// writer of every file gpu-runtime and gpu-ctk change on the host (a bundle's config.json,
+// the discovery cache, engine configuration files, generated CDI specs).
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options say how the file being replaced is treated.
+type Options struct {
+	// Follow: when path is a symlink, the file it points to is replaced (in its own
+	// directory), so the link stays. Otherwise the rename replaces whatever is at path.
+	Follow bool
+	// KeepOwner: the new file gets the owner and group of the file it replaces. A new file
+	// belongs to the writer.
+	KeepOwner bool
+}
+
+// staleAge is how old a temporary file of our naming must be to be removed even though its
+// writer's pid is alive (the pid may have been reused): a write takes milliseconds.
+const staleAge = time.Minute
+
+// tmpInfix separates a file's name from the suffix of its temporary files:
+// .<name>.tmp-<pid>-<nanoseconds>.
+const tmpInfix = ".tmp-"
+
+// Write replaces path with data: a temporary file in the same directory is written, synced,
+// given perm (and, with KeepOwner, the replaced file's owner and group) and renamed over
+// path, then the directory is synced. On error the original is untouched and the
+// temporary file removed. Temporary files of this naming that a killed writer left behind
+// (their pid is gone, or they are older than a minute) are removed first.
+func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
+	target := filepath.Clean(path)
+	if o.Follow {
+		if target, err = resolve(target); err != nil {
+			return err
+		}
+	}
+	var owner *syscall.Stat_t
+	if o.KeepOwner {
+		var st syscall.Stat_t
+		switch err := syscall.Stat(target, &st); {
+		case err == nil:
+			owner = &st
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("stat %s: %w", target, err)
+		}
+	}
+	dir, base := filepath.Split(target)
+	if dir == "" {
+		dir = "."
+	}
+	RemoveStale(dir, base)
+
+	prefix := "." + base + tmpInfix
+	var f *os.File
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", target, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if owner != nil {
+		if err = f.Chown(int(owner.Uid), int(owner.Gid)); err != nil {
+			return fmt.Errorf("chown %s: %w", tmp, err)
+		}
+	}
+	// After chown, which clears set-id bits.
+	if err = f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, target); err != nil {
+		return fmt.Errorf("replace %s: %w", target, err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// resolve follows a symlink at path to the file it names (which need not exist yet).
+func resolve(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
+		return path, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", path, err)
+	}
+	for range 40 { // as the kernel's limit on links in a path
+		link, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(dir, link)
+		}
+		if dir, err = filepath.EvalSymlinks(filepath.Dir(link)); err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		path = filepath.Join(dir, filepath.Base(link))
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
+			return path, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("stat %s: %w", path, err)
+		}
+	}
+	return "", fmt.Errorf("resolve %s: too many levels of symbolic links", path)
+}
+
+// RemoveStale removes, from dir, temporary files of Write's naming for the file name base
+// whose writer is gone (no process has the pid in their name) or that are older than a
+// minute. Errors are ignored: a leftover costs disk space, never correctness.
+func RemoveStale(dir, base string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	_ = d.Close()
+	prefix := "." + base + tmpInfix
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && alive(pid) && time.Since(fi.ModTime()) < staleAge {
+			continue // being written
+		}
+		_ = os.Remove(p)
+	}
+}
+
+// alive reports whether a process with this pid exists.
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}

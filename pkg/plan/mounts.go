@@ -1,0 +1,30 @@
+package plan
+
+import (
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+)
+
+// readOnly are the options of every driver-file mount: read-only, nosuid, nodev. The source
+// of every mount is a host path under the driver root found by discovery; nothing from a
+// container image is ever a source.
+var readOnly = []string{"ro", "nosuid", "nodev", "bind"}
+
+// mountFor returns the mount injecting one driver file, at its path minus the driver root.
+// Files that are never run (sockets, config files, firmware) are also noexec.
+func mountFor(f discover.File) edits.Mount {
+	opts := append([]string(nil), readOnly...)
+	if f.Kind == discover.KindSocket || f.Kind == discover.KindConfig || f.Kind == discover.KindFirmware {
+		opts = append(opts, "noexec")
+	}
+	return edits.Mount{HostPath: f.HostPath, ContainerPath: f.ContainerPath, Options: opts}
+}
+
+// mountsFor maps mountFor over files, keeping their order.
+func mountsFor(files []discover.File) []edits.Mount {
+	out := make([]edits.Mount, 0, len(files))
+	for _, f := range files {
+		out = append(out, mountFor(f))
+	}
+	return out
+}
