@@ -150,18 +150,33 @@ func (f Factor) Known() bool {
 func Parse(expr string) (Expression, error) {
 	e, err := parse(expr)
 	if err != nil {
-		return Expression{}, fmt.Errorf("%w %q: %w", ErrMalformed, expr, err)
+		return Expression{}, fmt.Errorf("%w %s: %w", ErrMalformed, label(Requirement{Expression: expr}), err)
 	}
 	return e, nil
 }
 
+// Limits on one expression. The image chooses it, and the prestart check runs in the
+// engine's process tree: without them a 126 KB expression of 18,000 factors cost gigabytes.
+// Real ones (a CUDA 12 image's NVIDIA_REQUIRE_CUDA) are under 2 KB and 100 factors.
+const (
+	MaxExpressionLength = 16 << 10
+	MaxFactors          = 1024
+)
+
 // parse returns the reason an expression is malformed without naming the expression, so that
-// callers can name it (and its variable) once.
+// callers can name it (and its variable) once. Its work is linear in the expression's length.
 func parse(expr string) (Expression, error) {
+	if len(expr) > MaxExpressionLength {
+		return Expression{}, fmt.Errorf("%d bytes long, more than the %d allowed", len(expr), MaxExpressionLength)
+	}
 	e := Expression{Raw: expr}
+	factors := 0
 	for _, raw := range strings.Fields(expr) {
 		t := Term{Raw: raw}
 		for _, fraw := range strings.Split(raw, ",") {
+			if factors++; factors > MaxFactors {
+				return Expression{}, fmt.Errorf("more than %d factors", MaxFactors)
+			}
 			if fraw == "" {
 				return Expression{}, fmt.Errorf("term %q: empty factor", raw)
 			}
@@ -364,9 +379,8 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 		if err != nil {
 			return warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
 		}
-		for _, f := range e.UnknownKeys() {
-			warnings = append(warnings, fmt.Sprintf("%s: unknown key %q in factor %q (known keys: %s); treated as satisfied",
-				label(r), f.Key, f.Raw, strings.Join(knownKeys, ", ")))
+		if w := unknownKeysWarning(r, e.UnknownKeys()); w != "" {
+			warnings = append(warnings, w)
 		}
 		exprs[i] = e
 	}
@@ -382,12 +396,50 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 	return warnings, nil
 }
 
-// label names a requirement in errors: NVIDIA_REQUIRE_CUDA="cuda>=12.0".
-func label(r Requirement) string {
-	if r.Name == "" {
-		return strconv.Quote(r.Expression)
+// unknownKeysWarning is the one warning for a requirement's factors with unknown keys (""
+// for none), naming at most a few distinct keys.
+func unknownKeysWarning(r Requirement, unknown []Factor) string {
+	if len(unknown) == 0 {
+		return ""
 	}
-	return show(r.Name) + "=" + strconv.Quote(r.Expression)
+	const shown = 5
+	var keys []string
+	seen := map[string]bool{}
+	for _, f := range unknown {
+		if !seen[f.Key] {
+			seen[f.Key] = true
+			keys = append(keys, strconv.Quote(f.Key))
+		}
+	}
+	known := " (known keys: " + strings.Join(knownKeys, ", ") + "); treated as satisfied"
+	if len(unknown) == 1 {
+		return fmt.Sprintf("%s: unknown key %s in factor %q%s", label(r), keys[0], unknown[0].Raw, known)
+	}
+	noun := "key"
+	if len(keys) > 1 {
+		noun = "keys"
+	}
+	list := strings.Join(keys[:min(len(keys), shown)], ", ")
+	if len(keys) > shown {
+		list += fmt.Sprintf(" and %d more", len(keys)-shown)
+	}
+	return fmt.Sprintf("%s: unknown %s %s in %d factors, the first %q%s", label(r), noun, list, len(unknown), unknown[0].Raw, known)
+}
+
+// maxShown is how much of an expression a message quotes.
+const maxShown = 256
+
+// label names a requirement in errors: NVIDIA_REQUIRE_CUDA="cuda>=12.0". A long expression
+// is cut, with its length said.
+func label(r Requirement) string {
+	expr := strconv.Quote(r.Expression)
+	if len(r.Expression) > maxShown {
+		expr = strconv.Quote(r.Expression[:maxShown]) + fmt.Sprintf("… (%d bytes)", len(r.Expression))
+	}
+	if r.Name == "" {
+		return expr
+	}
+	return show(r.Name) + "=" + expr
 }
 
 // unsatisfiedError carries the user-facing message verbatim and wraps ErrUnsatisfied.

@@ -420,6 +420,28 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			description: "many unknown factors: one warning for the variable",
+			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_X", Expression: "foo>=1,bar=2 a=1,b=1,c=1,d=1,e=1"}},
+			host:        defHost,
+			wantWarnings: []string{
+				`NVIDIA_REQUIRE_X="foo>=1,bar=2 a=1,b=1,c=1,d=1,e=1": unknown keys "foo", "bar", "a", "b", "c" and 2 more in 7 factors, the first "foo>=1" (known keys: arch, brand, cuda, driver); treated as satisfied`,
+			},
+		},
+		{
+			description: "an expression over the length limit is cut in the message",
+			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_X", Expression: strings.Repeat("foo>=1,", 18000)}},
+			host:        defHost,
+			wantErr:     ErrMalformed,
+			wantText:    `malformed requirement NVIDIA_REQUIRE_X=` + strconv.Quote(strings.Repeat("foo>=1,", 18000)[:256]) + `… (126000 bytes): 126000 bytes long, more than the 16384 allowed`,
+		},
+		{
+			description: "too many factors",
+			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_X", Expression: strings.Repeat("a=1,", 1025)[:4*1025-1]}},
+			host:        defHost,
+			wantErr:     ErrMalformed,
+			wantText:    `malformed requirement NVIDIA_REQUIRE_X=` + strconv.Quote(strings.Repeat("a=1,", 64)) + `… (4099 bytes): more than 1024 factors`,
+		},
+		{
 			description: "unusable host value",
 			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_CUDA", Expression: "cuda>=12.0"}},
 			host:        host("", "550.54.15"),

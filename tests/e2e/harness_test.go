@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,6 +193,9 @@ func (e *env) bundle(t *testing.T, containerEnv []string, script string) string 
 type result struct {
 	stdout, stderr string
 	code           int
+	// maxRSS is the peak resident set, in bytes, of gpu-runtime (then runc) and every
+	// process it waited for: its hooks among them.
+	maxRSS int64
 }
 
 // runtime runs bin/gpu-runtime with the test config and private runc root. Output goes to
@@ -229,7 +233,11 @@ func (e *env) runtime(t *testing.T, stdout *os.File, args ...string) result {
 	}
 	out, _ := os.ReadFile(outFile.Name())
 	errb, _ := os.ReadFile(errFile.Name())
-	return result{stdout: string(out), stderr: string(errb), code: cmd.ProcessState.ExitCode()}
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss * 1024
+	}
+	return result{stdout: string(out), stderr: string(errb), code: cmd.ProcessState.ExitCode(), maxRSS: rss}
 }
 
 // run runs a container to completion with `gpu-runtime run` and returns its output.

@@ -5,10 +5,35 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
+
+// TestRequirementExhaustion: an image's requirement expression of 18,000 unknown-key
+// factors (126 KB, under the exec string limit) cost the prestart hook — run in the engine's
+// process tree — 8.7 GB and 56 s. Parsing is bounded and linear: the create fails at once
+// with a message naming the variable, within 50 MB and 2 s for the whole create.
+func TestRequirementExhaustion(t *testing.T) {
+	e := newEnv(t, 1)
+	expr := strings.Repeat("foo>=1,", 18000)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_X=" + expr}, "echo container-ran")
+	start := time.Now()
+	r := e.run(t, b)
+	elapsed := time.Since(start)
+	want := "malformed requirement NVIDIA_REQUIRE_X="
+	if r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "… (126000 bytes): 126000 bytes long, more than the 16384 allowed") {
+		t.Fatalf("exit %d; stderr lacks the bounded message:\n%.2000s", r.code, r.stderr)
+	}
+	if elapsed > 2*time.Second {
+		t.Errorf("create took %s, want under 2s", elapsed)
+	}
+	if r.maxRSS > 50<<20 {
+		t.Errorf("peak RSS %d MiB, want under 50", r.maxRSS>>20)
+	}
+	t.Logf("failed in %s, peak RSS %d MiB", elapsed.Round(time.Millisecond), r.maxRSS>>20)
+}
 
 // TestRequirements runs the prestart check through real runc on a host with CUDA 12.4 and
 // driver 550.54.15 (GPU 0: arch 8.0 tesla; GPU 1: arch 9.0 nvidia).
