@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"syscall"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
@@ -15,9 +15,6 @@ import (
 
 // ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
 var ErrBypassed = errors.New("container was created without gpu-runtime")
-
-// execve replaces the process; a variable so tests can observe it.
-var execve = syscall.Exec
 
 type multi []string
 
@@ -38,29 +35,33 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	switch args[0] {
+	case SandboxCommand:
+		return Sandbox(args[1:])
 	case "--version", "-v", "version":
 		fmt.Fprintln(stdout, version.String("gpu-hook"))
 		return nil
 	case "update-ldcache":
 		var opts LDCacheOptions
 		var libs multi
-		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig")
+		var timeout int
+		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable)")
 		fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
 		fs.Var(&libs, "library", "container path of an injected library (repeatable)")
+		fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		opts.Libraries = libs
+		opts.Deadline = Deadline(timeout)
 		root, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}
-		argv, err := PrepareLDCache(root, opts)
-		if err != nil {
-			return err
+		warnings, err := UpdateLDCache(root, opts)
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
 		}
-		// Become ldconfig: one process for the whole hook. Its errors reach runc directly.
-		return fmt.Errorf("exec %s: %w", argv[0], execve(argv[0], argv, LDConfigEnv))
+		return err
 	case "prestart":
 		var host requirements.Host
 		var gpus multi
@@ -88,6 +89,19 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		return err
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+// Deadline is how long ldconfig may run inside a hook whose timeout is seconds: a margin
+// less, so that the hook reports the timeout itself before the runtime kills it.
+func Deadline(seconds int) time.Duration {
+	if seconds <= 0 {
+		return DefaultDeadline
+	}
+	d := time.Duration(seconds)*time.Second - time.Second
+	if seconds > 10 {
+		d = time.Duration(seconds)*time.Second - 2*time.Second
+	}
+	return max(d, 500*time.Millisecond)
 }
 
 // Message is how main prints an error: a requirement failure verbatim (users search for

@@ -3,11 +3,14 @@ package hook
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -27,29 +30,41 @@ const (
 	compatNote = ".note.cuda.fwd_compatibility"
 )
 
+// maxCompatCandidates bounds how many compat libraries are opened: an image can hold any
+// number of files named libcuda.so.*, and each one opened costs the create.
+const maxCompatCandidates = 8
+
+// Bounds on a compat library's ELF file before debug/elf parses it.
+const (
+	maxCompatLibSize  = 1 << 30
+	maxCompatSections = 1024
+)
+
 // CompatVersion returns the driver version of the newest libcuda.so.<version> in the
 // image's compat directory, or "" when there is none. The version comes from the file
 // name; when the library carries a .note.cuda.fwd_compatibility note whose payload is a
-// version string, that wins.
-func CompatVersion(root string) (string, error) {
+// version string, that wins. Only regular files are opened (without blocking), at most
+// maxCompatCandidates of them, the newest by name: a warning says when more were skipped.
+func CompatVersion(root string) (string, []string, error) {
 	dirHandle, err := securejoin.OpenInRoot(root, CompatDir)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-		return "", nil
+		return "", nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("open %s in container root: %w", CompatDir, err)
+		return "", nil, fmt.Errorf("open %s in container root: %w", CompatDir, err)
 	}
 	defer dirHandle.Close()
-	dir, err := securejoin.Reopen(dirHandle, unix.O_RDONLY|unix.O_DIRECTORY)
+	dir, err := securejoin.Reopen(dirHandle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
-		return "", nil // not a directory: nothing to prefer
+		return "", nil, nil // not a directory: nothing to prefer
 	}
 	defer dir.Close()
 	names, err := dir.Readdirnames(-1)
 	if err != nil {
-		return "", fmt.Errorf("list %s in container root: %w", CompatDir, err)
+		return "", nil, fmt.Errorf("list %s in container root: %w", CompatDir, err)
 	}
-	best := ""
+	type candidate struct{ name, version string }
+	var candidates []candidate
 	for _, name := range names {
 		v, ok := strings.CutPrefix(name, "libcuda.so.")
 		if !ok || strings.Count(v, ".") < 1 {
@@ -58,55 +73,120 @@ func CompatVersion(root string) (string, error) {
 		if _, err := requirements.CompareVersions(v, "0"); err != nil {
 			continue
 		}
-		if nv := noteVersion(dirHandle, name); nv != "" {
+		candidates = append(candidates, candidate{name, v})
+	}
+	sort.Slice(candidates, func(i, j int) bool {
+		c, _ := requirements.CompareVersions(candidates[i].version, candidates[j].version)
+		return c > 0 || (c == 0 && candidates[i].name < candidates[j].name)
+	})
+	var warnings []string
+	if len(candidates) > maxCompatCandidates {
+		warnings = append(warnings, fmt.Sprintf("%s holds %d libcuda.so.<version> files; only the newest %d by name were considered",
+			CompatDir, len(candidates), maxCompatCandidates))
+		candidates = candidates[:maxCompatCandidates]
+	}
+	best := ""
+	for _, c := range candidates {
+		v := c.version
+		nv, regular := noteVersion(dirHandle, c.name)
+		if !regular {
+			warnings = append(warnings, fmt.Sprintf("%s/%s ignored: not a regular file", CompatDir, c.name))
+			continue
+		}
+		if nv != "" {
 			v = nv
 		}
 		if best == "" {
 			best = v
-		} else if c, _ := requirements.CompareVersions(v, best); c > 0 {
+		} else if cmp, _ := requirements.CompareVersions(v, best); cmp > 0 {
 			best = v
 		}
 	}
-	return best, nil
+	return best, warnings, nil
 }
 
-// noteVersion reads the forward-compatibility note of a compat library, if any.
-func noteVersion(dir *os.File, name string) string {
+// noteVersion reads the forward-compatibility note of a compat library, if any; regular is
+// false when the name is not a regular file (it is then not opened for reading at all). The
+// ELF file comes from the image: its size and section count are checked before debug/elf
+// parses it, and only a small note is read.
+func noteVersion(dir *os.File, name string) (version string, regular bool) {
 	h, err := securejoin.OpenatInRoot(dir, name)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer h.Close()
-	f, err := securejoin.Reopen(h, unix.O_RDONLY)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", false
+	}
+	if st.Size > maxCompatLibSize {
+		return "", true
+	}
+	f, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
-		return ""
+		return "", true
 	}
 	defer f.Close()
+	if !boundedELF(f, st.Size) {
+		return "", true
+	}
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return ""
+		return "", true
 	}
 	defer ef.Close()
 	sec := ef.Section(compatNote)
 	if sec == nil || sec.Size > 4096 {
-		return ""
+		return "", true
 	}
 	data, err := sec.Data()
 	if err != nil || len(data) < 12 {
-		return ""
+		return "", true
 	}
 	// ELF note: namesz, descsz, type, name (padded to 4), desc.
 	namesz := int(ef.ByteOrder.Uint32(data[0:4]))
 	descsz := int(ef.ByteOrder.Uint32(data[4:8]))
 	off := 12 + (namesz+3)&^3
-	if namesz < 0 || descsz <= 0 || off+descsz > len(data) {
-		return ""
+	if namesz < 0 || descsz <= 0 || off < 12 || off+descsz > len(data) || off+descsz < off {
+		return "", true
 	}
 	v := string(bytes.TrimRight(data[off:off+descsz], "\x00"))
 	if _, err := requirements.CompareVersions(v, "0"); err != nil {
-		return ""
+		return "", true
 	}
-	return v
+	return v, true
+}
+
+// boundedELF checks an ELF header before debug/elf reads the section table: a 64- or 32-bit
+// ELF whose section headers, at most maxCompatSections of the usual size, lie inside the file.
+func boundedELF(r io.ReaderAt, size int64) bool {
+	var hdr [64]byte
+	if _, err := r.ReadAt(hdr[:], 0); err != nil && !errors.Is(err, io.EOF) {
+		return false
+	}
+	if string(hdr[:4]) != elf.ELFMAG {
+		return false
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if elf.Data(hdr[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		order = binary.BigEndian
+	}
+	var shoff, shentsize, shnum uint64
+	switch elf.Class(hdr[elf.EI_CLASS]) {
+	case elf.ELFCLASS64:
+		shoff, shentsize, shnum = order.Uint64(hdr[40:48]), uint64(order.Uint16(hdr[58:60])), uint64(order.Uint16(hdr[60:62]))
+		if shentsize != 64 {
+			return false
+		}
+	case elf.ELFCLASS32:
+		shoff, shentsize, shnum = uint64(order.Uint32(hdr[32:36])), uint64(order.Uint16(hdr[46:48])), uint64(order.Uint16(hdr[48:50]))
+		if shentsize != 40 {
+			return false
+		}
+	default:
+		return false
+	}
+	return shnum <= maxCompatSections && shoff <= uint64(size) && shnum*shentsize <= uint64(size)-shoff
 }
 
 // preferCompat writes CompatConf inside root (confined to it) so the loader searches

@@ -33,7 +33,7 @@ func TestCompatVersion(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := CompatVersion(root)
+			got, _, err := CompatVersion(root)
 			if err != nil || got != tc.want {
 				t.Fatalf("CompatVersion = %q, %v; want %q", got, err, tc.want)
 			}
@@ -55,7 +55,7 @@ func TestPreferCompatConfined(t *testing.T) {
 	if err := os.Symlink(host, filepath.Join(root, "etc/ld.so.conf.d")); err != nil {
 		t.Fatal(err)
 	}
-	err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib}, DriverVersion: "550.54.15"})
+	_, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib}, DriverVersion: "550.54.15"})
 	if entries, _ := os.ReadDir(host); len(entries) != 0 {
 		t.Fatalf("wrote to the host through the image's symlink: %v (err %v)", entries, err)
 	}
@@ -67,7 +67,7 @@ func TestPreferCompatConfined(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, host), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib}, DriverVersion: "550.54.15"}); err != nil {
+	if _, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib}, DriverVersion: "550.54.15"}); err != nil {
 		t.Fatal(err)
 	}
 	if entries, _ := os.ReadDir(host); len(entries) != 0 {

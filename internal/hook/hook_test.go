@@ -3,15 +3,23 @@ package hook
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 )
+
+// TestMain lets the test binary play gpu-hook's sandbox: RunLDConfig re-executes
+// /proc/self/exe, which in a test is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == SandboxCommand {
+		err := Sandbox(os.Args[2:])
+		fmt.Fprintln(os.Stderr, Message(err))
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 func TestDevLinkName(t *testing.T) {
 	testCases := []struct{ description, in, want string }{
@@ -90,7 +98,7 @@ func buildLib(t *testing.T, path, soname string) {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: ldconfig -r chroots and needs root")
+		t.Skip("SKIPPED: the ldconfig sandbox (mount and PID namespaces) needs root")
 	}
 }
 
@@ -105,7 +113,7 @@ func TestUpdateLDCache(t *testing.T) {
 	if err := os.Symlink("image-choice", filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so")); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib, ml}}); err != nil {
+	if _, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib, ml}}); err != nil {
 		t.Fatal(err)
 	}
 	checks := []struct{ link, want string }{
@@ -142,7 +150,7 @@ func TestUpdateLDCacheConfined(t *testing.T) {
 			if err := os.Symlink(target, filepath.Join(root, "usr/lib/x86_64-linux-gnu")); err != nil {
 				t.Fatal(err)
 			}
-			err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}})
+			_, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}})
 			entries, _ := os.ReadDir(host)
 			if len(entries) != 0 {
 				t.Fatalf("hook wrote to the host through an image symlink: %v (err %v)", entries, err)
@@ -165,59 +173,10 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			err := UpdateLDCache(t.TempDir(), tc.opts)
+			_, err := UpdateLDCache(t.TempDir(), tc.opts)
 			if err == nil || err.Error() != tc.wantErr {
 				t.Fatalf("error = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
-}
-
-// TestUpdateLDCacheBecomesLDConfig: the hook replaces itself with the host's ldconfig (one
-// process per hook), with a fixed environment and the libraries' directories.
-func TestUpdateLDCacheBecomesLDConfig(t *testing.T) {
-	bundle := t.TempDir()
-	root := filepath.Join(bundle, "rootfs")
-	if err := os.MkdirAll(filepath.Join(root, "usr/lib/x86_64-linux-gnu"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var gotArgv, gotEnv []string
-	execve = func(path string, argv, env []string) error {
-		gotArgv, gotEnv = argv, env
-		return errors.New("not really")
-	}
-	defer func() { execve = syscall.Exec }()
-	err := Run("gpu-hook", []string{"update-ldcache", "--ldconfig", "/sbin/ldconfig", "--library", "/usr/lib/x86_64-linux-gnu/libcuda.so.1.2"},
-		strings.NewReader(`{"bundle":"`+bundle+`"}`), io.Discard, io.Discard)
-	if err == nil || err.Error() != "exec /sbin/ldconfig: not really" {
-		t.Fatalf("error = %v", err)
-	}
-	if want := []string{"/sbin/ldconfig", "-r", root, "/usr/lib/x86_64-linux-gnu"}; !reflect.DeepEqual(gotArgv, want) {
-		t.Errorf("argv = %q, want %q", gotArgv, want)
-	}
-	if !reflect.DeepEqual(gotEnv, LDConfigEnv) {
-		t.Errorf("env = %q", gotEnv)
-	}
-	if link, _ := os.Readlink(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libcuda.so")); link != "libcuda.so.1.2" {
-		t.Errorf("dev link = %q", link)
-	}
-}
-
-// UpdateLDCache is what gpu-hook update-ldcache does, with ldconfig run as a child rather
-// than exec'd in place.
-func UpdateLDCache(root string, opts LDCacheOptions) error {
-	argv, err := PrepareLDCache(root, opts)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = LDConfigEnv
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("run %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }

@@ -5,6 +5,7 @@
 package hook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +21,28 @@ import (
 // ErrState marks unusable hook input.
 var ErrState = errors.New("bad hook input")
 
-// Bundle reads the OCI state from r (what the runtime writes to a hook's stdin) and
+// MaxState bounds the container state read from stdin. The state carries the spec's
+// annotations, which engines do not bound tightly (a Kubernetes pod may hold 256 KiB of them,
+// a runc spec more): the limit is far above any real state and only stops a runaway writer.
+const MaxState = 64 << 20
+
+// Bundle reads the OCI state from r (what the runtime writes to a hook's stdin), whole, and
 // returns the container's bundle directory.
 func Bundle(r io.Reader) (string, error) {
-	var state specs.State
-	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&state); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r, MaxState+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: read container state from stdin: %w", ErrState, err)
+	}
+	if len(data) > MaxState {
+		return "", fmt.Errorf("%w: container state on stdin is larger than %d MiB", ErrState, MaxState>>20)
+	}
+	var state struct {
+		Bundle string `json:"bundle"`
+	}
+	if err := json.Unmarshal(data, &state); err != nil {
+		if len(bytes.TrimSpace(data)) == 0 {
+			err = io.EOF
+		}
 		return "", fmt.Errorf("%w: decode container state from stdin: %w", ErrState, err)
 	}
 	if state.Bundle == "" || !filepath.IsAbs(state.Bundle) {

@@ -135,7 +135,7 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 		return plan.Host{}, err
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
-	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig}, nil
+	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the

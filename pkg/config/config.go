@@ -78,6 +78,15 @@ type HookConfig struct {
 	Path string `toml:"path"`
 	// LDConfig is the host's ldconfig, run confined to the container root.
 	LDConfig string `toml:"ldconfig"`
+	// Timeout is how long the runtime lets each hook gpu-runtime writes run before it kills
+	// the hook and fails the create (a Go duration, whole seconds, at least 1s).
+	Timeout string `toml:"timeout"`
+}
+
+// TimeoutSeconds is Hook.Timeout in whole seconds, rounded up (validated by Load/Parse).
+func (h HookConfig) TimeoutSeconds() int {
+	d, _ := time.ParseDuration(h.Timeout)
+	return int((d + time.Second - 1) / time.Second)
 }
 
 // DiscoveryConfig controls how the host is discovered on each create.
@@ -127,6 +136,7 @@ func Default() Config {
 		Hook: HookConfig{
 			Path:     "",
 			LDConfig: "/sbin/ldconfig",
+			Timeout:  "30s",
 		},
 		Request: RequestConfig{
 			AcceptEnvvarWhenUnprivileged:   true,
@@ -336,6 +346,9 @@ func (c *Config) clean() []string {
 	optionalPath("hook.path", &c.Hook.Path)
 	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
 	requiredPath("discovery.cache-file", &c.Discovery.CacheFile)
+	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
+		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
+	}
 	if d, err := time.ParseDuration(c.Discovery.Timeout); err != nil || d < 0 {
 		bad("discovery.timeout", c.Discovery.Timeout, `a duration such as "10s" ("0s" = no limit)`)
 	}

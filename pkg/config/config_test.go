@@ -55,8 +55,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(schema()) != 17 {
-		t.Errorf("schema has %d keys, want 17 (5 tables, 12 keys): %v", len(schema()), schema())
+	if len(schema()) != 18 {
+		t.Errorf("schema has %d keys, want 18 (5 tables, 13 keys): %v", len(schema()), schema())
 	}
 }
 
@@ -120,6 +120,7 @@ dev-root = "/run/nvidia/driver/./"
 [hook]
 path = "/usr/local/bin/gpu-hook"
 ldconfig = "/usr/sbin/ldconfig"
+timeout = "1m30s"
 [request]
 accept-envvar-when-unprivileged = false
 accept-device-list-as-volume-mounts = true
@@ -135,7 +136,7 @@ timeout = "250ms"
 					LogLevel: "debug",
 				},
 				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
-				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig"},
+				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
 			},
@@ -251,6 +252,11 @@ func TestParseErrors(t *testing.T) {
 			description: "bad duration",
 			data:        "[discovery]\ntimeout = \"soon\"\n",
 			wantErr:     `config /x.toml: invalid discovery.timeout "soon": want a duration such as "10s" ("0s" = no limit)`,
+		},
+		{
+			description: "hook timeout under a second",
+			data:        "[hook]\ntimeout = \"500ms\"\n",
+			wantErr:     `config /x.toml: invalid hook.timeout "500ms": want a duration of at least one second, such as "30s"`,
 		},
 		{
 			description: "string for a boolean",

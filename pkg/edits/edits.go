@@ -37,6 +37,9 @@ type Hook struct {
 	Path  string
 	Args  []string
 	Env   []string
+	// Timeout is how many seconds the runtime lets the hook run before it kills it and
+	// fails the create; 0 means none.
+	Timeout int
 }
 
 // Edits is everything to change in a container's spec.
@@ -75,7 +78,12 @@ func (e Edits) Options() []oci.SpecOpt {
 	}
 	opts = append(opts, oci.WithMounts(mounts...))
 	for _, h := range e.Hooks {
-		opts = append(opts, oci.WithHook(h.Stage, specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}))
+		hook := specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
+		if h.Timeout > 0 {
+			timeout := h.Timeout
+			hook.Timeout = &timeout
+		}
+		opts = append(opts, oci.WithHook(h.Stage, hook))
 	}
 	return opts
 }

@@ -38,6 +38,8 @@ type Host struct {
 	// HookPath is the absolute path of gpu-hook; LDConfig the host's ldconfig.
 	HookPath string
 	LDConfig string
+	// HookTimeout is every hook's timeout in seconds (0: none).
+	HookTimeout int
 }
 
 // Plan is the outcome of planning.
@@ -142,15 +144,18 @@ func Build(req request.Request, host Host) (Plan, error) {
 		for _, g := range gpus {
 			args = append(args, "--gpu", fmt.Sprintf("%d,%s,%s", g.Index, g.ComputeCapability, g.Brand))
 		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv})
+		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
 	}
 	if len(libraries) > 0 {
 		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
+		if host.HookTimeout > 0 {
+			args = append(args, "--timeout", strconv.Itoa(host.HookTimeout))
+		}
 		for _, lib := range libraries {
 			args = append(args, "--library", lib)
 		}
 		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{
-			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv,
+			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
 		})
 	}
 	return p, nil

@@ -1,22 +1,30 @@
 package e2e
 
 import (
+	"crypto/sha256"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 )
 
 // TestLDPreloadFromImageNeverRunsOnHost: an image's ENV LD_PRELOAD (CVE-2025-23266) must
-// not reach any process gpu-runtime starts on the host. The hook's ldconfig is replaced by a
-// dynamically linked shell wrapper so a leaked LD_PRELOAD would really load the library.
+// not reach any process gpu-runtime starts. Every hook entry carries an explicit env, gpu-hook
+// is static (TestHookIsStatic), and ldconfig runs with a fixed env: here ldconfig is replaced by
+// a static stand-in that records the environment it was given inside the container root.
+// A dynamic or script ldconfig is refused outright (it would run the image's loader).
 func TestLDPreloadFromImageNeverRunsOnHost(t *testing.T) {
 	e := newEnv(t, 1)
 	dir := t.TempDir()
@@ -42,29 +50,31 @@ __attribute__((constructor)) static void pwn(void) { FILE *f = fopen("`+marker+`
 		t.Fatal(err)
 	}
 
-	envDump := filepath.Join(dir, "ldconfig-env")
-	wrapper := filepath.Join(dir, "ldconfig")
-	writeFile(t, wrapper, "#!/bin/sh\nenv > "+envDump+"\nexec /sbin/ldconfig \"$@\"\n")
-	if err := os.Chmod(wrapper, 0o755); err != nil {
-		t.Fatal(err)
+	standIn := filepath.Join(dir, "ldconfig")
+	standInSrc := filepath.Join(dir, "ldconfig.c")
+	writeFile(t, standInSrc, `#include <stdio.h>
+extern char **environ;
+int main(void) { FILE *f = fopen("/ldconfig-env", "w"); if (!f) return 1; for (char **e = environ; *e; e++) fprintf(f, "%s\n", *e); return fclose(f) != 0; }
+`)
+	if out, err := exec.Command("gcc", "-static", "-o", standIn, standInSrc).CombinedOutput(); err != nil {
+		t.Fatalf("gcc -static (libc6-dev): %v: %s", err, out)
 	}
-	e.writeConfig(t, "")
-	replaceInFile(t, e.config, "[hook]\n", "[hook]\nldconfig = \""+wrapper+"\"\n")
+	replaceInFile(t, e.config, "[hook]\n", "[hook]\nldconfig = \""+standIn+"\"\n")
 
-	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=" + evil, "LD_LIBRARY_PATH=" + dir}, probe)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=" + evil, "LD_LIBRARY_PATH=" + dir}, "echo started")
 	r := e.run(t, b)
-	if r.code != 0 || !strings.Contains(r.stdout, "ldcache-libcuda") {
+	if r.code != 0 || !strings.Contains(r.stdout, "started") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if data, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("the image's LD_PRELOAD ran on the host: %q", data)
 	}
-	dump, err := os.ReadFile(envDump)
+	dump, err := os.ReadFile(filepath.Join(b, "rootfs", "ldconfig-env"))
 	if err != nil {
-		t.Fatalf("the ldconfig wrapper did not run: %v", err)
+		t.Fatalf("the ldconfig stand-in did not run inside the container root: %v", err)
 	}
-	if strings.Contains(string(dump), "LD_") {
-		t.Errorf("ldconfig's env carries loader variables:\n%s", dump)
+	if got := strings.TrimSpace(string(dump)); got != "PATH=/usr/sbin:/usr/bin:/sbin:/bin" {
+		t.Errorf("ldconfig's env = %q, want only the fixed PATH", got)
 	}
 	// Every hook in the spec runc got has an explicit env free of loader variables.
 	var spec specs.Spec
@@ -83,6 +93,20 @@ __attribute__((constructor)) static void pwn(void) { FILE *f = fopen("`+marker+`
 	for _, hk := range all {
 		if len(hk.Env) == 0 || strings.Contains(strings.Join(hk.Env, " "), "LD_") {
 			t.Errorf("hook %s env = %q", hk.Path, hk.Env)
+		}
+	}
+
+	// A script or dynamically linked ldconfig is refused with the fix.
+	for _, bad := range []struct{ path, why string }{{"/usr/bin/ldd", "is a script"}, {"/bin/true", "is dynamically linked"}} {
+		if _, err := os.Stat(bad.path); err != nil {
+			continue
+		}
+		e.writeConfig(t, "")
+		replaceInFile(t, e.config, "[hook]\n", "[hook]\nldconfig = \""+bad.path+"\"\n")
+		r := e.run(t, e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "echo started"))
+		want := "hook.ldconfig " + bad.path + " " + bad.why + ": ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig"
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("ldconfig %s: exit %d, stderr lacks %q:\n%s", bad.path, r.code, want, r.stderr)
 		}
 	}
 }
@@ -105,16 +129,39 @@ func TestHookIsStatic(t *testing.T) {
 	}
 }
 
-// snapshot lists every path under dir with its size and mode.
+// snapshot lists every path under dir with its mode, owner and, for a file, a hash of its
+// content; for a symlink, its target.
 func snapshot(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
-	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil {
-			out = append(out, p+" "+fi.Mode().String()+" "+string(rune('0'+fi.Size()%10)))
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
 		}
+		line := p + " " + fi.Mode().String()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			line += fmt.Sprintf(" %d:%d", st.Uid, st.Gid)
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			line += " -> " + target
+		case fi.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			line += fmt.Sprintf(" sha256:%x", sha256.Sum256(data))
+		}
+		out = append(out, line)
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", dir, err)
+	}
 	sort.Strings(out)
 	return out
 }
@@ -162,4 +209,185 @@ func TestImageSymlinksStayInRoot(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestLDConfigCannotReachHost: the loader-cache update must not be able to leave the
+// container root through /proc/1/root (runc init's root is the host's / until pivot_root).
+// An image can point a library directory, ldconfig's aux-cache directory or an ld.so.conf
+// entry there, or give a library a SONAME that walks there; each form must leave the host
+// directory byte-for-byte as it was, and the container must start.
+func TestLDConfigCannotReachHost(t *testing.T) {
+	viaProc := func(hostDir string) string { return "/proc/1/root" + hostDir }
+	testCases := []struct {
+		description string
+		// image prepares the rootfs given two host directories the attack aims at.
+		image func(t *testing.T, rootfs, victim, victim2 string)
+		// victim prepares the first host directory.
+		victim func(t *testing.T, dir string)
+	}{
+		{description: "library and aux-cache directories linked through /proc/1/root",
+			victim: func(t *testing.T, dir string) {
+				// A pinned SONAME link that ldconfig would "fix" to the newest version.
+				buildLib(t, filepath.Join(dir, "libz.so.1.2.11"), "libz.so.1")
+				buildLib(t, filepath.Join(dir, "libz.so.1.2.13"), "libz.so.1")
+				if err := os.Symlink("libz.so.1.2.11", filepath.Join(dir, "libz.so.1")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			image: func(t *testing.T, rootfs, victim, victim2 string) {
+				symlink(t, viaProc(victim), filepath.Join(rootfs, "lib"))
+				symlink(t, viaProc(victim2), filepath.Join(rootfs, "var/cache/ldconfig"))
+			}},
+		{description: "ld.so.conf entry through /proc/1/root",
+			victim: func(t *testing.T, dir string) {
+				buildLib(t, filepath.Join(dir, "libhostonly.so.1.0"), "libhostonly.so.1") // ldconfig would add the SONAME link
+			},
+			image: func(t *testing.T, rootfs, victim, _ string) {
+				writeFile(t, filepath.Join(rootfs, "etc/ld.so.conf"), viaProc(victim)+"\n")
+			}},
+		{description: "SONAME that walks out through /proc/1/root",
+			victim: func(t *testing.T, dir string) {},
+			image: func(t *testing.T, rootfs, victim, _ string) {
+				buildLib(t, filepath.Join(rootfs, "usr/lib/libevil.so.1"), "../.."+viaProc(victim)+"/pwned")
+			}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e := newEnv(t, 1)
+			victim, victim2 := t.TempDir(), t.TempDir()
+			tc.victim(t, victim)
+			writeFile(t, filepath.Join(victim2, "sentinel"), "host file")
+			before, before2 := snapshot(t, victim), snapshot(t, victim2)
+
+			b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "grep -c libcuda.so.1 /etc/ld.so.cache; grep -c libhostonly /etc/ld.so.cache || echo no-host-names")
+			tc.image(t, filepath.Join(b, "rootfs"), victim, victim2)
+			r := e.run(t, b)
+			if after := snapshot(t, victim); strings.Join(after, "\n") != strings.Join(before, "\n") {
+				t.Errorf("host directory changed:\nbefore %v\nafter  %v", before, after)
+			}
+			if after := snapshot(t, victim2); strings.Join(after, "\n") != strings.Join(before2, "\n") {
+				t.Errorf("host directory changed:\nbefore %v\nafter  %v", before2, after)
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, "no-host-names") {
+				t.Errorf("container: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// buildLib writes a tiny real shared library with the given SONAME.
+func buildLib(t *testing.T, path, soname string) {
+	t.Helper()
+	if err := fakehost.BuildLibrary(path, soname); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// symlink replaces whatever is at link with a symlink to target, creating parents.
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.RemoveAll(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImageFilesCannotHangCreate: a FIFO the image places where the hook or ldconfig would
+// read (the loader configuration, an included file, the aux cache, a CUDA compat library)
+// must not block the create; what is not read by the hook itself (a FIFO among the
+// libraries, which ldconfig opens) is bounded by hook.timeout, fails the create cleanly and
+// leaves no process behind. Every hook entry carries that timeout.
+func TestImageFilesCannotHangCreate(t *testing.T) {
+	mkfifo := func(t *testing.T, p string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testCases := []struct {
+		description string
+		image       func(t *testing.T, rootfs string)
+		wantErr     string // "" = the container starts
+	}{
+		{description: "FIFO at /etc/ld.so.conf", image: func(t *testing.T, rootfs string) {
+			mkfifo(t, filepath.Join(rootfs, "etc/ld.so.conf"))
+		}},
+		{description: "FIFO included from ld.so.conf", image: func(t *testing.T, rootfs string) {
+			writeFile(t, filepath.Join(rootfs, "etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n")
+			mkfifo(t, filepath.Join(rootfs, "etc/ld.so.conf.d/evil.conf"))
+		}},
+		{description: "FIFO at ldconfig's aux cache", image: func(t *testing.T, rootfs string) {
+			mkfifo(t, filepath.Join(rootfs, "var/cache/ldconfig/aux-cache"))
+		}},
+		{description: "FIFO as a CUDA compat library", image: func(t *testing.T, rootfs string) {
+			mkfifo(t, filepath.Join(rootfs, "usr/local/cuda/compat/libcuda.so.999.1"))
+		}},
+		{description: "FIFO among the libraries ldconfig scans", image: func(t *testing.T, rootfs string) {
+			mkfifo(t, filepath.Join(rootfs, "fifo"))
+			if err := os.Symlink("/fifo", filepath.Join(rootfs, "usr/lib/libfifo.so.1")); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "gpu-hook: update the container's loader cache: /sbin/ldconfig did not finish within 2s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e := newEnv(t, 1)
+			replaceInFile(t, e.config, "[hook]\n", "[hook]\ntimeout = \"3s\"\n")
+			b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "echo started")
+			tc.image(t, filepath.Join(b, "rootfs"))
+			start := time.Now()
+			r := e.run(t, b)
+			elapsed := time.Since(start)
+			if tc.wantErr == "" {
+				if r.code != 0 || !strings.Contains(r.stdout, "started") {
+					t.Fatalf("container did not start: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+			} else if r.code == 0 || !strings.Contains(r.stderr, tc.wantErr) {
+				t.Fatalf("exit %d; stderr lacks %q:\n%s", r.code, tc.wantErr, r.stderr)
+			}
+			if elapsed > 15*time.Second {
+				t.Errorf("create took %s", elapsed)
+			}
+			for _, p := range sandboxProcesses(t) {
+				t.Errorf("process left behind: %s", p)
+			}
+			var spec specs.Spec
+			data, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			if err := json.Unmarshal(data, &spec); err != nil || spec.Hooks == nil {
+				t.Fatalf("spec: %v", err)
+			}
+			for _, h := range slices.Concat(spec.Hooks.Prestart, spec.Hooks.CreateContainer) { //nolint:staticcheck
+				if h.Timeout == nil || *h.Timeout != 3 {
+					t.Errorf("hook %v has timeout %v, want 3", h.Args, h.Timeout)
+				}
+			}
+		})
+	}
+}
+
+// sandboxProcesses lists running ldconfig sandboxes (gpu-hook's re-execution and the
+// ldconfig it becomes).
+func sandboxProcesses(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if strings.Contains(args, "__ldconfig-in-root") || strings.HasPrefix(args, "ldconfig -i -f /proc/self/fd/3") {
+			out = append(out, d+": "+args)
+		}
+	}
+	return out
 }
