@@ -1,5 +1,7 @@
 package capabilities
 
+import "path"
+
 // Files names the driver files a capability brings. Libraries are SONAME prefixes
 // ("libcuda"): the file injected is "<prefix>.so.<driver version>". Binaries are file
 // names looked up in the driver's binary directories. Sockets and Configs are absolute
@@ -36,7 +38,12 @@ var table = [...]struct {
 	{Utility, Files{
 		Libraries: []string{"libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"},
 		Binaries:  []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"},
-		Sockets:   []string{"/var/run/nvidia-persistenced/socket", "/var/run/nvidia-fabricmanager/socket"},
+		// Under both var/run and run: a root without the var/run -> ../run link (a driver
+		// container's) has them under run/ only. The first found of one socket wins.
+		Sockets: []string{
+			"/var/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket",
+			"/var/run/nvidia-fabricmanager/socket", "/run/nvidia-fabricmanager/socket",
+		},
 		Required:  []string{"libnvidia-ml"},
 	}},
 	{Compute, Files{
@@ -73,6 +80,23 @@ var table = [...]struct {
 	{NGX, Files{
 		Libraries: []string{"libnvidia-ngx"},
 	}},
+}
+
+// FileDirs returns the directory of every socket and config file in the table, relative to
+// the driver root, in table order without repeats: what discovery's cache must watch.
+func FileDirs() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range All {
+		files := FilesOf(c)
+		for _, p := range append(append([]string(nil), files.Sockets...), files.Configs...) {
+			if d := path.Dir(p); !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }
 
 // LibraryPrefixes returns every library prefix in the table, for discovery.

@@ -31,7 +31,7 @@ type Host struct {
 }
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 4
+const CacheVersion = 5
 
 type cacheFile struct {
 	Version     int
@@ -131,10 +131,13 @@ func queryWithTimeout(opts Options) (Driver, error) {
 
 // fingerprintInputs lists the files whose stat the fingerprint covers besides the driver
 // root's ld.so.cache (which fingerprint always stamps first), each as "<label> <path>":
-// every path the NVML library may be loaded from (a driver upgrade replaces it) and the
-// library, binary and firmware directories (driver files added or removed). The first two
-// come from the ld.so.cache, so while its stamp is unchanged so is this list: the cache
-// keeps it and a hit needs no ld.so.cache parse.
+// every path the NVML library may be loaded from (a driver upgrade replaces it) and every
+// directory a discovered or discoverable file lives in — library, binary, socket and config
+// directories and each firmware version directory — so that a file added to or removed from
+// any of them changes a directory's stamp. The NVML paths and library directories come from
+// the ld.so.cache, so while its stamp is unchanged so is this list, except for firmware
+// version directories, whose parent is stamped too: the cache keeps the list and a hit needs
+// no ld.so.cache parse.
 func fingerprintInputs(opts Options) []string {
 	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
 	var inputs []string
@@ -142,7 +145,17 @@ func fingerprintInputs(opts Options) []string {
 		inputs = append(inputs, "nvml "+c)
 	}
 	dirs64, dirs32 := libSearchDirs(entries)
-	for _, d := range dedupe(slices.Concat(dirs64, dirs32, binDirs, firmwareDirs)) { // the 32- and 64-bit lists share some
+	var firmware []string
+	for _, d := range firmwareDirs {
+		names, _ := os.ReadDir(inRootLexical(opts.DriverRoot, d)) // a missing one is stamped as such
+		for _, n := range names {
+			if n.IsDir() || n.Type()&fs.ModeSymlink != 0 {
+				firmware = append(firmware, firmwareVersionDir(d, n.Name()))
+			}
+		}
+	}
+	// The 32- and 64-bit lists share some directories: each is stamped once.
+	for _, d := range dedupe(slices.Concat(dirs64, dirs32, binDirs, firmwareDirs, firmware, capabilities.FileDirs())) {
 		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
 	}
 	return inputs

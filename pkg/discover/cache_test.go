@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // discoverEnv is a driver root with one library directory and a query that counts its calls.
@@ -303,5 +305,107 @@ func TestLDCacheStaysInRoot(t *testing.T) {
 	}
 	if p, ok := ldcacheFile(root); ok || p != filepath.Join(root, "etc/ld.so.cache") {
 		t.Errorf("ldcacheFile = %s, %v", p, ok)
+	}
+}
+
+// TestDiscoverCacheWatchesEveryFileKind: the fingerprint covers every directory a discovered
+// or discoverable file lives in, so the cache never answers for a host where a socket, a
+// config file or a firmware file came or went (a stale answer meant a mount error on every
+// GPU create, or a socket never injected).
+func TestDiscoverCacheWatchesEveryFileKind(t *testing.T) {
+	e := newDiscoverEnv(t)
+	root := e.opts.DriverRoot
+	mk := func(rel string, mode uint32) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(p, mode|0o644, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(r Result, containerPath string) bool {
+		for _, f := range r.Host.Files {
+			if f.ContainerPath == containerPath {
+				return true
+			}
+		}
+		return false
+	}
+	mk("var/run/nvidia-persistenced/socket", unix.S_IFSOCK)
+	mk("usr/share/vulkan/icd.d/nvidia_icd.json", unix.S_IFREG)
+	mk("lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", unix.S_IFREG)
+	mk("lib/firmware/nvidia/550.54.15/gsp_tu10x.bin", unix.S_IFREG)
+	first := e.discover(t)
+	for _, p := range []string{"/var/run/nvidia-persistenced/socket", "/usr/share/vulkan/icd.d/nvidia_icd.json", "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"} {
+		if !has(first, p) {
+			t.Fatalf("%s not discovered: %+v", p, first.Host.Files)
+		}
+	}
+	steps := []struct {
+		description string
+		change      func()
+		check       func(r Result) bool
+	}{
+		{"persistenced socket removed", func() { must(t, os.Remove(filepath.Join(root, "var/run/nvidia-persistenced/socket"))) },
+			func(r Result) bool { return !has(r, "/var/run/nvidia-persistenced/socket") }},
+		{"fabric-manager socket appears", func() { mk("var/run/nvidia-fabricmanager/socket", unix.S_IFSOCK) },
+			func(r Result) bool { return has(r, "/var/run/nvidia-fabricmanager/socket") }},
+		{"ICD json removed", func() { must(t, os.Remove(filepath.Join(root, "usr/share/vulkan/icd.d/nvidia_icd.json"))) },
+			func(r Result) bool { return !has(r, "/usr/share/vulkan/icd.d/nvidia_icd.json") }},
+		{"GSP firmware file removed", func() { must(t, os.Remove(filepath.Join(root, "lib/firmware/nvidia/550.54.15/gsp_tu10x.bin"))) },
+			func(r Result) bool {
+				return has(r, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin") && !has(r, "/lib/firmware/nvidia/550.54.15/gsp_tu10x.bin")
+			}},
+		{"OpenCL vendor file appears", func() { mk("etc/OpenCL/vendors/nvidia.icd", unix.S_IFREG) },
+			func(r Result) bool { return has(r, "/etc/OpenCL/vendors/nvidia.icd") }},
+	}
+	for _, s := range steps {
+		s.change()
+		r := e.discover(t)
+		if r.CacheHit || !s.check(r) {
+			t.Errorf("%s: cache hit %v, files %+v", s.description, r.CacheHit, r.Host.Files)
+		}
+		if r := e.discover(t); !r.CacheHit {
+			t.Errorf("%s: not cached again", s.description)
+		}
+	}
+}
+
+// TestSocketsUnderRun: a driver root without the var/run -> ../run link has its sockets
+// under run/ only; with the link, one socket is found once.
+func TestSocketsUnderRun(t *testing.T) {
+	for _, link := range []bool{false, true} {
+		root := t.TempDir()
+		p := filepath.Join(root, "run/nvidia-persistenced/socket")
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, unix.Mknod(p, unix.S_IFSOCK|0o644, 0))
+		want := []string{"/run/nvidia-persistenced/socket"}
+		if link {
+			must(t, os.MkdirAll(filepath.Join(root, "var"), 0o755))
+			must(t, os.Symlink("../run", filepath.Join(root, "var/run")))
+			want = []string{"/var/run/nvidia-persistenced/socket"}
+		}
+		files, err := FindDriverFiles(root, "550.54.15")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range files {
+			if f.Kind == KindSocket {
+				got = append(got, f.ContainerPath)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("link %v: sockets %v, want %v", link, got, want)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -102,8 +102,8 @@ func FindDriverFiles(root, version string) ([]File, error) {
 			}
 		}
 		for _, sock := range set.Sockets {
-			if f, ok := find(root, sock, KindSocket, fs.ModeSocket); ok {
-				f.Capability = c
+			if f, ok := find(root, sock, KindSocket, fs.ModeSocket); ok && !hasHostPath(files, f.HostPath) {
+				f.Capability = c // the var/run and run forms of one socket: the first found
 				files = append(files, f)
 			}
 		}
@@ -115,7 +115,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 		}
 	}
 	for _, dir := range firmwareDirs {
-		fwDir := path.Join(dir, version)
+		fwDir := firmwareVersionDir(dir, version)
 		entries, err := os.ReadDir(inRootLexical(root, fwDir))
 		if err != nil {
 			continue
@@ -130,6 +130,18 @@ func FindDriverFiles(root, version string) ([]File, error) {
 		break
 	}
 	return files, nil
+}
+
+// firmwareVersionDir is where a driver version's GSP firmware lives under a firmware dir.
+func firmwareVersionDir(dir, version string) string { return path.Join(dir, version) }
+
+func hasHostPath(files []File, hostPath string) bool {
+	for _, f := range files {
+		if f.HostPath == hostPath {
+			return true
+		}
+	}
+	return false
 }
 
 // libSearchDirs returns the root-relative directories to search, 64-bit and 32-bit: those
