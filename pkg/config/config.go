@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -168,7 +170,7 @@ func Path(getenv func(string) string) string {
 // separately for the caller to log; they do not stop the rest of the file
 // from applying.
 func Load(path string) (Config, []string, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Default(), nil, nil
 	}
@@ -176,6 +178,53 @@ func Load(path string) (Config, []string, error) {
 		return Config{}, nil, fmt.Errorf("read config %s: %w", path, err)
 	}
 	return Parse(data, path)
+}
+
+// MaxSize is the largest configuration file read. The shipped one is 3 KiB.
+const MaxSize = 1 << 20
+
+// readFile reads a configuration file that must be a regular file of at most MaxSize
+// bytes. It is opened without blocking and checked on the handle before anything is read:
+// GPU_RUNTIME_CONFIG naming a FIFO, /dev/zero or a huge file must neither hang nor bloat
+// any call, delete and kill included.
+func readFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", fileType(fi.Mode()))
+	}
+	if fi.Size() > MaxSize {
+		return nil, fmt.Errorf("%d bytes, more than the %d a configuration file may have", fi.Size(), MaxSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err == nil && len(data) > MaxSize {
+		err = fmt.Errorf("grew past %d bytes while read", MaxSize)
+	}
+	return data, err
+}
+
+// fileType names a file's type for messages.
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return m.Type().String()
 }
 
 // LoadFromEnv loads the file named by $GPU_RUNTIME_CONFIG, or DefaultPath. Unlike the
@@ -205,7 +254,7 @@ func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
 		getenv = os.Getenv
 	}
 	p := Path(getenv)
-	data, err := os.ReadFile(p)
+	data, err := readFile(p)
 	if errors.Is(err, fs.ErrNotExist) && getenv(EnvPath) == "" {
 		return Default(), nil
 	}

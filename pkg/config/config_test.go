@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
@@ -403,6 +404,17 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("[driver]\nroot = \"drv\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.toml")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil { // sparse: costs nothing unless read
+		t.Fatal(err)
+	}
 	debug := Default()
 	debug.Runtime.LogLevel = "debug"
 
@@ -439,7 +451,22 @@ func TestLoad(t *testing.T) {
 		{
 			description: "directory",
 			path:        dir,
-			wantErr:     `read config ` + dir + `: read ` + dir + `: is a directory`,
+			wantErr:     `read config ` + dir + `: not a regular file (a directory)`,
+		},
+		{
+			description: "FIFO: not opened for reading, never blocks",
+			path:        fifo,
+			wantErr:     `read config ` + fifo + `: not a regular file (a named pipe)`,
+		},
+		{
+			description: "device",
+			path:        "/dev/zero",
+			wantErr:     `read config /dev/zero: not a regular file (a character device)`,
+		},
+		{
+			description: "huge file: not read",
+			path:        huge,
+			wantErr:     `read config ` + huge + `: 1073741824 bytes, more than the 1048576 a configuration file may have`,
 		},
 		{
 			description: "parent is a file",
@@ -572,6 +599,10 @@ func TestLoadRuntimeFromEnv(t *testing.T) {
 		return p
 	}
 	missing := filepath.Join(dir, "missing.toml")
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	badDriver := write("bad-driver.toml", "[runtime]\nruntimes = [\"crun\"]\nlog-level = \"debug\"\n[driver]\nroot = \"relative\"\n")
 	syntax := write("syntax.toml", "[runtime]\nruntimes = [\"crun\"\n")
 	badLevel := write("bad-level.toml", "[runtime]\nruntimes = [\"crun\"]\nlog-level = \"loud\"\n")
@@ -585,6 +616,8 @@ func TestLoadRuntimeFromEnv(t *testing.T) {
 		{description: "a problem outside [runtime] does not stop a delete reaching crun", env: badDriver, wantRuntimes: []string{"crun"}, wantLevel: "debug"},
 		{description: "named file must exist", env: missing, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
 			wantErr: "read config " + missing + " (named by GPU_RUNTIME_CONFIG): stat " + missing + ": no such file or directory"},
+		{description: "a FIFO neither hangs nor blocks a delete: defaults", env: fifo, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
+			wantErr: "read config " + fifo + ": not a regular file (a named pipe)"},
 		{description: "syntax error: full diagnosis, defaults", env: syntax, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
 			wantErr: "parse config " + syntax + ": line 3, column 1: expected character ] but the document ended here"},
 		{description: "bad [runtime] value: full diagnosis, defaults", env: badLevel, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",

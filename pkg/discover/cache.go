@@ -30,6 +30,9 @@ type Host struct {
 	Files  []File `json:"files"`
 }
 
+// maxCacheSize bounds the cache read: a host's is a few kilobytes.
+const maxCacheSize = 16 << 20
+
 // CacheVersion changes whenever the cache format or what discovery finds changes.
 const CacheVersion = 5
 
@@ -221,11 +224,15 @@ func listTree(dir string, depth int) []string {
 	return out
 }
 
-// readCache returns the cache file if it is trustworthy (a regular file owned by root,
-// writable by nobody else), of this version and has a driver version; the caller checks its
-// fingerprint.
+// readCache returns the cache file if it is trustworthy — not a symlink (it is opened with
+// O_NOFOLLOW), a regular file (opened without blocking, so a FIFO cannot hang a create),
+// owned by the user gpu-runtime runs as (root) and of mode 0600 exactly — of this version
+// and has a driver version; the caller checks its fingerprint.
 func readCache(p string) (cacheFile, error) {
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: it is a symbolic link", p)
+	}
 	if err != nil {
 		return cacheFile{}, err
 	}
@@ -234,11 +241,19 @@ func readCache(p string) (cacheFile, error) {
 	if err != nil {
 		return cacheFile{}, fmt.Errorf("stat discovery cache %s: %w", p, err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.Mode().IsRegular() || !ok || st.Uid != uint32(os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
-		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file owned by us and writable only by us", p)
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file", p)
+	case st == nil || st.Uid != uint32(os.Geteuid()):
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: owned by uid %d, not %d", p, st.Uid, os.Geteuid())
+	case fi.Mode().Perm() != 0o600:
+		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: mode %04o, not 0600", p, fi.Mode().Perm())
 	}
-	data, err := io.ReadAll(f)
+	data, err := io.ReadAll(io.LimitReader(f, maxCacheSize+1))
+	if err == nil && len(data) > maxCacheSize {
+		err = fmt.Errorf("larger than %d bytes", maxCacheSize)
+	}
 	if err != nil {
 		return cacheFile{}, fmt.Errorf("read discovery cache %s: %w", p, err)
 	}

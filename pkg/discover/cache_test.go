@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,7 +130,23 @@ func TestDiscoverCache(t *testing.T) {
 		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: "one" is not a number`},
 		{"world-writable", func(p string) error { return os.Chmod(p, 0o666) },
-			"discovery cache " + e.opts.CacheFile + " ignored: not a regular file owned by us and writable only by us"},
+			"discovery cache " + e.opts.CacheFile + " ignored: mode 0666, not 0600"},
+		{"group-readable", func(p string) error { return os.Chmod(p, 0o640) },
+			"discovery cache " + e.opts.CacheFile + " ignored: mode 0640, not 0600"},
+		{"a symlink to a valid cache", func(p string) error {
+			copyPath := p + ".elsewhere"
+			if err := os.Rename(p, copyPath); err != nil {
+				return err
+			}
+			return os.Symlink(copyPath, p)
+		}, "discovery cache " + e.opts.CacheFile + " ignored: it is a symbolic link"},
+		{"a FIFO (must not hang)", func(p string) error {
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+			return syscall.Mkfifo(p, 0o600)
+		}, "discovery cache " + e.opts.CacheFile + " ignored: not a regular file"},
+
 		{"no driver version", func(p string) error {
 			data, err := os.ReadFile(p)
 			if err != nil {
@@ -137,6 +154,14 @@ func TestDiscoverCache(t *testing.T) {
 			}
 			return os.WriteFile(p, []byte(strings.Replace(string(data), "driver,550.54.15,", "driver,,", 1)), 0o600)
 		}, "discovery cache " + e.opts.CacheFile + " ignored: no driver version"},
+	}
+	if os.Geteuid() == 0 { // only root can give a file away
+		testCases = append(testCases, struct {
+			description string
+			spoil       func(p string) error
+			wantProblem string
+		}{"owned by another user", func(p string) error { return os.Chown(p, 1000, 1000) },
+			"discovery cache " + e.opts.CacheFile + " ignored: owned by uid 1000, not 0"})
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
