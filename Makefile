@@ -40,6 +40,7 @@ fuzz: ## run each fuzz target briefly (execution counts, not durations: a durati
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./pkg/requirements/
 	$(GO) test -run='^$$' -fuzz=FuzzParseArgs -fuzztime=200000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzSpecEncode -fuzztime=20000x ./pkg/oci/
+	$(GO) test -run='^$$' -fuzz=FuzzCheckKeys -fuzztime=100000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
 
 demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs

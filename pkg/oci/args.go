@@ -23,7 +23,8 @@ var ErrUnsupported = errors.New("unsupported runtime arguments")
 type Invocation struct {
 	// Command is the subcommand ("create", "run", "state", …); "" when none was given.
 	Command string
-	// Bundle is the --bundle/-b value for create and run; "" means the current directory.
+	// Bundle is the --bundle/-b value for create, run and restore; "" (absent or empty, as
+	// runc reads both) means the current directory.
 	Bundle string
 	// ContainerID is the first positional argument after the subcommand, if any.
 	ContainerID string
@@ -40,15 +41,21 @@ var globalValueFlags = map[string]bool{
 	"rootless": true, "cgroup-manager": true,
 }
 
-// Flags of create and run (runc and crun) that take a value.
+// Flags of create, run and restore (runc and crun) that take a value.
 var createValueFlags = map[string]bool{
 	"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true,
 	"config": true, "f": true,
+	// restore's (CRIU): runc 1.1 and crun.
+	"image-path": true, "work-path": true, "parent-path": true, "manage-cgroups-mode": true,
+	"empty-ns": true, "lsm-profile": true, "lsm-mount-context": true,
 }
 
-// ModifiesSpec reports whether the subcommand creates a container from the bundle's spec.
+// ModifiesSpec reports whether the subcommand creates a container from the bundle's spec:
+// create, run, and restore, which recreates a checkpointed container from the bundle's spec
+// (the engine's, without the GPU edits: CRIU needs the same device nodes and mounts the
+// checkpointed container had, so gpu-runtime injects them as on create).
 func (inv Invocation) ModifiesSpec() bool {
-	return inv.Command == "create" || inv.Command == "run"
+	return inv.Command == "create" || inv.Command == "run" || inv.Command == "restore"
 }
 
 // BundleDir returns the bundle directory, resolving the default (cwd) and relative paths.
@@ -134,10 +141,8 @@ func ParseArgs(args []string) (Invocation, error) {
 		}
 		switch name {
 		case "bundle", "b":
-			if value == "" {
-				return inv, fmt.Errorf("%w: empty --bundle", ErrArgs)
-			}
-			inv.Bundle = value
+			inv.Bundle = value // runc reads an empty --bundle as the current directory, as its absence
+
 		case "config", "f":
 			// crun's --config overrides the spec file name; gpu-runtime only edits
 			// <bundle>/config.json, so refuse rather than silently inject nothing.

@@ -29,7 +29,10 @@ func TestParseArgs(t *testing.T) {
 		{description: "double dash ends flags", args: []string{"run", "--", "-weird-id"}, want: Invocation{Command: "run", ContainerID: "-weird-id", LogFormat: "text"}},
 		{description: "missing bundle value", args: []string{"create", "--bundle"}, wantErr: ErrArgs},
 		{description: "missing global value", args: []string{"--root"}, wantErr: ErrArgs},
-		{description: "empty bundle", args: []string{"create", "--bundle=", "id"}, wantErr: ErrArgs},
+		{description: "empty bundle means cwd, as runc reads it", args: []string{"create", "--bundle=", "id"}, want: Invocation{Command: "create", ContainerID: "id", LogFormat: "text"}},
+		{description: "empty bundle as a separate value", args: []string{"run", "--bundle", "", "id"}, want: Invocation{Command: "run", ContainerID: "id", LogFormat: "text"}},
+		{description: "restore: bundle and CRIU's value flags", args: []string{"--root", "/r", "restore", "--image-path", "/ckpt", "--work-path", "/w", "--tcp-established", "--bundle", "/b", "-d", "id"},
+			want: Invocation{Command: "restore", Bundle: "/b", ContainerID: "id", LogFormat: "text"}},
 		{description: "crun --config is refused", args: []string{"create", "--config", "other.json", "id"}, wantErr: ErrUnsupported},
 	}
 	for _, tc := range testCases {

@@ -24,7 +24,7 @@ func Apply(s *specs.Spec, opts ...SpecOpt) error {
 }
 
 // WithDevice adds a device node and its cgroup allow rule together. An existing node at the
-// same path and an identical rule are replaced. The rule names type, major and minor
+// same path (compared cleaned) and an identical rule are replaced. The rule names type, major and minor
 // explicitly: a wildcard rule is never produced.
 func WithDevice(d specs.LinuxDevice) SpecOpt { return WithDevices(d) }
 
@@ -47,7 +47,7 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 			}
 			major, minor := d.Major, d.Minor
 			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm"}
-			paths[i], ruleKeys[i] = d.Path, ruleKey(rules[i])
+			paths[i], ruleKeys[i] = filepath.Clean(d.Path), ruleKey(rules[i])
 		}
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -55,7 +55,9 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 		if s.Linux.Resources == nil {
 			s.Linux.Resources = &specs.LinuxResources{}
 		}
-		s.Linux.Devices = replaceAll(s.Linux.Devices, ds, paths, func(d specs.LinuxDevice) string { return d.Path })
+		// Paths compare cleaned: an existing /dev//nvidia1 is the node at /dev/nvidia1, and
+		// left beside ours it would decide what the container's /dev/nvidia1 is.
+		s.Linux.Devices = replaceAll(s.Linux.Devices, ds, paths, func(d specs.LinuxDevice) string { return filepath.Clean(d.Path) })
 		s.Linux.Resources.Devices = replaceAll(s.Linux.Resources.Devices, rules, ruleKeys, ruleKey)
 		return nil
 	}

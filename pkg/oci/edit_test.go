@@ -15,7 +15,7 @@ import (
 func modelAddDevice(s *specs.Spec, d specs.LinuxDevice) {
 	var devices []specs.LinuxDevice
 	for _, e := range s.Linux.Devices {
-		if e.Path != d.Path {
+		if filepath.Clean(e.Path) != filepath.Clean(d.Path) {
 			devices = append(devices, e)
 		}
 	}
@@ -49,7 +49,8 @@ func TestBatchEditsMatchOneAtATime(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	device := func() specs.LinuxDevice {
 		n := rng.Int64N(4)
-		return specs.LinuxDevice{Path: fmt.Sprintf("/dev/nvidia%d", rng.IntN(5)), Type: "c", Major: 195, Minor: n}
+		path := []string{"/dev/nvidia%d", "/dev//nvidia%d", "/dev/./nvidia%d/"}[rng.IntN(3)]
+		return specs.LinuxDevice{Path: fmt.Sprintf(path, rng.IntN(5)), Type: "c", Major: 195, Minor: n}
 	}
 	mount := func() specs.Mount {
 		dest := []string{"/usr/lib/a", "/usr/lib/a/", "/usr/lib/b", "/usr/bin/c", "/usr/lib/../lib/b"}[rng.IntN(5)]
@@ -81,6 +82,23 @@ func TestBatchEditsMatchOneAtATime(t *testing.T) {
 		if !reflect.DeepEqual(normalize(got), normalize(want)) {
 			t.Fatalf("case %d: adding %v and %v\ngot  %s\nwant %s", i, ds, ms, mustJSON(t, got), mustJSON(t, want))
 		}
+	}
+}
+
+// TestWithDeviceReplacesUncleanPath: a spec's {"path": "/dev//nvidia1", 1:3} (/dev/null's
+// numbers) must not survive beside the injected /dev/nvidia1: the container's node would be
+// /dev/null while the log says GPU 1.
+func TestWithDeviceReplacesUncleanPath(t *testing.T) {
+	s := &specs.Spec{Linux: &specs.Linux{Devices: []specs.LinuxDevice{
+		{Path: "/dev//nvidia1", Type: "c", Major: 1, Minor: 3},
+		{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229},
+	}}}
+	if err := Apply(s, WithDevice(specs.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1})); err != nil {
+		t.Fatal(err)
+	}
+	want := []specs.LinuxDevice{{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229}, {Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}
+	if !reflect.DeepEqual(s.Linux.Devices, want) {
+		t.Errorf("devices = %+v\nwant %+v", s.Linux.Devices, want)
 	}
 }
 

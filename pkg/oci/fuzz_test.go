@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -100,4 +101,84 @@ func FuzzSpecEncode(f *testing.F) {
 			t.Fatalf("differs from full decode + edits\ngot  %s\nwant %s", mustJSON(t, got), mustJSON(t, want))
 		}
 	})
+}
+
+// FuzzCheckKeys: the key scanner never panics, and on valid JSON it refuses exactly what a
+// reference walk with json.Decoder refuses (a repeated key, or two keys naming one field of
+// the type), with the same message.
+func FuzzCheckKeys(f *testing.F) {
+	for _, seed := range []string{
+		`[{"destination":"/a","Destination":"/b"}]`, `[{"path":"/a","path":"/b"}]`, `[{"x":{"a":1,"a":2}}]`,
+		`[{"destination":"/a","options":["x","x"]},{}]`, `[{"\u0064estination":"/a","destination":"/b"}]`,
+		`[{"ſource":"/a","source":"/b"}]`, `[1,"a",null,{"uidMappings":[{"size":1,"Size":2}]}]`, `{}`, `[`,
+	} {
+		f.Add(seed)
+	}
+	typ := reflect.TypeFor[[]specs.Mount]()
+	f.Fuzz(func(t *testing.T, data string) {
+		err := checkKeys([]byte(data), typ, "mounts")
+		if !json.Valid([]byte(data)) {
+			return
+		}
+		want := referenceCheckKeys(json.NewDecoder(strings.NewReader(data)), typ, "mounts")
+		if fmt.Sprint(err) != fmt.Sprint(want) {
+			t.Fatalf("%s:\nscanner   %v\nreference %v", data, err, want)
+		}
+	})
+}
+
+// referenceCheckKeys is checkKeys written the obvious way, with json.Decoder's tokens.
+func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error {
+	for typ != nil && typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	tok, _ := dec.Token()
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	switch delim {
+	case '[':
+		var elem reflect.Type
+		if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
+			elem = typ.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := referenceCheckKeys(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case '{':
+		var fields map[string]reflect.Type
+		var elem reflect.Type
+		if typ != nil && typ.Kind() == reflect.Struct {
+			fields = jsonFields(typ)
+		} else if typ != nil && typ.Kind() == reflect.Map {
+			elem = typ.Elem()
+		}
+		seen := map[string]bool{}
+		named := map[string]string{}
+		for dec.More() {
+			tok, _ := dec.Token()
+			key, _ := tok.(string)
+			if seen[key] {
+				return fmt.Errorf("%s: %w: %q appears twice", path, errAmbiguous, key)
+			}
+			seen[key] = true
+			valueType := elem
+			if fields != nil {
+				if name, ft, known := field(fields, key); known {
+					if prev, dup := named[name]; dup {
+						return fmt.Errorf("%s: %w: %q and %q name the same field", path, errAmbiguous, prev, key)
+					}
+					named[name], valueType = key, ft
+				}
+			}
+			if err := referenceCheckKeys(dec, valueType, path+"."+key); err != nil {
+				return err
+			}
+		}
+	}
+	_, _ = dec.Token()
+	return nil
 }

@@ -273,6 +273,11 @@ func (f *SpecFile) member(parent *rawObject, path string, v any) error {
 	if !ok {
 		return nil
 	}
+	if path != "process.env" { // a list of strings: no object to hold a duplicate
+		if err := checkKeys(raw, reflect.TypeOf(v), path); err != nil {
+			return err
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if dec.Decode(v) == nil {

@@ -294,6 +294,12 @@ func TestParseSpecRefusesAmbiguousMembers(t *testing.T) {
 		{"nested case variant", `{"linux":{"resources":{"DEVICES":[]}}}`, `: linux.resources: ambiguous members: "DEVICES" differs from "devices" only in case`},
 		{"duplicate view member", `{"process":{"env":["A=1"],"env":["B=2"]}}`, `: process: ambiguous members: "env" appears twice`},
 		{"duplicate member kept as read", `{"root":{"path":"a","readonly":true},"root":{"path":"b"}}`, `: ambiguous members: "root" appears twice`},
+		{"duplicate hook stage", `{"hooks":{"prestart":[],"prestart":[{"path":"/x"}]}}`, `: hooks: ambiguous members: "prestart" appears twice`},
+		{"case variant hook stage", `{"hooks":{"createContainer":[],"CreateContainer":[{"path":"/x"}]}}`, `: hooks: ambiguous members: "createContainer" and "CreateContainer" name the same field`},
+		{"duplicate key in a hook", `{"hooks":{"prestart":[{"path":"/a","path":"/b"}]}}`, `: hooks.prestart[0]: ambiguous members: "path" appears twice`},
+		{"case variant in a capability set", `{"process":{"capabilities":{"bounding":[],"Bounding":["CAP_SYS_ADMIN"]}}}`, `: process.capabilities: ambiguous members: "bounding" and "Bounding" name the same field`},
+		{"case variant in a mount", `{"mounts":[{"destination":"/a"},{"destination":"/b","Destination":"/c"}]}`, `: mounts[1]: ambiguous members: "destination" and "Destination" name the same field`},
+		{"duplicate in a device rule", `{"linux":{"resources":{"devices":[{"allow":false,"allow":true}]}}}`, `: linux.resources.devices[0]: ambiguous members: "allow" appears twice`},
 		{"null document", `null`, `: not a JSON object`},
 		{"not an object", `[]`, `: want a JSON object, got an array`},
 		{"process not an object", `{"process": "abc"}`, `: process: want a JSON object, got a string`},
@@ -310,8 +316,9 @@ func TestParseSpecRefusesAmbiguousMembers(t *testing.T) {
 			}
 		})
 	}
-	// Case variants of members gpu-runtime does not decode are copied as read.
-	spec := `{"Root":{"path":"a"},"root":{"path":"a"}}`
+	// Case variants of members gpu-runtime does not decode are copied as read, and so are
+	// keys this runtime-spec version does not know, however they are spelled.
+	spec := `{"Root":{"path":"a"},"root":{"path":"a"},"mounts":[{"destination":"/a","futureKey":1,"FUTUREKEY":2}]}`
 	if _, err := ParseSpec(writeSpec(t, spec, 0o644), []byte(spec)); err != nil {
 		t.Errorf("case variant of an undecoded member: %v", err)
 	}

@@ -1,0 +1,258 @@
+package oci
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// checkKeys refuses, at every object level of the JSON value raw, what Go's decoder (runc's)
+// would merge into one field: a key that appears twice, or two keys that name one field of
+// typ, differing only in case. Keys typ does not know are carried over as read and their
+// values not looked into. path names raw in errors ("mounts").
+//
+// It is a small scanner over the bytes rather than a walk with json.Decoder.Token, which
+// allocates for every token: on the runc default spec that walk tripled the allocations of a
+// whole spec decode. It does not validate JSON; malformed input is left for the decoder that
+// runs next to report.
+func checkKeys(raw []byte, typ reflect.Type, path string) error {
+	c := keyChecker{data: raw, base: path}
+	return c.value(typ)
+}
+
+type keyChecker struct {
+	data []byte
+	i    int
+	base string
+	path []pathSegment // where the scan is, for errors only
+}
+
+type pathSegment struct {
+	key   []byte
+	index int // -1 for an object member
+}
+
+func (c *keyChecker) value(typ reflect.Type) error {
+	for typ != nil && typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	c.space()
+	if c.i >= len(c.data) {
+		return nil
+	}
+	switch c.data[c.i] {
+	case '{':
+		return c.object(typ)
+	case '[':
+		return c.array(typ)
+	case '"':
+		_, c.i, _ = scanString(c.data, c.i)
+	default: // a number, true, false or null
+		for c.i < len(c.data) && !strings.ContainsRune(",]} \t\r\n", rune(c.data[c.i])) {
+			c.i++
+		}
+	}
+	return nil
+}
+
+func (c *keyChecker) array(typ reflect.Type) error {
+	var elem reflect.Type
+	if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
+		elem = typ.Elem()
+	}
+	c.i++ // [
+	for index := 0; ; index++ {
+		c.space()
+		if c.i >= len(c.data) || c.data[c.i] == ']' {
+			c.i++
+			return nil
+		}
+		c.path = append(c.path, pathSegment{index: index})
+		err := c.value(elem)
+		c.path = c.path[:len(c.path)-1]
+		if err != nil {
+			return err
+		}
+		c.space()
+		if c.i >= len(c.data) || c.data[c.i] != ',' {
+			c.i++
+			return nil
+		}
+		c.i++
+	}
+}
+
+func (c *keyChecker) object(typ reflect.Type) error {
+	var fields *fieldTable
+	var elem reflect.Type
+	if typ != nil {
+		switch typ.Kind() {
+		case reflect.Struct:
+			fields = fieldsOf(typ)
+		case reflect.Map:
+			elem = typ.Elem()
+		}
+	}
+	var seenBuf, namedBuf [16][]byte
+	seen := seenBuf[:0]
+	named := namedBuf[:0] // the key that named each field, by field index
+	if fields != nil && len(fields.names) > len(namedBuf) {
+		named = make([][]byte, 0, len(fields.names))
+	}
+	if fields != nil {
+		named = named[:len(fields.names)]
+	}
+	c.i++ // {
+	for {
+		c.space()
+		if c.i >= len(c.data) || c.data[c.i] != '"' {
+			c.i++ // the closing brace, or malformed input left to the decoder
+			return nil
+		}
+		key, end, escaped := scanString(c.data, c.i)
+		c.i = end
+		if escaped {
+			var s string
+			if json.Unmarshal(c.data[c.i-len(key)-2:c.i], &s) == nil {
+				key = []byte(s)
+			}
+		}
+		for _, k := range seen {
+			if bytes.Equal(k, key) {
+				return c.errorf("%q appears twice", key)
+			}
+		}
+		seen = append(seen, key)
+		valueType := elem
+		if fields != nil {
+			if fi := fields.lookup(key); fi >= 0 {
+				if prev := named[fi]; prev != nil {
+					return c.errorf("%q and %q name the same field", prev, key)
+				}
+				named[fi], valueType = key, fields.types[fi]
+			}
+		}
+		c.space()
+		if c.i >= len(c.data) || c.data[c.i] != ':' {
+			return nil
+		}
+		c.i++
+		c.path = append(c.path, pathSegment{key: key, index: -1})
+		err := c.value(valueType)
+		c.path = c.path[:len(c.path)-1]
+		if err != nil {
+			return err
+		}
+		c.space()
+		if c.i < len(c.data) && c.data[c.i] == ',' {
+			c.i++
+			continue
+		}
+		c.i++
+		return nil
+	}
+}
+
+func (c *keyChecker) space() {
+	for c.i < len(c.data) && (c.data[c.i] == ' ' || c.data[c.i] == '\t' || c.data[c.i] == '\n' || c.data[c.i] == '\r') {
+		c.i++
+	}
+}
+
+// errorf wraps errAmbiguous, naming the object where the scan is: mounts[1], hooks.prestart[0].
+func (c *keyChecker) errorf(format string, args ...any) error {
+	var b strings.Builder
+	b.WriteString(c.base)
+	for _, s := range c.path {
+		if s.index >= 0 {
+			b.WriteString("[" + strconv.Itoa(s.index) + "]")
+		} else {
+			b.WriteString("." + string(s.key))
+		}
+	}
+	return fmt.Errorf("%s: %w: %s", b.String(), errAmbiguous, fmt.Sprintf(format, args...))
+}
+
+// scanString returns the content of the JSON string at data[i] (the quote), the index after
+// its closing quote, and whether it holds escapes.
+func scanString(data []byte, i int) (content []byte, end int, escaped bool) {
+	start := i + 1
+	for j := start; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return data[start:j], j + 1, escaped
+		}
+	}
+	return data[start:], len(data), escaped
+}
+
+// fieldTable is the JSON field names of a struct type and their types (see jsonFields).
+type fieldTable struct {
+	names []string
+	types []reflect.Type
+}
+
+// lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
+// equal under case folding. -1 when none.
+func (t *fieldTable) lookup(key []byte) int {
+	for i, n := range t.names {
+		if string(key) == n {
+			return i
+		}
+	}
+	ascii := true
+	for _, b := range key {
+		if b >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	for i, n := range t.names {
+		if ascii && asciiEqualFold(key, n) || !ascii && strings.EqualFold(string(key), n) {
+			return i
+		}
+	}
+	return -1
+}
+
+func asciiEqualFold(a []byte, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+var fieldTables sync.Map // reflect.Type → *fieldTable
+
+func fieldsOf(typ reflect.Type) *fieldTable {
+	if t, ok := fieldTables.Load(typ); ok {
+		return t.(*fieldTable)
+	}
+	t := &fieldTable{}
+	for name, ft := range jsonFields(typ) {
+		t.names = append(t.names, name)
+		t.types = append(t.types, ft)
+	}
+	fieldTables.Store(typ, t)
+	return t
+}
