@@ -1,11 +1,16 @@
 package hook
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
@@ -139,5 +144,78 @@ func TestRunMessages(t *testing.T) {
 	}
 	if !errors.Is(Run("nvidia-container-runtime-hook", nil, nil, nil, nil), ErrBypassed) {
 		t.Error("want ErrBypassed")
+	}
+}
+
+// TestCompatVersionBounded: an image can hold any number of libcuda.so.* files; only the
+// newest few by name are opened, FIFOs never, and the hook says what it skipped.
+func TestCompatVersionBounded(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, CompatDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("libcuda.so.%d.1", 400+i)), []byte("not an ELF"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "libcuda.so.999.1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var got string
+	var warnings []string
+	var err error
+	go func() {
+		got, warnings, err = CompatVersion(root)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("CompatVersion blocked on the FIFO")
+	}
+	if err != nil || got != "499.1" {
+		t.Fatalf("CompatVersion = %q, %v; want 499.1 (the FIFO named 999.1 is not a library)", got, err)
+	}
+	want := []string{
+		"/usr/local/cuda/compat holds 101 libcuda.so.<version> files; only the newest 8 by name were considered",
+		"/usr/local/cuda/compat/libcuda.so.999.1 ignored: not a regular file",
+	}
+	if strings.Join(warnings, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(warnings, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestBoundedELF: the compat library's ELF header is checked before debug/elf reads its
+// section table; a hostile header is not parsed.
+func TestBoundedELF(t *testing.T) {
+	header := func(class byte, shoff uint64, shentsize, shnum uint16) []byte {
+		h := make([]byte, 64)
+		copy(h, "\x7fELF")
+		h[4], h[5] = class, 1 // little endian
+		binary.LittleEndian.PutUint64(h[40:], shoff)
+		binary.LittleEndian.PutUint16(h[58:], shentsize)
+		binary.LittleEndian.PutUint16(h[60:], shnum)
+		return h
+	}
+	testCases := []struct {
+		description string
+		data        []byte
+		size        int64
+		want        bool
+	}{
+		{"sane 64-bit header", header(2, 64, 64, 10), 64 + 640, true},
+		{"not ELF", []byte("garbage"), 7, false},
+		{"section table past the end", header(2, 64, 64, 10), 100, false},
+		{"too many sections", header(2, 64, 64, 2000), 1 << 30, false},
+		{"odd section header size", header(2, 64, 1, 10), 1 << 20, false},
+		{"offset overflowing", header(2, 1<<63, 64, 10), 1 << 20, false},
+	}
+	for _, tc := range testCases {
+		if got := boundedELF(bytes.NewReader(tc.data), tc.size); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.description, got, tc.want)
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Capability is one value of NVIDIA_DRIVER_CAPABILITIES.
@@ -60,12 +62,12 @@ func Parse(value string) (Set, error) {
 		case isKnown(Capability(tok)):
 			s[Capability(tok)] = true
 		default:
-			unknown = append(unknown, fmt.Sprintf("%q", tok))
+			unknown = append(unknown, tok)
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("%w %s in NVIDIA_DRIVER_CAPABILITIES=%q: allowed are all, %s",
-			ErrUnknown, strings.Join(unknown, ", "), value, joinAll())
+		return nil, fmt.Errorf("%w %s in %s: allowed are all, %s",
+			ErrUnknown, quote.List(unknown), quote.Var("NVIDIA_DRIVER_CAPABILITIES", value), joinAll())
 	}
 	if len(s) == 0 {
 		return Default(), nil

@@ -44,7 +44,7 @@ var table = [...]struct {
 			"/var/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket",
 			"/var/run/nvidia-fabricmanager/socket", "/run/nvidia-fabricmanager/socket",
 		},
-		Required:  []string{"libnvidia-ml"},
+		Required: []string{"libnvidia-ml"},
 	}},
 	{Compute, Files{
 		Libraries: []string{

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
@@ -214,7 +215,7 @@ func selectGPUs(req request.Request, gpus []discover.GPU) ([]discover.GPU, error
 			continue
 		}
 		if err != nil {
-			unknown = append(unknown, strconv.Quote(tok))
+			unknown = append(unknown, tok)
 			continue
 		}
 		if prev, dup := seen[g.Index]; dup {
@@ -225,7 +226,7 @@ func selectGPUs(req request.Request, gpus []discover.GPU) ([]discover.GPU, error
 		out = append(out, g)
 	}
 	if len(unknown) > 0 {
-		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, strings.Join(unknown, ", "), request.EnvVisibleDevices, describe(gpus))}, errs...)
+		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))}, errs...)
 	}
 	return out, errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -167,6 +168,8 @@ func TestBuildErrors(t *testing.T) {
 			wantErr: `unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
 		{description: "unknown UUID and index together", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-zzzz,9"},
 			wantErr: `unknown device "GPU-zzzz", "9" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
+		{description: "100,000 unknown tokens: the first five and the count", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=" + manyTokens(100000)},
+			wantErr: `unknown device "t0", "t1", "t2", "t3", "t4" and 99995 more in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
 		{description: "negative and padded indices are not indices", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=-1,01"},
 			wantErr: `unknown device "-1", "01" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
 		{description: "index and UUID of the same GPU", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=1,GPU-bbbb"},
@@ -288,4 +291,12 @@ func TestRequirementHook(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyTokens(n int) string {
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = "t" + strconv.Itoa(i)
+	}
+	return strings.Join(tokens, ",")
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 )
 
@@ -182,8 +183,10 @@ func parseIMEX(value string, req *Request) error {
 }
 
 // parseVisibleDevices implements the NVIDIA_VISIBLE_DEVICES rules: split on ',', trim,
-// drop empty tokens; any "void" → not a GPU container; else the first "all"/"none" decides;
-// else an ordered list without duplicates.
+// drop empty tokens; "void" alone → not a GPU container; "all" or "none" alone decide; else
+// an ordered list without duplicates. all, none and void stand alone: a list that mixes one
+// with anything (NVIDIA's "0,none" meant none, "all,void" no GPU container) is an error
+// rather than a silent container without GPUs.
 func parseVisibleDevices(value string) (Mode, []string, error) {
 	var tokens []string
 	for _, tok := range strings.Split(value, ",") {
@@ -195,22 +198,26 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 		return NoGPU, nil, nil
 	}
 	for _, tok := range tokens {
-		if tok == "void" {
-			return NoGPU, nil, nil
-		}
-	}
-	for _, tok := range tokens {
 		switch tok {
-		case "all":
-			return AllGPUs, nil, nil
-		case "none":
-			return NoDevices, nil, nil
+		case "all", "none", "void":
+			if len(tokens) > 1 {
+				return NoGPU, nil, fmt.Errorf("%w: %s: %q cannot be combined with other devices (all, none and void each stand alone)",
+					ErrInvalid, quote.Var(EnvVisibleDevices, value), tok)
+			}
 		}
 	}
-	seen := map[string]bool{}
+	switch tokens[0] {
+	case "void":
+		return NoGPU, nil, nil
+	case "all":
+		return AllGPUs, nil, nil
+	case "none":
+		return NoDevices, nil, nil
+	}
+	seen := make(map[string]bool, len(tokens))
 	for _, tok := range tokens {
 		if seen[tok] {
-			return NoGPU, nil, fmt.Errorf("%w: device %q is listed twice in %s=%q", ErrInvalid, tok, EnvVisibleDevices, value)
+			return NoGPU, nil, fmt.Errorf("%w: device %s is listed twice in %s", ErrInvalid, quote.Value(tok), quote.Var(EnvVisibleDevices, value))
 		}
 		seen[tok] = true
 	}

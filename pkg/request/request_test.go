@@ -3,6 +3,7 @@ package request
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -20,10 +21,9 @@ func TestFromEnv(t *testing.T) {
 		{description: "empty: not a GPU container", env: []string{"NVIDIA_VISIBLE_DEVICES="}, want: Request{Mode: NoGPU}},
 		{description: "only commas and spaces: empty", env: []string{"NVIDIA_VISIBLE_DEVICES= , ,"}, want: Request{Mode: NoGPU}},
 		{description: "void", env: []string{"NVIDIA_VISIBLE_DEVICES=void"}, want: Request{Mode: NoGPU}},
-		{description: "void anywhere wins over all", env: []string{"NVIDIA_VISIBLE_DEVICES=all,void"}, want: Request{Mode: NoGPU}},
 		{description: "all", env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, want: Request{Mode: AllGPUs, Capabilities: def}},
 		{description: "none", env: []string{"NVIDIA_VISIBLE_DEVICES=none"}, want: Request{Mode: NoDevices, Capabilities: def}},
-		{description: "first of all/none decides", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none,all"}, want: Request{Mode: NoDevices, Capabilities: def}},
+		{description: "all, trimmed", env: []string{"NVIDIA_VISIBLE_DEVICES= all ,"}, want: Request{Mode: AllGPUs, Capabilities: def}},
 		{description: "indices, trimmed, empty tokens dropped", env: []string{"NVIDIA_VISIBLE_DEVICES= 1, ,0 "}, want: Request{Mode: DeviceList, Devices: []string{"1", "0"}, Capabilities: def}},
 		{description: "mixed index and UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=0,GPU-abc"}, want: Request{Mode: DeviceList, Devices: []string{"0", "GPU-abc"}, Capabilities: def}},
 		{description: "last duplicate env entry wins", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=1"}, want: Request{Mode: DeviceList, Devices: []string{"1"}, Capabilities: def}},
@@ -67,6 +67,14 @@ func TestFromEnvErrors(t *testing.T) {
 	}{
 		{description: "duplicate device", env: []string{"NVIDIA_VISIBLE_DEVICES=0,1,0"},
 			wantErr: `invalid GPU request: device "0" is listed twice in NVIDIA_VISIBLE_DEVICES="0,1,0"`, is: ErrInvalid},
+		{description: "none with a device: contradictory", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none"},
+			wantErr: `invalid GPU request: NVIDIA_VISIBLE_DEVICES="0,none": "none" cannot be combined with other devices (all, none and void each stand alone)`, is: ErrInvalid},
+		{description: "all with void: contradictory", env: []string{"NVIDIA_VISIBLE_DEVICES=all,void"},
+			wantErr: `invalid GPU request: NVIDIA_VISIBLE_DEVICES="all,void": "all" cannot be combined with other devices (all, none and void each stand alone)`, is: ErrInvalid},
+		{description: "all twice", env: []string{"NVIDIA_VISIBLE_DEVICES=all,all"},
+			wantErr: `invalid GPU request: NVIDIA_VISIBLE_DEVICES="all,all": "all" cannot be combined with other devices (all, none and void each stand alone)`, is: ErrInvalid},
+		{description: "a huge value is quoted cut", env: []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Repeat("x,", 50000) + "x"},
+			wantErr: `invalid GPU request: device "x" is listed twice in NVIDIA_VISIBLE_DEVICES="` + strings.Repeat("x,", 128) + `"… (100001 bytes)`, is: ErrInvalid},
 		{description: "unknown capability", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,gaming"},
 			wantErr: `invalid GPU request: unknown driver capability "gaming" in NVIDIA_DRIVER_CAPABILITIES="compute,gaming": allowed are all, compute, compat32, display, graphics, ngx, utility, video`,
 			is:      capabilities.ErrUnknown},

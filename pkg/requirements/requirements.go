@@ -57,6 +57,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 var (
@@ -402,44 +404,32 @@ func unknownKeysWarning(r Requirement, unknown []Factor) string {
 	if len(unknown) == 0 {
 		return ""
 	}
-	const shown = 5
 	var keys []string
 	seen := map[string]bool{}
 	for _, f := range unknown {
 		if !seen[f.Key] {
 			seen[f.Key] = true
-			keys = append(keys, strconv.Quote(f.Key))
+			keys = append(keys, f.Key)
 		}
 	}
 	known := " (known keys: " + strings.Join(knownKeys, ", ") + "); treated as satisfied"
 	if len(unknown) == 1 {
-		return fmt.Sprintf("%s: unknown key %s in factor %q%s", label(r), keys[0], unknown[0].Raw, known)
+		return fmt.Sprintf("%s: unknown key %s in factor %q%s", label(r), quote.List(keys), unknown[0].Raw, known)
 	}
 	noun := "key"
 	if len(keys) > 1 {
 		noun = "keys"
 	}
-	list := strings.Join(keys[:min(len(keys), shown)], ", ")
-	if len(keys) > shown {
-		list += fmt.Sprintf(" and %d more", len(keys)-shown)
-	}
-	return fmt.Sprintf("%s: unknown %s %s in %d factors, the first %q%s", label(r), noun, list, len(unknown), unknown[0].Raw, known)
+	return fmt.Sprintf("%s: unknown %s %s in %d factors, the first %q%s", label(r), noun, quote.List(keys), len(unknown), unknown[0].Raw, known)
 }
-
-// maxShown is how much of an expression a message quotes.
-const maxShown = 256
 
 // label names a requirement in errors: NVIDIA_REQUIRE_CUDA="cuda>=12.0". A long expression
 // is cut, with its length said.
 func label(r Requirement) string {
-	expr := strconv.Quote(r.Expression)
-	if len(r.Expression) > maxShown {
-		expr = strconv.Quote(r.Expression[:maxShown]) + fmt.Sprintf("… (%d bytes)", len(r.Expression))
-	}
 	if r.Name == "" {
-		return expr
+		return quote.Value(r.Expression)
 	}
-	return show(r.Name) + "=" + expr
+	return quote.Var(show(r.Name), r.Expression)
 }
 
 // unsatisfiedError carries the user-facing message verbatim and wraps ErrUnsatisfied.

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -101,6 +103,29 @@ func TestBadInput(t *testing.T) {
 				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0")
 			}, wantMsg: []string{`CDI device "nvidia.com/gpu=0" requested by volume mount /var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0: CDI devices are not supported yet`}},
 		{description: "crun --config", env: gpu0, wantMsg: []string{`unsupported runtime arguments: create --config "other.json": gpu-runtime only reads <bundle>/config.json`}},
+		// Round two (issue: security and reliability).
+		{description: "none with a device", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none"},
+			wantMsg: []string{`NVIDIA_VISIBLE_DEVICES="0,none": "none" cannot be combined with other devices (all, none and void each stand alone)`}},
+		{description: "all with void", env: []string{"NVIDIA_VISIBLE_DEVICES=all,void"},
+			wantMsg: []string{`"all" cannot be combined with other devices`}},
+		{description: "100,000 unknown tokens: bounded message", env: []string{"NVIDIA_VISIBLE_DEVICES=" + manyTokens(100000)},
+			wantMsg: []string{`unknown device "t0", "t1", "t2", "t3", "t4" and 99995 more in NVIDIA_VISIBLE_DEVICES`}},
+		{description: "case-variant key in a mount", env: gpu0, spec: func(t *testing.T, _ *env, b string) {
+			data, err := os.ReadFile(filepath.Join(b, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(b, "config.json"), strings.Replace(string(data), `"destination": "/proc",`, `"destination": "/proc", "Destination": "/etc",`, 1))
+		}, wantMsg: []string{`mounts[0]: ambiguous members: "destination" and "Destination" name the same field`}},
+		{description: "duplicate key in hooks", env: gpu0, spec: func(t *testing.T, _ *env, b string) {
+			data, err := os.ReadFile(filepath.Join(b, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(b, "config.json"), strings.Replace(string(data), `"mounts": [`, `"hooks": {"prestart": [], "prestart": [{"path": "/bin/true"}]}, "mounts": [`, 1))
+		}, wantMsg: []string{`hooks: ambiguous members: "prestart" appears twice`}},
+		{description: "GPU_RUNTIME_CONFIG names a FIFO", env: gpu0, wantMsg: []string{"read config ", "fifo.toml: not a regular file (a named pipe)"}},
+		{description: "GPU_RUNTIME_CONFIG names /dev/zero", env: gpu0, wantMsg: []string{"read config /dev/zero: not a regular file (a character device)"}},
 	}
 	// Per-case setup not expressible as data.
 	special := map[string]func(t *testing.T, e *env) []string{
@@ -122,6 +147,14 @@ func TestBadInput(t *testing.T) {
 			return nil
 		},
 		"crun --config": func(t *testing.T, e *env) []string { return []string{"--config", "other.json"} },
+		"GPU_RUNTIME_CONFIG names a FIFO": func(t *testing.T, e *env) []string {
+			e.config = filepath.Join(t.TempDir(), "fifo.toml")
+			if err := syscall.Mkfifo(e.config, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		},
+		"GPU_RUNTIME_CONFIG names /dev/zero": func(t *testing.T, e *env) []string { e.config = "/dev/zero"; return nil },
 	}
 	if len(testCases) < 25 {
 		t.Fatalf("the issue asks for at least 25 bad inputs, have %d", len(testCases))
@@ -143,6 +176,7 @@ func TestBadInput(t *testing.T) {
 			if f := special[tc.description]; f != nil {
 				createArgs = f(t, e)
 			}
+
 			b := e.bundle(t, tc.env, "echo should-not-run")
 			if tc.spec != nil {
 				tc.spec(t, e, b)
@@ -212,4 +246,12 @@ func addMountRaw(t *testing.T, bundle, src, dst string) {
 	editSpec(t, bundle, func(s map[string]any) {
 		s["mounts"] = append(s["mounts"].([]any), map[string]any{"source": src, "destination": dst, "type": "bind", "options": []any{"bind"}})
 	})
+}
+
+func manyTokens(n int) string {
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = "t" + strconv.Itoa(i)
+	}
+	return strings.Join(tokens, ",")
 }
