@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"reflect"
 	"slices"
 	"sort"
@@ -183,6 +184,12 @@ func TestSymlinkedConfig(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
+	root := os.Geteuid() == 0
+	if root { // an admin's file owned by a service account keeps its owner
+		if err := os.Chown(target, 1234, 5678); err != nil {
+			t.Fatal(err)
+		}
+	}
 	opts := testOptions()
 	opts.ConfigPath = link
 	mustApply(t, mustPlan(t, true, Docker, opts), testNow)
@@ -191,6 +198,13 @@ func TestSymlinkedConfig(t *testing.T) {
 	}
 	if !bytes.Contains(readFile(t, target), []byte(testRuntimePath)) {
 		t.Errorf("the target was not configured")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(target, &st); err != nil {
+		t.Fatal(err)
+	}
+	if root && (st.Uid != 1234 || st.Gid != 5678) {
+		t.Errorf("owner reset to %d:%d, want 1234:5678", st.Uid, st.Gid)
 	}
 }
 
