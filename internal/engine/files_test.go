@@ -6,11 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
