@@ -116,7 +116,7 @@ func (c *keyChecker) object(typ reflect.Type) error {
 		}
 		key, end, escaped := scanString(c.data, c.i)
 		c.i = end
-		if escaped {
+		if escaped || !utf8.Valid(key) { // as Go's decoder reads it: escapes undone, bad UTF-8 as U+FFFD
 			var s string
 			if json.Unmarshal(c.data[c.i-len(key)-2:c.i], &s) == nil {
 				key = []byte(s)

@@ -3,9 +3,10 @@ package requirements
 import (
 	"errors"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // FuzzParse checks, for any expression and any host values, that Parse neither panics nor
@@ -40,8 +41,11 @@ func FuzzParse(f *testing.F) {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Parse(%q) error %v does not wrap ErrMalformed", expr, err)
 			}
-			if !strings.Contains(err.Error(), strconv.Quote(expr)) {
+			if !strings.Contains(err.Error(), quote.Value(expr)) {
 				t.Fatalf("Parse(%q) error %q does not name the expression", expr, err)
+			}
+			if len(err.Error()) > 4*MaxExpressionLength {
+				t.Fatalf("Parse(%q): error of %d bytes", expr, len(err.Error()))
 			}
 			return
 		}
