@@ -168,6 +168,8 @@ func TestBuild(t *testing.T) {
 	oldDriver.CUDAVersion = 11020
 	noSocket := Default(1)
 	noSocket.WithPersistencedSocket = false
+	excluded := Default(3)
+	excluded.GPUs[1].Excluded = true
 
 	testCases := []struct {
 		description string
@@ -182,6 +184,7 @@ func TestBuild(t *testing.T) {
 		{description: "driver older than the decoy libcuda", opts: oldDriver, wantCUDA: "11.2"},
 		{description: "no persistenced socket", opts: noSocket, wantCUDA: "12.4"},
 		{description: "socket path longer than sockaddr_un", opts: Default(1), subdir: strings.Repeat("d", 120), wantCUDA: "12.4"},
+		{description: "an excluded GPU", opts: excluded, wantCUDA: "12.4"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
@@ -202,30 +205,51 @@ func TestBuild(t *testing.T) {
 func checkDeviceNodes(t *testing.T, h *Host) {
 	t.Helper()
 	type node struct {
-		name         string
+		name         string // relative to dev/
 		major, minor uint32
+		mode         uint32
 	}
 	var want []node
 	for _, g := range h.Options.GPUs {
-		want = append(want, node{fmt.Sprintf("nvidia%d", g.Minor), 195, uint32(g.Minor)})
+		want = append(want, node{fmt.Sprintf("nvidia%d", g.Minor), 195, uint32(g.Minor), 0o666})
 	}
-	want = append(want, node{"nvidiactl", 195, 255}, node{"nvidia-modeset", 195, 254},
-		node{"nvidia-uvm", 235, 0}, node{"nvidia-uvm-tools", 235, 1})
+	want = append(want, node{"nvidiactl", 195, 255, 0o666}, node{"nvidia-modeset", 195, 254, 0o666},
+		node{"nvidia-uvm", 235, 0, 0o666}, node{"nvidia-uvm-tools", 235, 1, 0o666})
+	inMIGMode := false
+	for _, g := range h.Options.GPUs {
+		inMIGMode = inMIGMode || g.MIGCurrent
+	}
+	if inMIGMode { // config, monitor and each GPU and compute instance (see proc_test.go)
+		want = append(want, node{"nvidia-caps/nvidia-cap1", DefaultCapsMajor, 1, 0o400}, node{"nvidia-caps/nvidia-cap2", DefaultCapsMajor, 2, 0o444})
+		gis := map[int]bool{}
+		for _, m := range h.MIGDevices() {
+			if !gis[m.GICapMinor] {
+				want = append(want, node{fmt.Sprintf("nvidia-caps/nvidia-cap%d", m.GICapMinor), DefaultCapsMajor, uint32(m.GICapMinor), 0o444})
+				gis[m.GICapMinor] = true
+			}
+			want = append(want, node{fmt.Sprintf("nvidia-caps/nvidia-cap%d", m.CICapMinor), DefaultCapsMajor, uint32(m.CICapMinor), 0o444})
+		}
+	}
 
-	entries, err := os.ReadDir(filepath.Join(h.DevRoot, "dev"))
+	var got []node
+	dev := filepath.Join(h.DevRoot, "dev")
+	err := filepath.WalkDir(dev, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dev, path)
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			t.Errorf("%s: mode %o, want a character device", rel, st.Mode)
+		}
+		got = append(got, node{rel, unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Mode & 0o777})
+		return nil
+	})
 	if err != nil {
 		t.Fatalf("read device directory: %v", err)
-	}
-	var got []node
-	for _, e := range entries {
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(h.DevRoot, "dev", e.Name()), &st); err != nil {
-			t.Fatalf("stat %s: %v", e.Name(), err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Mode&0o777 != 0o666 {
-			t.Errorf("%s: mode %o, want a character device with permissions 0666", e.Name(), st.Mode)
-		}
-		got = append(got, node{e.Name(), unix.Major(st.Rdev), unix.Minor(st.Rdev)})
 	}
 	byName := func(a, b node) int { return strings.Compare(a.name, b.name) }
 	slices.SortFunc(got, byName)
@@ -236,7 +260,7 @@ func checkDeviceNodes(t *testing.T, h *Host) {
 
 	var listed []node
 	for _, n := range h.DeviceNodes() {
-		listed = append(listed, node{strings.TrimPrefix(n.RelPath, "dev/"), n.Major, n.Minor})
+		listed = append(listed, node{strings.TrimPrefix(n.RelPath, "dev/"), n.Major, n.Minor, n.Mode})
 	}
 	slices.SortFunc(listed, byName)
 	if !reflect.DeepEqual(listed, want) {
@@ -356,11 +380,23 @@ func checkBinaries(t *testing.T, h *Host, wantCUDA string) {
 		t.Errorf("nvidia-smi output lacks the version header:\n%s", out)
 	}
 	var list []string
+	migs := h.MIGDevices()
 	for _, g := range h.Options.GPUs { // Default lists GPUs in index order
-		line := fmt.Sprintf("GPU %d: %s (UUID: %s)", g.Index, g.Name, g.UUID)
+		line := fmt.Sprintf("GPU %d: %s (UUID: %s)", h.NVMLIndex(g.Index), g.Name, g.UUID)
+		if g.Excluded {
+			if bytes.Contains(out, []byte(g.UUID)) {
+				t.Errorf("nvidia-smi lists excluded GPU %d:\n%s", g.Index, out)
+			}
+			continue
+		}
 		list = append(list, line)
 		if !bytes.Contains(out, []byte(line)) {
 			t.Errorf("nvidia-smi output lacks %q:\n%s", line, out)
+		}
+		for _, m := range migs {
+			if m.GPU == g.Index {
+				list = append(list, fmt.Sprintf("  MIG %-11s Device %2d: (UUID: %s)", m.Profile, m.Index, m.UUID))
+			}
 		}
 	}
 	out, err = exec.Command(smi, "-L").Output()
