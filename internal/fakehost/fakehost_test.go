@@ -184,6 +184,7 @@ func TestBuild(t *testing.T) {
 		{description: "driver older than the decoy libcuda", opts: oldDriver, wantCUDA: "11.2"},
 		{description: "no persistenced socket", opts: noSocket, wantCUDA: "12.4"},
 		{description: "socket path longer than sockaddr_un", opts: Default(1), subdir: strings.Repeat("d", 120), wantCUDA: "12.4"},
+		{description: "MIG devices", opts: migHost(t), wantCUDA: "12.4"},
 		{description: "an excluded GPU", opts: excluded, wantCUDA: "12.4"},
 	}
 	for _, tc := range testCases {
@@ -513,5 +514,39 @@ func TestBuildLibrary(t *testing.T) {
 				t.Errorf("building over an existing file: error %v, want fs.ErrExist", err)
 			}
 		})
+	}
+}
+
+func TestNvidiaSMIMIG(t *testing.T) {
+	requireBuildable(t)
+	opts := Default(2)
+	opts.GPUs[1].UUID = "GPU-c08d91cb-e324-655c-71ba-7570956445bc"
+	if err := opts.GPUs[1].AddMIGDevices("1c.3g.40gb", "1c.3g.40gb", "1c.3g.40gb", "1g.10gb", "1g.10gb"); err != nil {
+		t.Fatal(err)
+	}
+	for i, uuid := range []string{"MIG-c788539f-c1ea-5a36-8b4d-9b07d024b1bb", "MIG-405bbda1-6b05-535f-9702-f95e8cd170ce",
+		"MIG-df7e5a27-eeea-51a0-9055-b36d5a552879", "MIG-b4b2228d-6933-5839-bc0e-41ab9edb61c6", "MIG-c71dc464-b9f9-5611-9d29-d601a47cffd6"} {
+		opts.GPUs[1].MIGDevices[i].UUID = uuid
+	}
+	h := buildHost(t, opts)
+	out, err := exec.Command(filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi"), "-L").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 1 is the H100 example of the NVIDIA MIG user guide ("CI UUID assignment on H100"), whose
+	// nvidia-smi -L output this is, line for line.
+	want := "GPU 0: NVIDIA A100-SXM4-80GB (UUID: " + opts.GPUs[0].UUID + ")\n" + `GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-c08d91cb-e324-655c-71ba-7570956445bc)
+  MIG 1c.3g.40gb  Device  0: (UUID: MIG-c788539f-c1ea-5a36-8b4d-9b07d024b1bb)
+  MIG 1c.3g.40gb  Device  1: (UUID: MIG-405bbda1-6b05-535f-9702-f95e8cd170ce)
+  MIG 1c.3g.40gb  Device  2: (UUID: MIG-df7e5a27-eeea-51a0-9055-b36d5a552879)
+  MIG 1g.10gb     Device  3: (UUID: MIG-b4b2228d-6933-5839-bc0e-41ab9edb61c6)
+  MIG 1g.10gb     Device  4: (UUID: MIG-c71dc464-b9f9-5611-9d29-d601a47cffd6)
+`
+	if string(out) != want {
+		t.Errorf("nvidia-smi -L:\n%s\nwant:\n%s", out, want)
+	}
+	out, err = exec.Command(filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi")).Output()
+	if err != nil || !bytes.Contains(out, []byte("| MIG devices:")) || !bytes.Contains(out, []byte("Driver Version: 550.54.15")) {
+		t.Errorf("nvidia-smi: %v\n%s", err, out)
 	}
 }
