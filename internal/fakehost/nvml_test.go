@@ -28,7 +28,8 @@ const (
 // childScenarios are what a child process can do with one fake NVML at path: each returns
 // what it read, to be written as JSON. "" is the []nvmlReport of TestNVML, for every library.
 var childScenarios = map[string]func(t *testing.T, path string) any{
-	"mig": readMIG,
+	"mig":    readMIG,
+	"events": runEvents,
 }
 
 // nvmlReport is what the child read through go-nvml from one fake NVML.
