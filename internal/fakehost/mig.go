@@ -303,13 +303,16 @@ func defaultMIGUUID(parent string, gi, ci int) string {
 // ErrMIGLayout is returned by AddMIGDevices for profiles that do not fit on the GPU.
 var ErrMIGLayout = errors.New("MIG devices do not fit")
 
-// AddMIGDevices makes g MIG-capable with MIG mode enabled (current and pending) and adds MIG
-// devices of the given profiles, choosing GPU and compute instance ids as the driver could:
+// AddMIGDevices puts g, which must be MIG-capable, in MIG mode (current and pending) and adds
+// MIG devices of the given profiles, choosing GPU and compute instance ids as the driver could:
 // a compute-instance profile ("1c.3g.40gb") goes into an earlier GPU instance of the same
 // GPU instance profile while that one has compute slices left, and GPU instances take the
 // lowest free ids whose memory slices do not overlap, whatever the order they are listed in
 // (as the MIG user guide advises, bigger instances are placed as if created first).
 func (g *GPU) AddMIGDevices(profiles ...string) error {
+	if !g.MIGCapable {
+		return fmt.Errorf("GPU %d (%s, compute capability %d.%d) is not MIG-capable", g.Index, g.Name, g.CCMajor, g.CCMinor)
+	}
 	p := migProductFor(g)
 	type instance struct {
 		gp      *giProfile
@@ -411,7 +414,7 @@ func (g *GPU) AddMIGDevices(profiles ...string) error {
 			devs[i].GI = in.gi
 		}
 	}
-	g.MIGCapable, g.MIGCurrent, g.MIGPending = true, true, true
+	g.MIGCurrent, g.MIGPending = true, true
 	g.MIGDevices = append(g.MIGDevices, devs...)
 	return nil
 }

@@ -136,10 +136,19 @@ func TestAddMIGDevices(t *testing.T) {
 		{description: "too much memory", profiles: []string{"4g.40gb", "4g.40gb"}, wantErr: "no placement of the GPU instances"},
 		{description: "a profile of another GPU", profiles: []string{"1g.5gb"}, wantErr: `MIG profile "1g.5gb" does not exist on this GPU`},
 		{description: "not a profile", profiles: []string{"3g"}, wantErr: `MIG profile "3g" is not of the form`},
+		{description: "a GPU without MIG", gpu: -1, profiles: []string{"1g.10gb"},
+			wantErr: "GPU 0 (NVIDIA A100-SXM4-80GB, compute capability 8.6) is not MIG-capable"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			g := Default(2).GPUs[tc.gpu]
+			var g GPU
+			if tc.gpu >= 0 {
+				g = Default(2).GPUs[tc.gpu]
+			} else { // an A100 with a GA102's compute capability: not MIG-capable by default
+				g = Default(1).GPUs[0]
+				g.CCMinor = 6
+				g.MIGCapable = migCapableCC(g.CCMajor, g.CCMinor)
+			}
 			err := g.AddMIGDevices(tc.profiles...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
