@@ -104,6 +104,18 @@ func runEvents(t *testing.T, path string) any {
 	wait(other, "other set", 200)
 	wait(other, "other set", 0)
 
+	// A device registered later than the set's first registration gets only its later events.
+	third, _ := lib.EventSetCreate()
+	step("register GPU 1 in a third set: %v", gpu1.RegisterEvents(nvml.EventTypeXidCriticalError, third))
+	appendLines(uuid0 + " xid 94")
+	step("then GPU 0: %v", gpu0.RegisterEvents(nvml.EventTypeXidCriticalError, third))
+	appendLines(uuid0 + " xid 95")
+	wait(third, "third set", 200)
+	wait(third, "third set", 0)
+	step("free the third: %v", third.Free())
+	wait(set, "first set, registered for GPU 0 all along", 200)
+	wait(set, "first set, registered for GPU 0 all along", 200)
+
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		appendLines(uuid0 + " xid 48")
@@ -158,6 +170,13 @@ func TestNVMLEvents(t *testing.T) {
 		"wait: Timeout",
 		"other set: " + uuid1 + " type 0x8 data 79 instances 0xffffffff 0xffffffff",
 		"other set: Timeout",
+		"register GPU 1 in a third set: Success",
+		"then GPU 0: Success",
+		"third set: " + uuid0 + " type 0x8 data 95 instances 0xffffffff 0xffffffff",
+		"third set: Timeout",
+		"free the third: Success",
+		"first set, registered for GPU 0 all along: " + uuid0 + " type 0x8 data 94 instances 0xffffffff 0xffffffff",
+		"first set, registered for GPU 0 all along: " + uuid0 + " type 0x8 data 95 instances 0xffffffff 0xffffffff",
 		"wait for a late event: " + uuid0 + " type 0x8 data 48 instances 0xffffffff 0xffffffff",
 		"free: Success",
 		"free the other: Success",
