@@ -5,6 +5,11 @@
 // written by the host's ldconfig, driver binaries as shell scripts, firmware, the
 // nvidia-persistenced socket and the graphics ICD files.
 //
+// It also plays the driver's part of the host: the /proc files the kernel module writes
+// (proc/driver/nvidia/..., proc/devices, proc/driver/nvidia-caps/mig-minors) under
+// Host.ProcRoot, MIG devices with their capability device nodes, and NVML events (Xids) that
+// a test appends to a file (see events.go).
+//
 // Everything it writes stays under the directory given to Build; it never touches the rest of
 // the host. Build needs root (for mknod and ldconfig -r, which chroots), gcc and ldconfig.
 //
@@ -26,7 +31,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,12 +41,18 @@ import (
 )
 
 // Device numbers of the fake host. NVIDIAMajor and the minors are fixed by the real driver;
-// UVMMajor is from the dynamic range, as nvidia-uvm's is on a real host.
+// the other majors are from the dynamic range (254 down), as on a real host, where the nvidia
+// module registers nvidia-caps and nvidia-caps-imex-channels when it loads and nvidia-uvm,
+// loaded later, gets a lower number.
 const (
 	NVIDIAMajor        = 195
 	NVIDIACtlMinor     = 255
 	NVIDIAModesetMinor = 254
 	UVMMajor           = 235
+	// DefaultCapsMajor is the nvidia-caps major unless Options.CapsMajor says otherwise.
+	DefaultCapsMajor = 237
+	// IMEXChannelsMajor is the nvidia-caps-imex-channels major.
+	IMEXChannelsMajor = 236
 )
 
 // Values of NVML's nvmlBrandType_t used by Default.
@@ -61,13 +74,35 @@ const (
 
 // GPU describes one fake GPU.
 type GPU struct {
-	Index            int    // NVML index; the indexes of a host are 0..n-1
+	// Index orders the GPUs of a host: 0..n-1. It is the GPU's NVML index, except that NVML,
+	// like the real one, does not enumerate Excluded GPUs, so the GPUs after an excluded one
+	// move up (Host.NVMLIndex).
+	Index            int
 	Minor            int    // device minor: /dev/nvidia<Minor>, 0-253
 	UUID             string // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 	Name             string // e.g. "NVIDIA A100-SXM4-80GB"
 	Brand            int    // nvmlBrandType_t value, e.g. BrandTesla
 	BusID            string // "00000000:0F:00.0"; NVML reports it in this form (8-digit domain, upper case)
 	CCMajor, CCMinor int    // CUDA compute capability, e.g. 8, 0
+	// MemoryMiB is the total memory (nvmlDeviceGetMemoryInfo); 0 means the real figure for the
+	// names Default uses (81920 for the A100-SXM4-80GB, 81559 for the H100 80GB HBM3), else 81920.
+	MemoryMiB int
+	// MIGCapable makes nvmlDeviceGetMigMode answer; otherwise it is NVML_ERROR_NOT_SUPPORTED.
+	// Default sets it for compute capability 8.0 and 9.0 (A100, A30, H100, H200).
+	MIGCapable bool
+	// MIGCurrent and MIGPending are the current and pending MIG modes (true: enabled). A GPU
+	// is in MIG mode when both are; MIG devices exist only with MIGCurrent.
+	MIGCurrent, MIGPending bool
+	// MIGDevices are the GPU's MIG devices, in any order; NVML enumerates them by GPU instance
+	// id, then compute instance id. AddMIGDevices fills them in from profile names.
+	MIGDevices []MIGDevice
+	// Excluded marks a GPU the driver was told to leave alone (NVreg_ExcludedGpus): its /proc
+	// information file says "GPU Excluded: Yes" and NVML does not enumerate it (it is counted
+	// by nvmlGetExcludedDeviceCount instead), nor does nvidia-smi list it.
+	Excluded bool
+	// PersistenceDisabled makes nvmlDeviceGetPersistenceMode report disabled (the default of
+	// the fake, as on hosts running nvidia-persistenced, is enabled).
+	PersistenceDisabled bool
 }
 
 // Options describe a fake host.
@@ -81,6 +116,17 @@ type Options struct {
 	NVMLInitDelay time.Duration
 	// WithPersistencedSocket creates a unix socket at PersistencedSocketRel.
 	WithPersistencedSocket bool
+	// CapsMajor is the nvidia-caps major of /proc/devices and of the MIG capability device
+	// nodes; 0 means DefaultCapsMajor.
+	CapsMajor int
+	// MIGCapsProcInterface makes the driver use the /proc interface for MIG capabilities, as
+	// drivers before the nvidia-caps device nodes did: /proc/devices has no nvidia-caps line,
+	// there is no proc/driver/nvidia-caps/mig-minors and no /dev/nvidia-caps; access is
+	// controlled through the proc/driver/nvidia/capabilities files themselves.
+	MIGCapsProcInterface bool
+	// NVMLEventsPath is the file the fake NVML reads events from (see events.go); empty means
+	// <Dir>/nvml-events. Build creates it, empty, when it does not exist.
+	NVMLEventsPath string
 }
 
 // Host is a fake host built by Build.
@@ -89,21 +135,32 @@ type Host struct {
 	DriverRoot string // Dir/driver: plays the role of "/" for driver files
 	DevRoot    string // Dir/devroot: holds dev/nvidia0, dev/nvidiactl, ...
 	LibDir     string // DriverRoot/usr/lib/x86_64-linux-gnu
-	Options    Options
-	UVMMajor   int
+	// ProcRoot is Dir/procroot: it holds proc/devices and the nvidia driver's proc files, as
+	// "/" holds /proc on a real host (see procfs.go).
+	ProcRoot string
+	// NVMLEvents is the events file the fake NVML reads (Options.NVMLEventsPath, made absolute).
+	NVMLEvents string
+	// Options are the options the host was built from, with the defaults filled in (MIG UUIDs
+	// and memory) and each GPU's MIG devices in NVML order.
+	Options  Options
+	UVMMajor int
+	// CapsMajor is the nvidia-caps major, 0 when the driver uses the /proc interface for MIG
+	// capabilities (Options.MIGCapsProcInterface).
+	CapsMajor int
 }
 
 // DeviceNode is a character device node of a fake host.
 type DeviceNode struct {
 	RelPath      string // relative to Host.DevRoot, e.g. "dev/nvidia0"
 	Major, Minor uint32
+	Mode         uint32 // permission bits, e.g. 0o666
 }
 
 // Default returns options for n GPUs: minors 0..n-1, distinct deterministic UUIDs and PCI bus
 // ids, driver 550.54.15, CUDA 12.4 (12040) and the persistenced socket. Every GPU is an
 // "NVIDIA A100-SXM4-80GB" (brand BrandTesla, compute capability 8.0) except index 1, which is an
 // "NVIDIA H100 80GB HBM3" (brand BrandNVIDIA, compute capability 9.0), so that per-GPU code
-// sees some variety.
+// sees some variety. All are MIG-capable with MIG mode disabled, in persistence mode.
 func Default(n int) Options {
 	opts := Options{
 		DriverVersion:          "550.54.15",
@@ -126,9 +183,16 @@ func Default(n int) Options {
 			gpu.Brand = BrandNVIDIA
 			gpu.CCMajor = 9
 		}
+		gpu.MIGCapable = migCapableCC(gpu.CCMajor, gpu.CCMinor)
 		opts.GPUs = append(opts.GPUs, gpu)
 	}
 	return opts
+}
+
+// migCapableCC reports whether GPUs of a compute capability are MIG-capable by default: 8.0
+// (A100, A30) and 9.0 (H100, H200), the MIG user guide's supported GPUs before Blackwell.
+func migCapableCC(major, minor int) bool {
+	return minor == 0 && (major == 8 || major == 9)
 }
 
 // defaultUUID derives a GPU UUID from its index.
@@ -163,6 +227,19 @@ func (opts *Options) validate() error {
 	}
 	if opts.NVMLInitDelay < 0 {
 		errs = append(errs, fmt.Errorf("NVML init delay %v is negative", opts.NVMLInitDelay))
+	}
+	if opts.CapsMajor != 0 {
+		switch opts.CapsMajor {
+		case NVIDIAMajor, UVMMajor, IMEXChannelsMajor:
+			errs = append(errs, fmt.Errorf("nvidia-caps major %d is another NVIDIA device's", opts.CapsMajor))
+		default:
+			if opts.CapsMajor < 1 || opts.CapsMajor > 511 || otherMajor(opts.CapsMajor) {
+				errs = append(errs, fmt.Errorf("nvidia-caps major %d is not a free major in 1-511", opts.CapsMajor))
+			}
+		}
+	}
+	if strings.ContainsRune(opts.NVMLEventsPath, 0) {
+		errs = append(errs, fmt.Errorf("NVML events path %q contains a NUL byte", opts.NVMLEventsPath))
 	}
 	indexes, minors, uuids, busIDs := map[int]bool{}, map[int]bool{}, map[string]bool{}, map[string]bool{}
 	for i, g := range opts.GPUs {
@@ -205,6 +282,22 @@ func (opts *Options) validate() error {
 		} else {
 			busIDs[b.full] = true
 		}
+		if g.MemoryMiB < 0 {
+			errs = append(errs, fmt.Errorf("GPU %d: memory %d MiB is negative", i, g.MemoryMiB))
+		}
+		errs = append(errs, validateMIG(i, &opts.GPUs[i])...)
+	}
+	migUUIDs := map[string]int{}
+	for i := range opts.GPUs {
+		for _, d := range opts.GPUs[i].MIGDevices {
+			if d.UUID == "" {
+				continue
+			}
+			if j, dup := migUUIDs[d.UUID]; dup && j != i {
+				errs = append(errs, fmt.Errorf("GPU %d: MIG UUID %q is also a MIG device's of GPU %d", i, d.UUID, j))
+			}
+			migUUIDs[d.UUID] = i
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
@@ -246,14 +339,35 @@ func Build(dir string, opts Options) (*Host, error) {
 		return nil, err
 	}
 	opts.GPUs = append([]GPU(nil), opts.GPUs...)
+	for i := range opts.GPUs {
+		var devs []MIGDevice
+		for _, d := range resolvedMIGDevices(&opts.GPUs[i]) {
+			devs = append(devs, d.MIGDevice)
+		}
+		opts.GPUs[i].MIGDevices = devs
+	}
+	if opts.NVMLEventsPath == "" {
+		opts.NVMLEventsPath = filepath.Join(dir, defaultEventsFile)
+	} else if opts.NVMLEventsPath, err = filepath.Abs(opts.NVMLEventsPath); err != nil {
+		return nil, fmt.Errorf("resolve NVML events path: %w", err)
+	}
 	driverRoot := filepath.Join(dir, "driver")
 	h := &Host{
 		Dir:        dir,
 		DriverRoot: driverRoot,
 		DevRoot:    filepath.Join(dir, "devroot"),
 		LibDir:     filepath.Join(driverRoot, LibDirRel),
+		ProcRoot:   filepath.Join(dir, "procroot"),
+		NVMLEvents: opts.NVMLEventsPath,
 		Options:    opts,
 		UVMMajor:   UVMMajor,
+		CapsMajor:  opts.CapsMajor,
+	}
+	if h.CapsMajor == 0 {
+		h.CapsMajor = DefaultCapsMajor
+	}
+	if opts.MIGCapsProcInterface {
+		h.CapsMajor = 0
 	}
 	steps := []func() error{
 		h.writeLibraries,
@@ -261,6 +375,8 @@ func Build(dir string, opts Options) (*Host, error) {
 		h.writeBinaries,
 		h.writeFirmware,
 		h.writeGraphicsConfigs,
+		h.writeProc,
+		h.makeEventsFile,
 		h.runLDConfig,
 	}
 	if opts.WithPersistencedSocket {
@@ -296,32 +412,67 @@ func (h *Host) NVMLPath() string {
 	return filepath.Join(h.LibDir, "libnvidia-ml.so."+h.Options.DriverVersion)
 }
 
-// DeviceNodes returns the host's device nodes: one per GPU in index order, then nvidiactl,
-// nvidia-modeset, nvidia-uvm and nvidia-uvm-tools.
+// DeviceNodes returns the host's device nodes: one per GPU in index order (excluded GPUs
+// included), then nvidiactl, nvidia-modeset, nvidia-uvm and nvidia-uvm-tools, then the MIG
+// capability nodes dev/nvidia-caps/nvidia-cap<N> by minor (see CapDeviceNodes).
 func (h *Host) DeviceNodes() []DeviceNode {
 	nodes := make([]DeviceNode, len(h.Options.GPUs))
 	for _, g := range h.Options.GPUs {
-		nodes[g.Index] = DeviceNode{"dev/nvidia" + strconv.Itoa(g.Minor), NVIDIAMajor, uint32(g.Minor)}
+		nodes[g.Index] = DeviceNode{"dev/nvidia" + strconv.Itoa(g.Minor), NVIDIAMajor, uint32(g.Minor), 0o666}
 	}
 	uvm := uint32(h.UVMMajor)
-	return append(nodes,
-		DeviceNode{"dev/nvidiactl", NVIDIAMajor, NVIDIACtlMinor},
-		DeviceNode{"dev/nvidia-modeset", NVIDIAMajor, NVIDIAModesetMinor},
-		DeviceNode{"dev/nvidia-uvm", uvm, 0},
-		DeviceNode{"dev/nvidia-uvm-tools", uvm, 1},
+	nodes = append(nodes,
+		DeviceNode{"dev/nvidiactl", NVIDIAMajor, NVIDIACtlMinor, 0o666},
+		DeviceNode{"dev/nvidia-modeset", NVIDIAMajor, NVIDIAModesetMinor, 0o666},
+		DeviceNode{"dev/nvidia-uvm", uvm, 0, 0o666},
+		DeviceNode{"dev/nvidia-uvm-tools", uvm, 1, 0o666},
 	)
+	return append(nodes, h.CapDeviceNodes()...)
+}
+
+// CapDeviceNodes returns the MIG capability device nodes, by minor: the ones nvidia-modprobe
+// makes (with the modes of the capability files) when MIG is in use, that is when a GPU is in
+// MIG mode: mig/config (CapMinorMIGConfig, 0400), mig/monitor (CapMinorMIGMonitor, 0444) and
+// the access capability of every existing GPU and compute instance (0444). There are none on
+// a host without a GPU in MIG mode or whose driver uses the /proc interface.
+func (h *Host) CapDeviceNodes() []DeviceNode {
+	if h.CapsMajor == 0 {
+		return nil
+	}
+	major := uint32(h.CapsMajor)
+	node := func(minor, mode int) DeviceNode {
+		return DeviceNode{"dev/nvidia-caps/nvidia-cap" + strconv.Itoa(minor), major, uint32(minor), uint32(mode)}
+	}
+	inMIGMode := false
+	for _, g := range h.Options.GPUs {
+		inMIGMode = inMIGMode || g.MIGCurrent
+	}
+	if !inMIGMode {
+		return nil
+	}
+	nodes := []DeviceNode{node(CapMinorMIGConfig, capModeConfig), node(CapMinorMIGMonitor, capModeRead)}
+	gis := map[int]bool{}
+	for _, m := range h.MIGDevices() {
+		if !gis[m.GICapMinor] {
+			nodes = append(nodes, node(m.GICapMinor, capModeRead))
+			gis[m.GICapMinor] = true
+		}
+		nodes = append(nodes, node(m.CICapMinor, capModeRead))
+	}
+	slices.SortStableFunc(nodes, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
+	return nodes
 }
 
 func (h *Host) makeDeviceNodes() error {
-	if err := os.MkdirAll(filepath.Join(h.DevRoot, "dev"), 0o755); err != nil {
-		return fmt.Errorf("create device directory: %w", err)
-	}
 	for _, n := range h.DeviceNodes() {
 		path := filepath.Join(h.DevRoot, n.RelPath)
-		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("create device directory: %w", err)
+		}
+		if err := unix.Mknod(path, unix.S_IFCHR|n.Mode, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
 			return fmt.Errorf("create device node %q (needs root): %w", path, err)
 		}
-		if err := os.Chmod(path, 0o666); err != nil { // mknod applies the umask
+		if err := os.Chmod(path, os.FileMode(n.Mode)); err != nil { // mknod applies the umask
 			return fmt.Errorf("chmod device node %q: %w", path, err)
 		}
 	}
@@ -341,7 +492,11 @@ func (h *Host) writeLibraries() error {
 		build := func() ([]byte, error) { return stubLibrary(soname) }
 		switch {
 		case l.Prefix == "libnvidia-ml":
-			build = func() ([]byte, error) { return nvmlLibrary(nvmlConfig(opts)) }
+			eventsPath := h.NVMLEvents
+			if eventsPath == filepath.Join(h.Dir, defaultEventsFile) {
+				eventsPath = ""
+			}
+			build = func() ([]byte, error) { return nvmlLibrary(nvmlConfig(opts, eventsPath)) }
 		case l.Prefix == "libcuda" && l.Capability != "":
 			build = func() ([]byte, error) { return cudaLibrary(soname, opts.CUDAVersion) }
 		}

@@ -168,6 +168,8 @@ func TestBuild(t *testing.T) {
 	oldDriver.CUDAVersion = 11020
 	noSocket := Default(1)
 	noSocket.WithPersistencedSocket = false
+	excluded := Default(3)
+	excluded.GPUs[1].Excluded = true
 
 	testCases := []struct {
 		description string
@@ -182,6 +184,8 @@ func TestBuild(t *testing.T) {
 		{description: "driver older than the decoy libcuda", opts: oldDriver, wantCUDA: "11.2"},
 		{description: "no persistenced socket", opts: noSocket, wantCUDA: "12.4"},
 		{description: "socket path longer than sockaddr_un", opts: Default(1), subdir: strings.Repeat("d", 120), wantCUDA: "12.4"},
+		{description: "MIG devices", opts: migHost(t), wantCUDA: "12.4"},
+		{description: "an excluded GPU", opts: excluded, wantCUDA: "12.4"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
@@ -202,30 +206,51 @@ func TestBuild(t *testing.T) {
 func checkDeviceNodes(t *testing.T, h *Host) {
 	t.Helper()
 	type node struct {
-		name         string
+		name         string // relative to dev/
 		major, minor uint32
+		mode         uint32
 	}
 	var want []node
 	for _, g := range h.Options.GPUs {
-		want = append(want, node{fmt.Sprintf("nvidia%d", g.Minor), 195, uint32(g.Minor)})
+		want = append(want, node{fmt.Sprintf("nvidia%d", g.Minor), 195, uint32(g.Minor), 0o666})
 	}
-	want = append(want, node{"nvidiactl", 195, 255}, node{"nvidia-modeset", 195, 254},
-		node{"nvidia-uvm", 235, 0}, node{"nvidia-uvm-tools", 235, 1})
+	want = append(want, node{"nvidiactl", 195, 255, 0o666}, node{"nvidia-modeset", 195, 254, 0o666},
+		node{"nvidia-uvm", 235, 0, 0o666}, node{"nvidia-uvm-tools", 235, 1, 0o666})
+	inMIGMode := false
+	for _, g := range h.Options.GPUs {
+		inMIGMode = inMIGMode || g.MIGCurrent
+	}
+	if inMIGMode { // config, monitor and each GPU and compute instance (see proc_test.go)
+		want = append(want, node{"nvidia-caps/nvidia-cap1", DefaultCapsMajor, 1, 0o400}, node{"nvidia-caps/nvidia-cap2", DefaultCapsMajor, 2, 0o444})
+		gis := map[int]bool{}
+		for _, m := range h.MIGDevices() {
+			if !gis[m.GICapMinor] {
+				want = append(want, node{fmt.Sprintf("nvidia-caps/nvidia-cap%d", m.GICapMinor), DefaultCapsMajor, uint32(m.GICapMinor), 0o444})
+				gis[m.GICapMinor] = true
+			}
+			want = append(want, node{fmt.Sprintf("nvidia-caps/nvidia-cap%d", m.CICapMinor), DefaultCapsMajor, uint32(m.CICapMinor), 0o444})
+		}
+	}
 
-	entries, err := os.ReadDir(filepath.Join(h.DevRoot, "dev"))
+	var got []node
+	dev := filepath.Join(h.DevRoot, "dev")
+	err := filepath.WalkDir(dev, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dev, path)
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			t.Errorf("%s: mode %o, want a character device", rel, st.Mode)
+		}
+		got = append(got, node{rel, unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Mode & 0o777})
+		return nil
+	})
 	if err != nil {
 		t.Fatalf("read device directory: %v", err)
-	}
-	var got []node
-	for _, e := range entries {
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(h.DevRoot, "dev", e.Name()), &st); err != nil {
-			t.Fatalf("stat %s: %v", e.Name(), err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Mode&0o777 != 0o666 {
-			t.Errorf("%s: mode %o, want a character device with permissions 0666", e.Name(), st.Mode)
-		}
-		got = append(got, node{e.Name(), unix.Major(st.Rdev), unix.Minor(st.Rdev)})
 	}
 	byName := func(a, b node) int { return strings.Compare(a.name, b.name) }
 	slices.SortFunc(got, byName)
@@ -236,7 +261,7 @@ func checkDeviceNodes(t *testing.T, h *Host) {
 
 	var listed []node
 	for _, n := range h.DeviceNodes() {
-		listed = append(listed, node{strings.TrimPrefix(n.RelPath, "dev/"), n.Major, n.Minor})
+		listed = append(listed, node{strings.TrimPrefix(n.RelPath, "dev/"), n.Major, n.Minor, n.Mode})
 	}
 	slices.SortFunc(listed, byName)
 	if !reflect.DeepEqual(listed, want) {
@@ -356,11 +381,23 @@ func checkBinaries(t *testing.T, h *Host, wantCUDA string) {
 		t.Errorf("nvidia-smi output lacks the version header:\n%s", out)
 	}
 	var list []string
+	migs := h.MIGDevices()
 	for _, g := range h.Options.GPUs { // Default lists GPUs in index order
-		line := fmt.Sprintf("GPU %d: %s (UUID: %s)", g.Index, g.Name, g.UUID)
+		line := fmt.Sprintf("GPU %d: %s (UUID: %s)", h.NVMLIndex(g.Index), g.Name, g.UUID)
+		if g.Excluded {
+			if bytes.Contains(out, []byte(g.UUID)) {
+				t.Errorf("nvidia-smi lists excluded GPU %d:\n%s", g.Index, out)
+			}
+			continue
+		}
 		list = append(list, line)
 		if !bytes.Contains(out, []byte(line)) {
 			t.Errorf("nvidia-smi output lacks %q:\n%s", line, out)
+		}
+		for _, m := range migs {
+			if m.GPU == g.Index {
+				list = append(list, fmt.Sprintf("  MIG %-11s Device %2d: (UUID: %s)", m.Profile, m.Index, m.UUID))
+			}
 		}
 	}
 	out, err = exec.Command(smi, "-L").Output()
@@ -477,5 +514,39 @@ func TestBuildLibrary(t *testing.T) {
 				t.Errorf("building over an existing file: error %v, want fs.ErrExist", err)
 			}
 		})
+	}
+}
+
+func TestNvidiaSMIMIG(t *testing.T) {
+	requireBuildable(t)
+	opts := Default(2)
+	opts.GPUs[1].UUID = "GPU-c08d91cb-e324-655c-71ba-7570956445bc"
+	if err := opts.GPUs[1].AddMIGDevices("1c.3g.40gb", "1c.3g.40gb", "1c.3g.40gb", "1g.10gb", "1g.10gb"); err != nil {
+		t.Fatal(err)
+	}
+	for i, uuid := range []string{"MIG-c788539f-c1ea-5a36-8b4d-9b07d024b1bb", "MIG-405bbda1-6b05-535f-9702-f95e8cd170ce",
+		"MIG-df7e5a27-eeea-51a0-9055-b36d5a552879", "MIG-b4b2228d-6933-5839-bc0e-41ab9edb61c6", "MIG-c71dc464-b9f9-5611-9d29-d601a47cffd6"} {
+		opts.GPUs[1].MIGDevices[i].UUID = uuid
+	}
+	h := buildHost(t, opts)
+	out, err := exec.Command(filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi"), "-L").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 1 is the H100 example of the NVIDIA MIG user guide ("CI UUID assignment on H100"), whose
+	// nvidia-smi -L output this is, line for line.
+	want := "GPU 0: NVIDIA A100-SXM4-80GB (UUID: " + opts.GPUs[0].UUID + ")\n" + `GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-c08d91cb-e324-655c-71ba-7570956445bc)
+  MIG 1c.3g.40gb  Device  0: (UUID: MIG-c788539f-c1ea-5a36-8b4d-9b07d024b1bb)
+  MIG 1c.3g.40gb  Device  1: (UUID: MIG-405bbda1-6b05-535f-9702-f95e8cd170ce)
+  MIG 1c.3g.40gb  Device  2: (UUID: MIG-df7e5a27-eeea-51a0-9055-b36d5a552879)
+  MIG 1g.10gb     Device  3: (UUID: MIG-b4b2228d-6933-5839-bc0e-41ab9edb61c6)
+  MIG 1g.10gb     Device  4: (UUID: MIG-c71dc464-b9f9-5611-9d29-d601a47cffd6)
+`
+	if string(out) != want {
+		t.Errorf("nvidia-smi -L:\n%s\nwant:\n%s", out, want)
+	}
+	out, err = exec.Command(filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi")).Output()
+	if err != nil || !bytes.Contains(out, []byte("| MIG devices:")) || !bytes.Contains(out, []byte("Driver Version: 550.54.15")) {
+		t.Errorf("nvidia-smi: %v\n%s", err, out)
 	}
 }

@@ -19,9 +19,18 @@ import (
 // A process can use only one fake NVML (see csrc/fakenvml.c), so every go-nvml check runs in a
 // child process: the test binary run again for TestNVMLChild, with these variables set.
 const (
-	childLibsEnv   = "FAKEHOST_TEST_NVML_LIBS"   // fake NVML paths to load in turn, os.PathListSeparator-separated
-	childReportEnv = "FAKEHOST_TEST_NVML_REPORT" // where to write the []nvmlReport as JSON
+	childLibsEnv     = "FAKEHOST_TEST_NVML_LIBS"     // fake NVML paths to load in turn, os.PathListSeparator-separated
+	childReportEnv   = "FAKEHOST_TEST_NVML_REPORT"   // where to write what the child read, as JSON
+	childScenarioEnv = "FAKEHOST_TEST_NVML_SCENARIO" // what the child does: a key of childScenarios
+	childEventsEnv   = "FAKEHOST_TEST_NVML_EVENTS"   // the events file, for the "events" scenario
 )
+
+// childScenarios are what a child process can do with one fake NVML at path: each returns
+// what it read, to be written as JSON. "" is the []nvmlReport of TestNVML, for every library.
+var childScenarios = map[string]func(t *testing.T, path string) any{
+	"mig":    readMIG,
+	"events": runEvents,
+}
 
 // nvmlReport is what the child read through go-nvml from one fake NVML.
 type nvmlReport struct {
@@ -34,6 +43,7 @@ type nvmlReport struct {
 	CUDAVersion   int
 	CUDAVersionV2 int
 	GPUs          []gpuReport
+	Excluded      []string // "<UUID> <bus id>" of nvmlGetExcludedDeviceInfoByIndex
 	Shutdown      int
 }
 
@@ -52,17 +62,23 @@ type gpuReport struct {
 	PersistenceMode  int
 }
 
-// TestNVMLChild is not a test: it is the child process of TestNVML.
+// TestNVMLChild is not a test: it is the child process of the NVML tests.
 func TestNVMLChild(t *testing.T) {
 	libs := os.Getenv(childLibsEnv)
 	if libs == "" {
-		t.Skip("not a test: the child process of TestNVML, run only by it")
+		t.Skip("not a test: the child process of the NVML tests, run only by them")
 	}
-	var reports []nvmlReport
-	for _, path := range filepath.SplitList(libs) {
-		reports = append(reports, readNVML(t, path))
+	var report any
+	if scenario := os.Getenv(childScenarioEnv); scenario != "" {
+		report = childScenarios[scenario](t, libs)
+	} else {
+		var reports []nvmlReport
+		for _, path := range filepath.SplitList(libs) {
+			reports = append(reports, readNVML(t, path))
+		}
+		report = reports
 	}
-	data, err := json.Marshal(reports)
+	data, err := json.Marshal(report)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +114,13 @@ func readNVML(t *testing.T, path string) nvmlReport {
 		check("device count", ret)
 		for i := 0; i < n; i++ {
 			r.GPUs = append(r.GPUs, readGPU(t, lib, i))
+		}
+		n, ret = lib.GetExcludedDeviceCount()
+		check("excluded device count", ret)
+		for i := 0; i < n; i++ {
+			info, ret := lib.GetExcludedDeviceInfoByIndex(i)
+			check("excluded device info", ret)
+			r.Excluded = append(r.Excluded, cChars(info.Uuid[:])+" "+cChars(info.PciInfo.BusId[:]))
 		}
 	}
 	r.Shutdown = int(lib.Shutdown())
@@ -159,34 +182,40 @@ func cChars(a []int8) string {
 	return b.String()
 }
 
-// runNVMLChild loads the libraries at paths, in turn, in a child process and returns what it
-// read and its stderr.
-func runNVMLChild(t *testing.T, paths ...string) ([]nvmlReport, string) {
+// runChild runs a child process with the given environment (childLibsEnv and
+// childScenarioEnv at least), decodes what it reports into report and returns its stderr.
+func runChild(t *testing.T, report any, env ...string) string {
 	t.Helper()
-	report := filepath.Join(t.TempDir(), "report.json")
+	reportPath := filepath.Join(t.TempDir(), "report.json")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNVMLChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(),
-		childLibsEnv+"="+strings.Join(paths, string(os.PathListSeparator)),
-		childReportEnv+"="+report)
+	cmd.Env = append(append(os.Environ(), env...), childReportEnv+"="+reportPath)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("child process: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
 	}
-	data, err := os.ReadFile(report)
+	data, err := os.ReadFile(reportPath)
 	if err != nil {
 		t.Fatalf("read child report: %v", err)
 	}
-	var reports []nvmlReport
-	if err := json.Unmarshal(data, &reports); err != nil {
+	if err := json.Unmarshal(data, report); err != nil {
 		t.Fatalf("decode child report: %v", err)
 	}
+	return stderr.String()
+}
+
+// runNVMLChild loads the libraries at paths, in turn, in a child process and returns what it
+// read and its stderr.
+func runNVMLChild(t *testing.T, paths ...string) ([]nvmlReport, string) {
+	t.Helper()
+	var reports []nvmlReport
+	stderr := runChild(t, &reports, childLibsEnv+"="+strings.Join(paths, string(os.PathListSeparator)))
 	for i := range reports {
 		reports[i].InitTook = time.Duration(reports[i].InitMillis) * time.Millisecond
 		reports[i].InitMillis = 0
 	}
-	return reports, stderr.String()
+	return reports, stderr
 }
 
 // wantReport is what a fake NVML built from opts must report. GPUs must be listed in index
@@ -203,19 +232,31 @@ func wantReport(opts Options) nvmlReport {
 		CUDAVersionV2: opts.CUDAVersion,
 	}
 	for _, g := range opts.GPUs {
+		if g.Excluded {
+			r.Excluded = append(r.Excluded, g.UUID+" "+g.BusID)
+			continue
+		}
 		domain, _ := strconv.ParseUint(g.BusID[:8], 16, 32)
 		bus, _ := strconv.ParseUint(g.BusID[9:11], 16, 32)
 		devID, ok := devIDs[g.Name]
 		if !ok {
 			devID = 0x20b210de
 		}
+		migMode, persistence := nvml.ERROR_NOT_SUPPORTED, nvml.FEATURE_ENABLED
+		if g.MIGCapable {
+			migMode = nvml.SUCCESS
+		}
+		if g.PersistenceDisabled {
+			persistence = nvml.FEATURE_DISABLED
+		}
+		index := len(r.GPUs) // excluded GPUs make NVML indexes differ from GPU.Index
 		r.GPUs = append(r.GPUs, gpuReport{
-			Index: g.Index, Minor: g.Minor, UUID: g.UUID, Name: g.Name, Brand: g.Brand,
+			Index: index, Minor: g.Minor, UUID: g.UUID, Name: g.Name, Brand: g.Brand,
 			CCMajor: g.CCMajor, CCMinor: g.CCMinor, Architecture: archs[[2]int{g.CCMajor, g.CCMinor}],
 			BusID: g.BusID, BusIDLegacy: g.BusID[4:], Domain: uint32(domain), Bus: uint32(bus),
-			PCIDeviceID: devID, ByUUID: g.Index, ByBusID: g.Index,
-			MigModeReturn:   int(nvml.ERROR_NOT_SUPPORTED),
-			PersistenceMode: int(nvml.FEATURE_ENABLED),
+			PCIDeviceID: devID, ByUUID: index, ByBusID: index,
+			MigModeReturn:   int(migMode),
+			PersistenceMode: int(persistence),
 		})
 	}
 	return r
@@ -248,6 +289,11 @@ func TestNVML(t *testing.T) {
 	delayed := Default(1)
 	delayed.NVMLInitDelay = 300 * time.Millisecond
 
+	// GPU 1 excluded: NVML lists GPUs 0 and 2 as 0 and 1. GPU 0 not in persistence mode.
+	excluded := Default(3)
+	excluded.GPUs[1].Excluded = true
+	excluded.GPUs[0].PersistenceDisabled = true
+
 	otherHostWant := nvmlReport{Init: int(nvml.ERROR_UNKNOWN), InitError: "Unknown Error",
 		Shutdown: int(nvml.ERROR_UNINITIALIZED)}
 
@@ -267,6 +313,7 @@ func TestNVML(t *testing.T) {
 		{description: "init error", hosts: []Options{initError}, want: []nvmlReport{initErrorWant}},
 		{description: "init delay", hosts: []Options{delayed}, want: []nvmlReport{wantReport(delayed)},
 			minInit: delayed.NVMLInitDelay},
+		{description: "an excluded GPU and persistence mode off", hosts: []Options{excluded}, want: []nvmlReport{wantReport(excluded)}},
 		{description: "two hosts alike in one process", hosts: []Options{Default(2), Default(2)},
 			want: []nvmlReport{wantReport(Default(2)), wantReport(Default(2))}},
 		{description: "two different hosts in one process fail loudly", hosts: []Options{Default(1), Default(3)},

@@ -25,6 +25,20 @@ typedef int (*fn_buf)(char *, unsigned int);
 typedef int (*fn_dev_uintp)(nvmlDevice_t, unsigned int *);
 typedef int (*fn_dev_uintp2)(nvmlDevice_t, unsigned int *, unsigned int *);
 typedef const char *(*fn_errstr)(int);
+typedef int (*fn_dev_uint_dev)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
+typedef int (*fn_dev_ptr)(nvmlDevice_t, void *);
+typedef int (*fn_dev_uint_ptr)(nvmlDevice_t, unsigned int, void **);
+typedef int (*fn_ptr_ptr)(void *, void *);
+typedef int (*fn_ptrp)(void **);
+typedef int (*fn_ptr)(void *);
+typedef int (*fn_wait)(void *, void *, unsigned int);
+
+/* nvmlMemory_v2_t and its version, NVML_STRUCT_VERSION(Memory, 2). */
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} memory_v2;
+#define MEMORY_V2 ((unsigned int)(sizeof(memory_v2) | (2U << 24U)))
 
 static int failures;
 
@@ -76,6 +90,15 @@ int main(int argc, char **argv)
     fn_dev_uintp isMig = (fn_dev_uintp)sym(lib, "nvmlDeviceIsMigDeviceHandle");
     fn_dev_uintp2 migMode = (fn_dev_uintp2)sym(lib, "nvmlDeviceGetMigMode");
     fn_errstr errorString = (fn_errstr)sym(lib, "nvmlErrorString");
+    fn_dev_uint_dev migByIndex = (fn_dev_uint_dev)sym(lib, "nvmlDeviceGetMigDeviceHandleByIndex");
+    fn_dev_ptr memoryV2 = (fn_dev_ptr)sym(lib, "nvmlDeviceGetMemoryInfo_v2");
+    fn_dev_ptr attributes = (fn_dev_ptr)sym(lib, "nvmlDeviceGetAttributes_v2");
+    fn_dev_uintp giID = (fn_dev_uintp)sym(lib, "nvmlDeviceGetGpuInstanceId");
+    fn_dev_uint_ptr giByID = (fn_dev_uint_ptr)sym(lib, "nvmlDeviceGetGpuInstanceById");
+    fn_ptr_ptr giInfo = (fn_ptr_ptr)sym(lib, "nvmlGpuInstanceGetInfo");
+    fn_ptrp setCreate = (fn_ptrp)sym(lib, "nvmlEventSetCreate");
+    fn_ptr setFree = (fn_ptr)sym(lib, "nvmlEventSetFree");
+    fn_wait setWait = (fn_wait)sym(lib, "nvmlEventSetWait_v2");
 
     unsigned int n = 0;
     char buf[128];
@@ -85,6 +108,10 @@ int main(int argc, char **argv)
     EXPECT("count before init", count(&n), 1);
     EXPECT("driver version before init", driverVersion(buf, sizeof(buf)), 1);
     EXPECT("shutdown before init", shutdown(), 1);
+    void *set = NULL;
+    char data[64];
+    EXPECT("event set before init", setCreate(&set), 1);
+    EXPECT("event wait before init", setWait(NULL, data, 0), 1);
     if (strcmp(errorString(7), "Insufficient Size") != 0) {
         printf("nvmlErrorString(7) = %s\n", errorString(7));
         failures++;
@@ -102,6 +129,14 @@ int main(int argc, char **argv)
     nvmlDevice_t bogus = {(void *)buf};
     EXPECT("UUID of a bogus handle", getUUID(bogus, buf, sizeof(buf)), 2);
     EXPECT("minor of a NULL handle", getMinor((nvmlDevice_t){NULL}, &n), 2);
+    EXPECT("info of a bogus GPU instance", giInfo(buf, data), 2);
+    EXPECT("event set into NULL", setCreate(NULL), 2);
+    EXPECT("free a bogus event set", setFree(buf), 2);
+    EXPECT("wait on a bogus event set", setWait(buf, data, 0), 2);
+    EXPECT("event set", setCreate(&set), 0);
+    EXPECT("wait into NULL", setWait(set, NULL, 0), 2);
+    EXPECT("wait without registrations", setWait(set, data, 0), 10);
+    EXPECT("free the event set", setFree(set), 0);
 
     if (wantCount > 0) {
         EXPECT("handle 0", byIndex(0, &dev), 0);
@@ -120,8 +155,23 @@ int main(int argc, char **argv)
         EXPECT("handle by UUID", byUUID(firstUUID, &other), 0);
         EXPECT("handle by UUID is handle 0", other.handle == dev.handle, 1);
 
-        unsigned int current = 0, pending = 0, mode = 0, mig = 7;
-        EXPECT("MIG mode", migMode(dev, &current, &pending), 3);
+        /* GPU 0 of Default is a MIG-capable A100 with MIG mode disabled. */
+        unsigned int current = 7, pending = 7, mode = 0, mig = 7, id = 0;
+        EXPECT("MIG mode", migMode(dev, &current, &pending), 0);
+        EXPECT("MIG mode current", current, 0);
+        EXPECT("MIG mode pending", pending, 0);
+        EXPECT("MIG mode into NULL", migMode(dev, NULL, &pending), 2);
+        EXPECT("MIG device of a GPU without MIG mode", migByIndex(dev, 0, &other), 2);
+        EXPECT("MIG device into NULL", migByIndex(dev, 0, NULL), 2);
+        EXPECT("GPU instance of a GPU without MIG mode", giByID(dev, 1, &set), 3);
+        EXPECT("attributes of a GPU", attributes(dev, data), 3);
+        EXPECT("GPU instance id of a GPU", giID(dev, &id), 3);
+        memory_v2 m2 = {.version = 0};
+        EXPECT("memory v2 without version", memoryV2(dev, &m2), 25);
+        m2.version = MEMORY_V2;
+        EXPECT("memory v2", memoryV2(dev, &m2), 0);
+        EXPECT("memory v2 total", m2.total, 81920ULL << 20);
+        EXPECT("memory v2 free", m2.free + m2.used, m2.total);
         EXPECT("persistence mode", persistence(dev, &mode), 0);
         EXPECT("persistence mode value", mode, 1);
         EXPECT("is MIG device handle", isMig(dev, &mig), 0);
