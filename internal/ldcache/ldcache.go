@@ -42,6 +42,19 @@ type Entry struct {
 	Path  string // path as recorded, e.g. "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 	Flags int32  // raw flags (FLAG_* in glibc's sysdeps/generic/ldconfig.h)
 	Bits  int    // 64 or 32, from the ABI recorded in Flags; 0 if unknown
+
+	// OSVersion is the lowest kernel version the library declares it
+	// needs ((os << 24) | (major << 16) | (minor << 8) | patch), 0 for
+	// none. glibc 2.36's ldconfig always writes 0; older ones copied the
+	// library's ABI note. Always 0 in the old format.
+	OSVersion uint32
+	// Hwcap is the hardware capability word. With the HwcapExtension bit
+	// (and only ISA-level bits besides it) in the upper half, the entry
+	// is in a glibc-hwcaps subdirectory and the lower 32 bits index
+	// Cache.GlibcHwcaps; otherwise non-zero bits name the legacy hwcaps
+	// subdirectory the library is in (for example bit 63 for "tls").
+	// Always 0 in the old format, which has no such field.
+	Hwcap uint64
 }
 
 // Layout constants from sysdeps/generic/dl-cache.h.
@@ -102,29 +115,43 @@ func Load(path string) ([]Entry, error) {
 // combined old+new cache the entries of the new-format part are returned, as
 // glibc does. Errors wrap ErrFormat.
 func Parse(data []byte) ([]Entry, error) {
+	entries, _, err := parse(data)
+	return entries, err
+}
+
+// newPart locates the new-format part of a cache file.
+type newPart struct {
+	off    uint64           // file offset of its header, where its string offsets count from
+	order  binary.ByteOrder // byte order of its fields
+	extOff uint32           // file offset of the extension directory; 0 for none
+}
+
+// parse parses a cache file and says where its new-format part is: nil for
+// a cache in the old format alone.
+func parse(data []byte) ([]Entry, *newPart, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte(newMagic)):
-		return parseNew(data)
+		return parseNew(data, 0)
 	case bytes.HasPrefix(data, []byte(oldMagic)):
 		return parseOld(data)
 	default:
-		return nil, fmt.Errorf("%w: unknown magic %q", ErrFormat, data[:min(len(data), len(newMagic))])
+		return nil, nil, fmt.Errorf("%w: unknown magic %q", ErrFormat, data[:min(len(data), len(newMagic))])
 	}
 }
 
 // parseOld parses a cache that starts with the old-format header. If a
 // new-format cache follows the old entries, that part is parsed instead,
 // as in glibc's _dl_load_cache_lookup.
-func parseOld(data []byte) ([]Entry, error) {
+func parseOld(data []byte) ([]Entry, *newPart, error) {
 	if len(data) < oldHeaderSize {
-		return nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
+		return nil, nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
 	}
 	// The old format has no byte-order marker: ldconfig writes it in the
 	// native order. If the new part follows, its marker decides.
 	nlibs := uint64(binary.NativeEndian.Uint32(data[12:]))
 	end := oldHeaderSize + nlibs*oldEntrySize
 	if end > uint64(len(data)) {
-		return nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+		return nil, nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 
 	// The new header is aligned to __alignof__(struct cache_file_new): 8
@@ -132,11 +159,11 @@ func parseOld(data []byte) ([]Entry, error) {
 	// so try the 8-aligned offset, then the 4-aligned one.
 	for _, off := range []uint64{(end + 7) &^ 7, end} {
 		if off+uint64(len(newMagic)) <= uint64(len(data)) && bytes.HasPrefix(data[off:], []byte(newMagic)) {
-			entries, err := parseNew(data[off:])
+			entries, np, err := parseNew(data[off:], off)
 			if err != nil {
-				return nil, fmt.Errorf("new-format part at offset %d: %w", off, err)
+				return nil, nil, fmt.Errorf("new-format part at offset %d: %w", off, err)
 			}
-			return entries, nil
+			return entries, np, nil
 		}
 	}
 
@@ -148,18 +175,18 @@ func parseOld(data []byte) ([]Entry, error) {
 		e := data[oldHeaderSize+i*oldEntrySize:]
 		entry, err := makeEntry(binary.NativeEndian, e, strs)
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
 		}
 		entries = append(entries, entry)
 	}
-	return entries, nil
+	return entries, nil, nil
 }
 
-// parseNew parses a new-format cache starting at data[0]. String offsets
-// are relative to the start of the new-format header.
-func parseNew(data []byte) ([]Entry, error) {
+// parseNew parses a new-format cache starting at data[0], which is at
+// offset off in the file. String offsets are relative to data[0].
+func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	if len(data) < newHeaderSize {
-		return nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
+		return nil, nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
 	}
 	var order binary.ByteOrder
 	switch data[28] {
@@ -170,22 +197,24 @@ func parseNew(data []byte) ([]Entry, error) {
 	case endianBig:
 		order = binary.BigEndian
 	default:
-		return nil, fmt.Errorf("%w: invalid byte-order flag %d", ErrFormat, data[28])
+		return nil, nil, fmt.Errorf("%w: invalid byte-order flag %d", ErrFormat, data[28])
 	}
 	nlibs := uint64(order.Uint32(data[20:]))
 	if newHeaderSize+nlibs*newEntrySize > uint64(len(data)) {
-		return nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 	entries := make([]Entry, 0, nlibs)
 	for i := range nlibs {
 		e := data[newHeaderSize+i*newEntrySize:]
 		entry, err := makeEntry(order, e, data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
 		}
+		entry.OSVersion = order.Uint32(e[12:])
+		entry.Hwcap = order.Uint64(e[16:])
 		entries = append(entries, entry)
 	}
-	return entries, nil
+	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
 }
 
 // makeEntry decodes the flags, key and value fields common to both entry
