@@ -1,5 +1,12 @@
-// Package ldcache reads glibc's dynamic linker cache (/etc/ld.so.cache) and
-// lists the libraries it records.
+// Package ldcache reads and writes glibc's dynamic linker cache
+// (/etc/ld.so.cache).
+//
+// Parse and Load list the libraries a cache records. ParseCache reads a
+// cache into a Cache, which keeps everything the dynamic linker uses (every
+// entry's flags, key, path, OS version and hwcap in file order, and the
+// glibc-hwcaps subdirectory names); Add puts libraries into it where
+// ldconfig would, and Encode writes it back in the format ldconfig writes,
+// so that a container's cache can be extended without running ldconfig.
 //
 // It understands both formats ldconfig writes: the current
 // "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since glibc
@@ -12,7 +19,7 @@
 // The cache may come from an untrusted root (a container image, a driver
 // container), so parsing is read-only and bounds-checked: a malformed cache
 // yields an error wrapping ErrFormat, never a panic, an out-of-range read or
-// an allocation larger than the input.
+// an allocation larger than proportional to the input.
 package ldcache
 
 import (
