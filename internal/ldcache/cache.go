@@ -1,6 +1,7 @@
 package ldcache
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -155,7 +156,7 @@ func (c *Cache) parseExtensions(data []byte, np *newPart) error {
 	if len(hwcaps) == 0 {
 		return nil // glibc ignores an empty section
 	}
-	strs := data[np.off:]
+	strs := string(data[np.off:])
 	c.GlibcHwcaps = make([]string, 0, len(hwcaps)/4)
 	for i := 0; i < len(hwcaps); i += 4 {
 		name, err := cString(strs, np.order.Uint32(hwcaps[i:]))
@@ -271,34 +272,44 @@ func (c *Cache) hwcapsName(e *Entry) (string, bool) {
 // compiled loader does; charSigned says whether C's char is signed on the
 // target, which decides how bytes from 0x80 up compare.
 func libcmp(s1, s2 string, charSigned bool) int {
+	// char returns s[i] as C's char, or the terminating NUL past the end.
 	char := func(s string, i int) int32 {
-		if i >= len(s) {
-			return 0 // the terminating NUL
-		}
-		if charSigned {
+		switch {
+		case i >= len(s):
+			return 0
+		case charSigned:
 			return int32(int8(s[i]))
 		}
 		return int32(s[i])
 	}
-	isDigit := func(c int32) bool { return c >= '0' && c <= '9' }
-	i, j := 0, 0
-	for char(s1, i) != 0 {
+	// Skip the bytes both start with, back to the start of any run of
+	// digits they end in: up to there both compare equal.
+	k := 0
+	for k < len(s1) && k < len(s2) && s1[k] == s2[k] {
+		k++
+	}
+	for k > 0 && isDigit(int32(s1[k-1])) {
+		k--
+	}
+	i, j := k, k
+	for i < len(s1) {
 		c1, c2 := char(s1, i), char(s2, j)
+		d1, d2 := isDigit(c1), isDigit(c2)
 		switch {
-		case isDigit(c1) && isDigit(c2):
+		case d1 && d2:
 			var v1, v2 int32
-			for ; isDigit(char(s1, i)); i++ {
-				v1 = v1*10 + char(s1, i) - '0'
+			for ; i < len(s1) && isDigit(int32(s1[i])); i++ {
+				v1 = v1*10 + int32(s1[i]) - '0'
 			}
-			for ; isDigit(char(s2, j)); j++ {
-				v2 = v2*10 + char(s2, j) - '0'
+			for ; j < len(s2) && isDigit(int32(s2[j])); j++ {
+				v2 = v2*10 + int32(s2[j]) - '0'
 			}
 			if v1 != v2 {
 				return int(v1 - v2)
 			}
-		case isDigit(c1):
+		case d1:
 			return 1
-		case isDigit(c2):
+		case d2:
 			return -1
 		case c1 != c2:
 			return int(c1 - c2)
@@ -307,8 +318,10 @@ func libcmp(s1, s2 string, charSigned bool) int {
 			j++
 		}
 	}
-	return int(char(s1, i) - char(s2, j))
+	return int(-char(s2, j))
 }
+
+func isDigit(c int32) bool { return c >= '0' && c <= '9' }
 
 // charSigned says whether C's char is signed where this program runs, which
 // is where the loader that reads the cache runs: signed on x86 and
@@ -486,8 +499,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	for i, e := range c.Entries {
 		p := b[newHeaderSize+uint64(i)*newEntrySize:]
 		order.PutUint32(p[0:], uint32(e.Flags))
-		order.PutUint32(p[4:], uint32(strStart)+strs.offset[e.Name])
-		order.PutUint32(p[8:], uint32(strStart)+strs.offset[e.Path])
+		order.PutUint32(p[4:], uint32(strStart)+strs.name(i))
+		order.PutUint32(p[8:], uint32(strStart)+strs.path(i))
 		order.PutUint32(p[12:], e.OSVersion)
 		order.PutUint64(p[16:], e.Hwcap)
 	}
@@ -505,8 +518,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 		order.PutUint32(sec[0:], tagGlibcHwcaps)
 		order.PutUint32(sec[8:], uint32(hwcapsOff))
 		order.PutUint32(sec[12:], uint32(4*len(c.GlibcHwcaps)))
-		for i, name := range c.GlibcHwcaps {
-			order.PutUint32(b[hwcapsOff+4*uint64(i):], uint32(strStart)+strs.offset[name])
+		for i := range c.GlibcHwcaps {
+			order.PutUint32(b[hwcapsOff+4*uint64(i):], uint32(strStart)+strs.offsets[2*len(c.Entries)+i])
 		}
 	}
 	copy(b[generatorOff:], c.Generator)
@@ -515,57 +528,119 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 
 // stringTable is the string table of an encoded cache.
 type stringTable struct {
-	data   []byte            // the NUL-terminated strings
-	offset map[string]uint32 // where each string starts in data
+	data []byte // the NUL-terminated strings
+	// offsets are where each string starts in data: entry i's name at
+	// 2i, its path at 2i+1, then the glibc-hwcaps names.
+	offsets []uint32
 }
+
+func (st stringTable) name(i int) uint32 { return st.offsets[2*i] }
+func (st stringTable) path(i int) uint32 { return st.offsets[2*i+1] }
 
 // newStringTable lays out every key, path and glibc-hwcaps name of c as
 // glibc's stringtable_finalize (elf/stringtable.c) does: distinct strings
-// sorted by their reversed bytes, descending, a string that ends another
-// sorting right after it and sharing its tail.
+// sorted by their bytes from the last, higher first and a string before
+// its own suffixes, and a string that ends the one sorting just before it
+// sharing that one's tail. That order is the descending byte order of the
+// reversed strings, which is how they are sorted here.
 func newStringTable(c *Cache) stringTable {
-	offset := make(map[string]uint32, 2*len(c.Entries)+len(c.GlibcHwcaps))
-	strs := make([]string, 0, 2*len(c.Entries)+len(c.GlibcHwcaps))
-	add := func(s string) {
-		if _, ok := offset[s]; !ok {
-			offset[s] = 0
-			strs = append(strs, s)
+	n := 2*len(c.Entries) + len(c.GlibcHwcaps)
+	str := func(slot int) string {
+		if slot >= 2*len(c.Entries) {
+			return c.GlibcHwcaps[slot-2*len(c.Entries)]
 		}
+		if slot%2 == 0 {
+			return c.Entries[slot/2].Name
+		}
+		return c.Entries[slot/2].Path
 	}
-	for _, e := range c.Entries {
-		add(e.Name)
-		add(e.Path)
+	// Reverse every string into one buffer.
+	total := 0
+	for slot := range n {
+		total += len(str(slot))
 	}
-	for _, name := range c.GlibcHwcaps {
-		add(name)
+	buf := make([]byte, total)
+	at := 0
+	for slot := range n {
+		s := str(slot)
+		r := buf[at : at+len(s)]
+		for i := range len(s) {
+			r[len(s)-1-i] = s[i]
+		}
+		at += len(s)
 	}
-	slices.SortFunc(strs, compareReversed)
+	reversed := buf
+	// An item is one string: where its reversal is in reversed, and which
+	// string it is. Items hold no pointers, which keeps sorting them free
+	// of the garbage collector's write barriers.
+	type item struct {
+		// head is the first 8 bytes of the reversed string, big-endian
+		// and zero-padded (strings hold no NUL): heads that differ order
+		// their strings, equal heads need the rest compared.
+		head     uint64
+		off, len uint32
+		slot     uint32
+	}
+	rev := func(it item) []byte { return reversed[it.off : it.off+it.len] }
+	items := make([]item, n)
+	at = 0
+	for slot := range n {
+		l := len(str(slot))
+		var head [8]byte
+		copy(head[:], reversed[at:at+l])
+		items[slot] = item{head: binary.BigEndian.Uint64(head[:]), off: uint32(at), len: uint32(l), slot: uint32(slot)}
+		at += l
+	}
+	// Sort descending: by head with a radix sort (stable, a byte at a
+	// time from the last), then each run of equal heads by the rest.
+	tmp := make([]item, n)
+	for shift := 0; shift < 64; shift += 8 {
+		var start [256]int
+		for _, it := range items {
+			start[255-byte(it.head>>shift)]++
+		}
+		sum := 0
+		for b, c := range start {
+			start[b], sum = sum, sum+c
+		}
+		for _, it := range items {
+			b := 255 - byte(it.head>>shift)
+			tmp[start[b]] = it
+			start[b]++
+		}
+		items, tmp = tmp, items
+	}
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && items[j].head == items[i].head {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(items[i:j], func(a, b item) int { return bytes.Compare(rev(b), rev(a)) })
+		}
+		i = j
+	}
 
+	offsets := make([]uint32, n)
 	var size uint32
-	for j, s := range strs {
-		if j > 0 && strings.HasSuffix(strs[j-1], s) {
-			prev := strs[j-1]
-			offset[s] = offset[prev] + uint32(len(prev)-len(s))
-			continue
+	own := make([]uint32, 0, n) // the slots of strings that are no other's tail
+	for j, it := range items {
+		if j > 0 {
+			// A repeat of the string before it, or its tail (then it
+			// sorts right after it, as the reversed string's prefix).
+			prev := items[j-1]
+			if bytes.HasPrefix(rev(prev), rev(it)) {
+				offsets[it.slot] = offsets[prev.slot] + prev.len - it.len
+				continue
+			}
 		}
-		offset[s] = size
-		size += uint32(len(s)) + 1
+		offsets[it.slot] = size
+		size += it.len + 1
+		own = append(own, it.slot)
 	}
 	data := make([]byte, size)
-	for _, s := range strs {
-		copy(data[offset[s]:], s)
+	for _, slot := range own {
+		copy(data[offsets[slot]:], str(int(slot)))
 	}
-	return stringTable{data: data, offset: offset}
-}
-
-// compareReversed is finalize_compare from glibc's elf/stringtable.c:
-// strings compare by their bytes from the last, as unsigned char, higher
-// first; of a string and its own suffix, the longer comes first.
-func compareReversed(l, r string) int {
-	for i := 1; i <= min(len(l), len(r)); i++ {
-		if lc, rc := l[len(l)-i], r[len(r)-i]; lc != rc {
-			return int(rc) - int(lc)
-		}
-	}
-	return len(r) - len(l)
+	return stringTable{data: data, offsets: offsets}
 }

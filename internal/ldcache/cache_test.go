@@ -2,11 +2,14 @@ package ldcache
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -189,12 +192,78 @@ func TestStringTable(t *testing.T) {
 			if got := strings.ReplaceAll(string(st.data), "\x00", "|"); got != tc.want {
 				t.Errorf("string table %q, want %q", got, tc.want)
 			}
-			for s, off := range st.offset {
+			var strs []string
+			for _, e := range tc.entries {
+				strs = append(strs, e.Name, e.Path)
+			}
+			strs = append(strs, tc.hwcaps...)
+			for slot, s := range strs {
+				off := st.offsets[slot]
 				if end := int(off) + len(s); end >= len(st.data) || string(st.data[off:end]) != s || st.data[end] != 0 {
 					t.Errorf("offset %d of %q does not point at it in %q", off, s, st.data)
 				}
 			}
 		})
+	}
+}
+
+// compareReversed is finalize_compare from glibc's elf/stringtable.c:
+// strings compare by their bytes from the last, as unsigned char, higher
+// first; of a string and its own suffix, the longer first.
+func compareReversed(l, r string) int {
+	for i := 1; i <= min(len(l), len(r)); i++ {
+		if lc, rc := l[len(l)-i], r[len(r)-i]; lc != rc {
+			return int(rc) - int(lc)
+		}
+	}
+	return len(r) - len(l)
+}
+
+// TestStringTableOrder checks that newStringTable's order, the reversed
+// strings in descending byte order, is finalize_compare's, on strings
+// built to share tails, bytes from 0x80 up included.
+func TestStringTableOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", ".so", ".1", "/", "lib", "\xe9", "\x7f"}
+	seen := map[string]bool{}
+	var entries []Entry
+	for len(entries) < 500 {
+		var name, dir strings.Builder
+		for range 1 + rng.IntN(4) {
+			name.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		for range rng.IntN(3) {
+			dir.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		p := "/" + dir.String() + name.String()
+		if seen[name.String()] || seen[p] {
+			continue
+		}
+		seen[name.String()], seen[p] = true, true
+		entries = append(entries, Entry{Name: name.String(), Path: p})
+	}
+	st := newStringTable(&Cache{Entries: entries})
+	// Order the strings by where they start, then by length, longest first
+	// (a tail starts after the string it ends): finalize_compare's order.
+	var strs []string
+	for _, e := range entries {
+		strs = append(strs, e.Name, e.Path)
+	}
+	offset := make(map[string]uint32)
+	for slot, s := range strs {
+		offset[s] = st.offsets[slot]
+	}
+	byOffset := slices.Clone(strs)
+	slices.SortFunc(byOffset, func(a, b string) int {
+		if c := cmp.Compare(offset[a]+uint32(len(a)), offset[b]+uint32(len(b))); c != 0 {
+			return c // where their shared NUL is
+		}
+		return len(b) - len(a)
+	})
+	want := slices.Clone(strs)
+	slices.SortFunc(want, compareReversed)
+	if !slices.Equal(byOffset, want) {
+		t.Errorf("string table order differs from finalize_compare's:\n got %q\nwant %q", byOffset, want)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // DefaultPath is where glibc's dynamic linker looks for its cache.
@@ -176,7 +177,7 @@ func parseOld(data []byte) ([]Entry, *newPart, error) {
 
 	// Old format alone: string offsets are relative to the end of the
 	// entries, and the string table runs to the end of the file.
-	strs := data[end:]
+	strs := string(data[end:])
 	entries := make([]Entry, 0, nlibs)
 	for i := range nlibs {
 		e := data[oldHeaderSize+i*oldEntrySize:]
@@ -211,9 +212,10 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 	entries := make([]Entry, 0, nlibs)
+	strs := tableString(data, nlibs)
 	for i := range nlibs {
 		e := data[newHeaderSize+i*newEntrySize:]
-		entry, err := makeEntry(order, e, data)
+		entry, err := makeEntry(order, e, strs)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
 		}
@@ -224,9 +226,20 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
 }
 
+// tableString returns data, a new-format cache with nlibs entries, as a
+// string to take the entries' strings from. It is converted once, so that
+// the strings share its memory rather than each being allocated. Without
+// entries it is not needed.
+func tableString(data []byte, nlibs uint64) string {
+	if nlibs == 0 {
+		return ""
+	}
+	return string(data)
+}
+
 // makeEntry decodes the flags, key and value fields common to both entry
 // layouts from e, resolving the string offsets in strs.
-func makeEntry(order binary.ByteOrder, e, strs []byte) (Entry, error) {
+func makeEntry(order binary.ByteOrder, e []byte, strs string) (Entry, error) {
 	flags := int32(order.Uint32(e[0:]))
 	name, err := cString(strs, order.Uint32(e[4:]))
 	if err != nil {
@@ -240,19 +253,19 @@ func makeEntry(order binary.ByteOrder, e, strs []byte) (Entry, error) {
 }
 
 // cString returns the non-empty NUL-terminated string at strs[off:].
-func cString(strs []byte, off uint32) (string, error) {
+func cString(strs string, off uint32) (string, error) {
 	if uint64(off) >= uint64(len(strs)) {
 		return "", fmt.Errorf("string offset %d outside string table of %d bytes", off, len(strs))
 	}
 	s := strs[off:]
-	n := bytes.IndexByte(s, 0)
+	n := strings.IndexByte(s, 0)
 	switch {
 	case n < 0:
 		return "", fmt.Errorf("string at offset %d is not NUL-terminated", off)
 	case n == 0:
 		return "", fmt.Errorf("empty string at offset %d", off)
 	}
-	return string(s[:n]), nil
+	return s[:n], nil
 }
 
 // Flag values from glibc's sysdeps/generic/ldconfig.h. The low byte is the
