@@ -187,12 +187,12 @@ func checkHwcapsNames(names []string) error {
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
 		if isExtension(e.Hwcap) && uint64(uint32(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
-			return fmt.Errorf("entry %d (%s): glibc-hwcaps subdirectory %d of %d", i, e.Name, uint32(e.Hwcap), len(c.GlibcHwcaps))
+			return fmt.Errorf("entry %d (%q): glibc-hwcaps subdirectory %d of %d", i, e.Name, uint32(e.Hwcap), len(c.GlibcHwcaps))
 		}
 	}
 	for i := 1; i < len(c.Entries); i++ {
 		if c.compare(&c.Entries[i-1], &c.Entries[i]) > 0 {
-			return fmt.Errorf("entries %d (%s => %s) and %d (%s => %s) are not in ldconfig's order",
+			return fmt.Errorf("entries %d (%q => %q) and %d (%q => %q) are not in ldconfig's order",
 				i-1, c.Entries[i-1].Name, c.Entries[i-1].Path, i, c.Entries[i].Name, c.Entries[i].Path)
 		}
 	}
@@ -446,10 +446,12 @@ func FlagsFor(bits int, machine elf.Machine) (int32, error) {
 // table with shared suffixes, then the extension directory with the
 // generator and, if GlibcHwcaps is not empty, the glibc-hwcaps section.
 //
-// ParseCache(Encode(c)) equals c for any c from ParseCache and Add. Encode
+// For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode
 // fails if an entry has an empty or NUL-holding name or path, GlibcHwcaps
 // is not sorted and distinct, an entry refers past GlibcHwcaps, the
-// entries are not in ldconfig's order, or the file would exceed MaxSize.
+// entries are not in ldconfig's order, or the file would exceed MaxSize
+// (which a parsed cache can only reach if it was within half of MaxSize in
+// the old format, whose entries are half the size).
 func (c *Cache) Encode() ([]byte, error) {
 	return c.encode(binary.NativeEndian, nativeEndianFlag)
 }
@@ -473,6 +475,17 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	}
 	if err := c.checkEntries(); err != nil {
 		return nil, fmt.Errorf("encode ld cache: %w", err)
+	}
+	// Bound the strings before laying them out with 32-bit offsets.
+	total := uint64(len(c.Generator))
+	for _, e := range c.Entries {
+		total += uint64(len(e.Name)) + uint64(len(e.Path)) + 2
+	}
+	for _, name := range c.GlibcHwcaps {
+		total += uint64(len(name)) + 1
+	}
+	if total > MaxSize {
+		return nil, fmt.Errorf("encode ld cache: %d bytes of strings, more than %d", total, MaxSize)
 	}
 
 	strs := newStringTable(c)

@@ -437,7 +437,7 @@ func TestAdd(t *testing.T) {
 			cache:       withEntries(x64("liba.so.1", "/lib/liba.so.1"), x64("libb.so.1", "/lib/libb.so.1")),
 			libs:        []Library{{Name: "libc.so.6", Path: "/lib/libc.so.6", Flags: 0x0303}},
 			want:        withEntries(x64("liba.so.1", "/lib/liba.so.1"), x64("libb.so.1", "/lib/libb.so.1")),
-			wantErr:     "add to ld cache: entries 0 (liba.so.1 => /lib/liba.so.1) and 1 (libb.so.1 => /lib/libb.so.1) are not in ldconfig's order",
+			wantErr:     `add to ld cache: entries 0 ("liba.so.1" => "/lib/liba.so.1") and 1 ("libb.so.1" => "/lib/libb.so.1") are not in ldconfig's order`,
 		},
 	}
 	for _, tc := range testCases {
@@ -538,17 +538,22 @@ func TestEncodeErrors(t *testing.T) {
 		{
 			description: "entry past the glibc-hwcaps names",
 			cache:       &Cache{Entries: []Entry{hwcapsEntry("libz.so.1", "/lib/libz.so.1", 1)}, GlibcHwcaps: []string{"x86-64-v3"}},
-			wantErr:     "encode ld cache: entry 0 (libz.so.1): glibc-hwcaps subdirectory 1 of 1",
+			wantErr:     `encode ld cache: entry 0 ("libz.so.1"): glibc-hwcaps subdirectory 1 of 1`,
 		},
 		{
 			description: "entries out of order",
 			cache:       &Cache{Entries: []Entry{x64("libz.so.1", "/lib/libz.so.1"), x64("libz.so.2", "/lib/libz.so.2")}},
-			wantErr:     "encode ld cache: entries 0 (libz.so.1 => /lib/libz.so.1) and 1 (libz.so.2 => /lib/libz.so.2) are not in ldconfig's order",
+			wantErr:     `encode ld cache: entries 0 ("libz.so.1" => "/lib/libz.so.1") and 1 ("libz.so.2" => "/lib/libz.so.2") are not in ldconfig's order`,
 		},
 		{
 			description: "too large",
-			cache:       &Cache{Generator: strings.Repeat("x", MaxSize)},
-			wantErr:     "encode ld cache: 67108936 bytes, larger than 67108864",
+			cache:       &Cache{Generator: strings.Repeat("x", MaxSize-64)},
+			wantErr:     "encode ld cache: 67108872 bytes, larger than 67108864",
+		},
+		{
+			description: "too many strings",
+			cache:       &Cache{Entries: []Entry{x64("libz.so.1", "/"+strings.Repeat("x", MaxSize))}},
+			wantErr:     "encode ld cache: 67108876 bytes of strings, more than 67108864",
 		},
 	}
 	for _, tc := range testCases {
@@ -689,13 +694,13 @@ func TestParseCacheErrors(t *testing.T) {
 		{
 			description: "entry past the glibc-hwcaps names",
 			data:        withUint64(entry(hwcapsEntry)+16, HwcapExtension|1),
-			wantErr:     "malformed ld.so.cache: entry 2 (libcuda.so.1): glibc-hwcaps subdirectory 1 of 1",
+			wantErr:     `malformed ld.so.cache: entry 2 ("libcuda.so.1"): glibc-hwcaps subdirectory 1 of 1`,
 		},
 		{
 			description: "entries out of ldconfig's order",
 			data:        unsorted,
-			wantErr: "malformed ld.so.cache: entries 0 (libnvidia-ml.so.1 => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1) and " +
-				"1 (libnvidia-ptxjitcompiler.so.1 => /usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.1) are not in ldconfig's order",
+			wantErr: `malformed ld.so.cache: entries 0 ("libnvidia-ml.so.1" => "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") and ` +
+				`1 ("libnvidia-ptxjitcompiler.so.1" => "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.1") are not in ldconfig's order`,
 		},
 	}
 	for _, tc := range testCases {

@@ -5,8 +5,12 @@
 // cache into a Cache, which keeps everything the dynamic linker uses (every
 // entry's flags, key, path, OS version and hwcap in file order, and the
 // glibc-hwcaps subdirectory names); Add puts libraries into it where
-// ldconfig would, and Encode writes it back in the format ldconfig writes,
-// so that a container's cache can be extended without running ldconfig.
+// ldconfig would, and Encode writes it in the format ldconfig writes, so
+// that a container's cache can be extended without running ldconfig.
+// Encode lays a cache out byte for byte as glibc 2.36's ldconfig does, so a
+// cache ldconfig wrote comes back unchanged, and glibc's loader finds in
+// what Encode writes what it would find in ldconfig's cache of the same
+// entries.
 //
 // It understands both formats ldconfig writes: the current
 // "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since glibc
@@ -19,7 +23,7 @@
 // The cache may come from an untrusted root (a container image, a driver
 // container), so parsing is read-only and bounds-checked: a malformed cache
 // yields an error wrapping ErrFormat, never a panic, an out-of-range read or
-// an allocation larger than proportional to the input.
+// an allocation out of proportion to the input.
 package ldcache
 
 import (
