@@ -1,5 +1,16 @@
-// Package ldcache reads glibc's dynamic linker cache (/etc/ld.so.cache) and
-// lists the libraries it records.
+// Package ldcache reads and writes glibc's dynamic linker cache
+// (/etc/ld.so.cache).
+//
+// Parse and Load list the libraries a cache records. ParseCache reads a
+// cache into a Cache, which keeps everything the dynamic linker uses (every
+// entry's flags, key, path, OS version and hwcap in file order, and the
+// glibc-hwcaps subdirectory names); Add puts libraries into it where
+// ldconfig would, and Encode writes it in the format ldconfig writes, so
+// that a container's cache can be extended without running ldconfig.
+// Encode lays a cache out byte for byte as glibc 2.36's ldconfig does, so a
+// cache ldconfig wrote comes back unchanged, and glibc's loader finds in
+// what Encode writes what it would find in ldconfig's cache of the same
+// entries.
 //
 // It understands both formats ldconfig writes: the current
 // "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since glibc
@@ -12,7 +23,7 @@
 // The cache may come from an untrusted root (a container image, a driver
 // container), so parsing is read-only and bounds-checked: a malformed cache
 // yields an error wrapping ErrFormat, never a panic, an out-of-range read or
-// an allocation larger than the input.
+// an allocation out of proportion to the input.
 package ldcache
 
 import (
@@ -22,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // DefaultPath is where glibc's dynamic linker looks for its cache.
@@ -42,6 +54,19 @@ type Entry struct {
 	Path  string // path as recorded, e.g. "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 	Flags int32  // raw flags (FLAG_* in glibc's sysdeps/generic/ldconfig.h)
 	Bits  int    // 64 or 32, from the ABI recorded in Flags; 0 if unknown
+
+	// OSVersion is the lowest kernel version the library declares it
+	// needs ((os << 24) | (major << 16) | (minor << 8) | patch), 0 for
+	// none. glibc 2.36's ldconfig always writes 0; older ones copied the
+	// library's ABI note. Always 0 in the old format.
+	OSVersion uint32
+	// Hwcap is the hardware capability word. With the HwcapExtension bit
+	// (and only ISA-level bits besides it) in the upper half, the entry
+	// is in a glibc-hwcaps subdirectory and the lower 32 bits index
+	// Cache.GlibcHwcaps; otherwise non-zero bits name the legacy hwcaps
+	// subdirectory the library is in (for example bit 63 for "tls").
+	// Always 0 in the old format, which has no such field.
+	Hwcap uint64
 }
 
 // Layout constants from sysdeps/generic/dl-cache.h.
@@ -102,29 +127,43 @@ func Load(path string) ([]Entry, error) {
 // combined old+new cache the entries of the new-format part are returned, as
 // glibc does. Errors wrap ErrFormat.
 func Parse(data []byte) ([]Entry, error) {
+	entries, _, err := parse(data)
+	return entries, err
+}
+
+// newPart locates the new-format part of a cache file.
+type newPart struct {
+	off    uint64           // file offset of its header, where its string offsets count from
+	order  binary.ByteOrder // byte order of its fields
+	extOff uint32           // file offset of the extension directory; 0 for none
+}
+
+// parse parses a cache file and says where its new-format part is: nil for
+// a cache in the old format alone.
+func parse(data []byte) ([]Entry, *newPart, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte(newMagic)):
-		return parseNew(data)
+		return parseNew(data, 0)
 	case bytes.HasPrefix(data, []byte(oldMagic)):
 		return parseOld(data)
 	default:
-		return nil, fmt.Errorf("%w: unknown magic %q", ErrFormat, data[:min(len(data), len(newMagic))])
+		return nil, nil, fmt.Errorf("%w: unknown magic %q", ErrFormat, data[:min(len(data), len(newMagic))])
 	}
 }
 
 // parseOld parses a cache that starts with the old-format header. If a
 // new-format cache follows the old entries, that part is parsed instead,
 // as in glibc's _dl_load_cache_lookup.
-func parseOld(data []byte) ([]Entry, error) {
+func parseOld(data []byte) ([]Entry, *newPart, error) {
 	if len(data) < oldHeaderSize {
-		return nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
+		return nil, nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
 	}
 	// The old format has no byte-order marker: ldconfig writes it in the
 	// native order. If the new part follows, its marker decides.
 	nlibs := uint64(binary.NativeEndian.Uint32(data[12:]))
 	end := oldHeaderSize + nlibs*oldEntrySize
 	if end > uint64(len(data)) {
-		return nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+		return nil, nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 
 	// The new header is aligned to __alignof__(struct cache_file_new): 8
@@ -132,34 +171,34 @@ func parseOld(data []byte) ([]Entry, error) {
 	// so try the 8-aligned offset, then the 4-aligned one.
 	for _, off := range []uint64{(end + 7) &^ 7, end} {
 		if off+uint64(len(newMagic)) <= uint64(len(data)) && bytes.HasPrefix(data[off:], []byte(newMagic)) {
-			entries, err := parseNew(data[off:])
+			entries, np, err := parseNew(data[off:], off)
 			if err != nil {
-				return nil, fmt.Errorf("new-format part at offset %d: %w", off, err)
+				return nil, nil, fmt.Errorf("new-format part at offset %d: %w", off, err)
 			}
-			return entries, nil
+			return entries, np, nil
 		}
 	}
 
 	// Old format alone: string offsets are relative to the end of the
 	// entries, and the string table runs to the end of the file.
-	strs := data[end:]
+	strs := string(data[end:])
 	entries := make([]Entry, 0, nlibs)
 	for i := range nlibs {
 		e := data[oldHeaderSize+i*oldEntrySize:]
 		entry, err := makeEntry(binary.NativeEndian, e, strs)
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
 		}
 		entries = append(entries, entry)
 	}
-	return entries, nil
+	return entries, nil, nil
 }
 
-// parseNew parses a new-format cache starting at data[0]. String offsets
-// are relative to the start of the new-format header.
-func parseNew(data []byte) ([]Entry, error) {
+// parseNew parses a new-format cache starting at data[0], which is at
+// offset off in the file. String offsets are relative to data[0].
+func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	if len(data) < newHeaderSize {
-		return nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
+		return nil, nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
 	}
 	var order binary.ByteOrder
 	switch data[28] {
@@ -170,27 +209,41 @@ func parseNew(data []byte) ([]Entry, error) {
 	case endianBig:
 		order = binary.BigEndian
 	default:
-		return nil, fmt.Errorf("%w: invalid byte-order flag %d", ErrFormat, data[28])
+		return nil, nil, fmt.Errorf("%w: invalid byte-order flag %d", ErrFormat, data[28])
 	}
 	nlibs := uint64(order.Uint32(data[20:]))
 	if newHeaderSize+nlibs*newEntrySize > uint64(len(data)) {
-		return nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
+		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 	entries := make([]Entry, 0, nlibs)
+	strs := tableString(data, nlibs)
 	for i := range nlibs {
 		e := data[newHeaderSize+i*newEntrySize:]
-		entry, err := makeEntry(order, e, data)
+		entry, err := makeEntry(order, e, strs)
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
 		}
+		entry.OSVersion = order.Uint32(e[12:])
+		entry.Hwcap = order.Uint64(e[16:])
 		entries = append(entries, entry)
 	}
-	return entries, nil
+	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
+}
+
+// tableString returns data, a new-format cache with nlibs entries, as a
+// string to take the entries' strings from. It is converted once, so that
+// the strings share its memory rather than each being allocated. Without
+// entries it is not needed.
+func tableString(data []byte, nlibs uint64) string {
+	if nlibs == 0 {
+		return ""
+	}
+	return string(data)
 }
 
 // makeEntry decodes the flags, key and value fields common to both entry
 // layouts from e, resolving the string offsets in strs.
-func makeEntry(order binary.ByteOrder, e, strs []byte) (Entry, error) {
+func makeEntry(order binary.ByteOrder, e []byte, strs string) (Entry, error) {
 	flags := int32(order.Uint32(e[0:]))
 	name, err := cString(strs, order.Uint32(e[4:]))
 	if err != nil {
@@ -204,19 +257,19 @@ func makeEntry(order binary.ByteOrder, e, strs []byte) (Entry, error) {
 }
 
 // cString returns the non-empty NUL-terminated string at strs[off:].
-func cString(strs []byte, off uint32) (string, error) {
+func cString(strs string, off uint32) (string, error) {
 	if uint64(off) >= uint64(len(strs)) {
 		return "", fmt.Errorf("string offset %d outside string table of %d bytes", off, len(strs))
 	}
 	s := strs[off:]
-	n := bytes.IndexByte(s, 0)
+	n := strings.IndexByte(s, 0)
 	switch {
 	case n < 0:
 		return "", fmt.Errorf("string at offset %d is not NUL-terminated", off)
 	case n == 0:
 		return "", fmt.Errorf("empty string at offset %d", off)
 	}
-	return string(s[:n]), nil
+	return s[:n], nil
 }
 
 // Flag values from glibc's sysdeps/generic/ldconfig.h. The low byte is the

@@ -18,27 +18,42 @@ import (
 var update = flag.Bool("update", false, "regenerate testdata/*.cache with the host's ldconfig")
 
 // ldconfigFormats are the -c formats of glibc's ldconfig (2.36 has all
-// three) and the testdata file each one is kept in.
+// three), the testdata file each one is kept in, and the entries each
+// records for the root built by buildRoot.
 var ldconfigFormats = []struct {
 	format string
 	file   string
+	want   []Entry
 }{
-	{format: "new", file: "testdata/new.cache"},
-	{format: "old", file: "testdata/old.cache"},
-	{format: "compat", file: "testdata/compat.cache"},
+	{format: "new", file: "testdata/new.cache", want: wantEntries},
+	{format: "old", file: "testdata/old.cache", want: withoutHwcap(wantEntries)},
+	{format: "compat", file: "testdata/compat.cache", want: wantEntries},
 }
 
-// wantEntries is what every format records for the root built by
-// buildRoot, in ldconfig's order. The old format has no hwcap field, so its
-// glibc-hwcaps entry looks like a plain one; the path tells them apart.
+// wantEntries is what the new format records for the root built by
+// buildRoot, in ldconfig's order. The compat format records the same in its
+// new-format part.
 // The 32-bit library is built without libc (no i386 libc is needed), so
 // ldconfig flags it FLAG_ELF (1) rather than FLAG_ELF_LIBC6 (3).
 var wantEntries = []Entry{
 	{Name: "libnvidia-ptxjitcompiler.so.1", Path: "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.1", Flags: 0x0303, Bits: 64},
 	{Name: "libnvidia-ml.so.1", Path: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", Flags: 0x0303, Bits: 64},
-	{Name: "libcuda.so.1", Path: "/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v3/libcuda.so.550.54.15", Flags: 0x0303, Bits: 64},
+	// glibc-hwcaps subdirectory 0 (x86-64-v3), ISA level 0.
+	{Name: "libcuda.so.1", Path: "/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v3/libcuda.so.550.54.15", Flags: 0x0303, Bits: 64, Hwcap: HwcapExtension},
 	{Name: "libcuda.so.1", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Flags: 0x0303, Bits: 64},
 	{Name: "libcuda.so.1", Path: "/usr/lib/i386-linux-gnu/libcuda.so.1", Flags: 0x0001, Bits: 32},
+}
+
+// withoutHwcap returns entries as the old format records them: it has no
+// hwcap field, so its glibc-hwcaps entry looks like a plain one; the path
+// tells them apart.
+func withoutHwcap(entries []Entry) []Entry {
+	out := make([]Entry, len(entries))
+	for i, e := range entries {
+		e.Hwcap = 0
+		out[i] = e
+	}
+	return out
 }
 
 // buildRoot builds a fake root holding tiny real ELF libraries with real
@@ -122,8 +137,8 @@ func TestParseHostLdconfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			if !reflect.DeepEqual(got, wantEntries) {
-				t.Errorf("Parse:\n got %+v\nwant %+v", got, wantEntries)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Parse:\n got %+v\nwant %+v", got, tc.want)
 			}
 			if *update {
 				if err := os.WriteFile(tc.file, data, 0o644); err != nil {
@@ -141,8 +156,8 @@ func TestLoadTestdata(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if !reflect.DeepEqual(got, wantEntries) {
-				t.Errorf("Load(%s):\n got %+v\nwant %+v", tc.file, got, wantEntries)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Load(%s):\n got %+v\nwant %+v", tc.file, got, tc.want)
 			}
 		})
 	}
@@ -477,8 +492,8 @@ func TestParseTruncated(t *testing.T) {
 					continue
 				}
 				// Only the cache's trailing extension data may be cut.
-				if !reflect.DeepEqual(got, wantEntries) {
-					t.Fatalf("Parse(first %d bytes) = %+v, want an error or %+v", n, got, wantEntries)
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("Parse(first %d bytes) = %+v, want an error or %+v", n, got, tc.want)
 				}
 			}
 		})
