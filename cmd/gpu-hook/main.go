@@ -5,6 +5,7 @@
 //
 //	gpu-hook update-ldcache --ldconfig PATH --driver-version V --library PATH...  (createContainer)
 //	gpu-hook prestart --cuda V --driver V --gpu INDEX,ARCH,BRAND...                (prestart)
+//	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
 package main
 
 import (

@@ -1,15 +1,18 @@
 package ctk
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
 
 func init() {
@@ -49,10 +52,37 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(d)
 	}
 	fmt.Fprintf(stdout, "Driver version: %s\nCUDA version:   %s\nNVML library:   %s\nGPUs:           %d\n\n", d.Version, d.CUDAVersion, d.NVMLPath, len(d.GPUs))
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tMINOR\tMODEL\tBRAND\tUUID\tBUS ID\tCOMPUTE CAP")
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tMINOR\tMODEL\tBRAND\tUUID\tBUS ID\tCOMPUTE CAP\tMIG")
 	for _, g := range d.GPUs {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.Name, g.Brand, g.UUID, g.BusID, g.ComputeCapability)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.Name, g.Brand, g.UUID, g.BusID, g.ComputeCapability, migMode(g))
+		// MIG devices under their parent: what NVIDIA_VISIBLE_DEVICES=0:1 or MIG-… names.
+		for _, m := range g.MIGDevices {
+			fmt.Fprintf(tw, "  %d:%d\t\tMIG %s (GI %d, CI %d, %d MiB)\t\t%s\t\t\t\n", g.Index, m.Index, m.Profile, m.GI, m.CI, m.MemoryMiB, m.UUID)
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Every row has every cell, so the columns line up; the padding of empty last cells goes.
+	for _, line := range strings.SplitAfter(table.String(), "\n") {
+		if _, err := io.WriteString(stdout, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n"))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migMode describes a GPU's MIG mode: "-" when it has none, "enabled", "disabled", or the
+// mode it takes at the next reset when that differs.
+func migMode(g discover.GPU) string {
+	if !g.MIGCapable {
+		return "-"
+	}
+	word := map[bool]string{true: "enabled", false: "disabled"}
+	if g.MIGCurrent != g.MIGPending {
+		return word[g.MIGCurrent] + " (" + word[g.MIGPending] + " after reset)"
+	}
+	return word[g.MIGCurrent]
 }

@@ -3,6 +3,8 @@ package ctk
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,7 +16,12 @@ import (
 // are checked against the same host.
 func TestInfo(t *testing.T) {
 	opts := fakehost.Default(2)
+	if err := opts.GPUs[0].AddMIGDevices("3g.40gb", "1g.10gb"); err != nil {
+		t.Fatal(err)
+	}
 	h := fakehost.BuildT(t, opts)
+	opts = h.Options
+	mig := h.MIGDevices()
 	var out, errb strings.Builder
 	if err := Run([]string{"info", "--json", "--driver-root", h.DriverRoot}, &out, &errb); err != nil {
 		t.Fatalf("info --json: %v (%s)", err, errb.String())
@@ -23,9 +30,16 @@ func TestInfo(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
 	}
-	if d.Version != "550.54.15" || d.CUDAVersion != "12.4" || len(d.GPUs) != 2 ||
-		d.GPUs[1] != (discover.GPU{Index: 1, Minor: 1, UUID: opts.GPUs[1].UUID, Name: "NVIDIA H100 80GB HBM3", Brand: "nvidia", BusID: opts.GPUs[1].BusID, ComputeCapability: "9.0"}) {
+	want1 := discover.GPU{Index: 1, Minor: 1, UUID: opts.GPUs[1].UUID, Name: "NVIDIA H100 80GB HBM3", Brand: "nvidia", BusID: opts.GPUs[1].BusID, ComputeCapability: "9.0", MIGCapable: true}
+	if d.Version != "550.54.15" || d.CUDAVersion != "12.4" || len(d.GPUs) != 2 || !reflect.DeepEqual(d.GPUs[1], want1) {
 		t.Errorf("json = %+v", d)
+	}
+	wantMIG := []discover.MIGDevice{
+		{Index: 0, UUID: mig[0].UUID, GI: mig[0].GI, CI: 0, Profile: "3g.40gb", MemoryMiB: mig[0].MemoryMiB},
+		{Index: 1, UUID: mig[1].UUID, GI: mig[1].GI, CI: 0, Profile: "1g.10gb", MemoryMiB: mig[1].MemoryMiB},
+	}
+	if g := d.GPUs[0]; !g.MIGEnabled() || !reflect.DeepEqual(g.MIGDevices, wantMIG) {
+		t.Errorf("MIG in json = %+v\nwant %+v", g, wantMIG)
 	}
 
 	out.Reset()
@@ -35,9 +49,11 @@ func TestInfo(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"Driver version: 550.54.15\n", "CUDA version:   12.4\n", "GPUs:           2\n",
-		"INDEX  MINOR  MODEL                  BRAND   UUID", "COMPUTE CAP",
-		"0      0      NVIDIA A100-SXM4-80GB  tesla   " + opts.GPUs[0].UUID + "  " + opts.GPUs[0].BusID + "  8.0",
-		"1      1      NVIDIA H100 80GB HBM3  nvidia  " + opts.GPUs[1].UUID + "  " + opts.GPUs[1].BusID + "  9.0",
+		"INDEX  MINOR  MODEL                                BRAND   UUID", "COMPUTE CAP  MIG\n",
+		"0      0      NVIDIA A100-SXM4-80GB                tesla   " + opts.GPUs[0].UUID + "  " + opts.GPUs[0].BusID + "  8.0          enabled\n",
+		fmt.Sprintf("  0:0         MIG 3g.40gb (GI %d, CI 0, %d MiB)          %s\n", mig[0].GI, mig[0].MemoryMiB, mig[0].UUID),
+		fmt.Sprintf("  0:1         MIG 1g.10gb (GI %d, CI 0, %d MiB)          %s\n", mig[1].GI, mig[1].MemoryMiB, mig[1].UUID),
+		"1      1      NVIDIA H100 80GB HBM3                nvidia  " + opts.GPUs[1].UUID + "  " + opts.GPUs[1].BusID + "  9.0          disabled\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text output lacks %q:\n%s", want, text)

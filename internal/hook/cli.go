@@ -30,7 +30,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		return fmt.Errorf("%w: docker ran %s for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json", ErrBypassed, request.DockerHookName)
 	}
 	if len(args) == 0 {
-		return errors.New("usage: gpu-hook update-ldcache|prestart [flags] (run by gpu-runtime as an OCI hook)")
+		return errors.New("usage: gpu-hook update-ldcache|prestart|proc-caps [flags] (run by gpu-runtime as an OCI hook)")
 	}
 	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,6 +62,18 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
 		}
 		return err
+	case "proc-caps":
+		var caps multi
+		procRoot := fs.String("proc-root", "/", "where the host's /proc is (driver.proc-root)")
+		fs.Var(&caps, "cap", "a MIG capability the container may open, e.g. gpu0/mig/gi1/access (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		root, err := ContainerRoot(stdin)
+		if err != nil {
+			return err
+		}
+		return ProcCaps(root, *procRoot, caps)
 	case "prestart":
 		var host requirements.Host
 		var gpus multi

@@ -11,17 +11,31 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
-// ParseGPU reads a --gpu value "INDEX,ARCH,BRAND" (e.g. "1,9.0,nvidia").
+// ParseGPU reads a --gpu value "INDEX,ARCH,BRAND" (e.g. "1,9.0,nvidia"; a MIG device's
+// index is "0:1", its arch and brand its parent's).
 func ParseGPU(v string) (requirements.GPU, error) {
 	parts := strings.Split(v, ",")
 	if len(parts) != 3 {
 		return requirements.GPU{}, fmt.Errorf("--gpu %q: want INDEX,ARCH,BRAND", v)
 	}
-	idx, err := strconv.Atoi(parts[0])
-	if err != nil || idx < 0 {
+	if !deviceIndex(parts[0]) {
 		return requirements.GPU{}, fmt.Errorf("--gpu %q: bad index %q", v, parts[0])
 	}
-	return requirements.GPU{Index: idx, Arch: parts[1], Brand: strings.ToLower(parts[2])}, nil
+	return requirements.GPU{ID: parts[0], Arch: parts[1], Brand: strings.ToLower(parts[2])}, nil
+}
+
+// deviceIndex reports whether s is a GPU index ("1") or a MIG device index ("0:1").
+func deviceIndex(s string) bool {
+	parts := strings.Split(s, ":")
+	if len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || strconv.Itoa(n) != p {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckRequirements is the prestart check: it reads the container's NVIDIA_REQUIRE_*

@@ -7,6 +7,7 @@ package nvmlinfo
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
@@ -95,7 +96,109 @@ func queryGPU(lib nvml.Interface, i int) (discover.GPU, error) {
 		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get PCI info of GPU %d", i), ret)
 	}
 	g.BusID = cString(pci.BusId[:])
+	if err := queryMIG(lib, dev, &g); err != nil {
+		return discover.GPU{}, err
+	}
 	return g, nil
+}
+
+// queryMIG reads a GPU's MIG mode and, in MIG mode, its MIG devices in NVML's enumeration
+// order (nvmlDeviceGetMigDeviceHandleByIndex up to the maximum, stopping at NOT_FOUND).
+// A GPU without MIG (NOT_SUPPORTED) is left as it is.
+func queryMIG(lib nvml.Interface, dev nvml.Device, g *discover.GPU) error {
+	current, pending, ret := dev.GetMigMode()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return nil
+	}
+	if ret != nvml.SUCCESS {
+		return nvmlErr(lib, fmt.Sprintf("get MIG mode of GPU %d", g.Index), ret)
+	}
+	g.MIGCapable = true
+	g.MIGCurrent, g.MIGPending = current == nvml.DEVICE_MIG_ENABLE, pending == nvml.DEVICE_MIG_ENABLE
+	if !g.MIGCurrent {
+		return nil
+	}
+	max, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nvmlErr(lib, fmt.Sprintf("get the MIG device count of GPU %d", g.Index), ret)
+	}
+	mem, ret := dev.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nvmlErr(lib, fmt.Sprintf("get memory of GPU %d", g.Index), ret)
+	}
+	for i := 0; i < max; i++ {
+		mig, ret := dev.GetMigDeviceHandleByIndex(i)
+		if ret == nvml.ERROR_NOT_FOUND {
+			break
+		}
+		if ret != nvml.SUCCESS {
+			return nvmlErr(lib, fmt.Sprintf("get MIG device %d:%d", g.Index, i), ret)
+		}
+		d, err := queryMIGDevice(lib, dev, mig, mem.Total)
+		if err != nil {
+			return fmt.Errorf("MIG device %d:%d: %w", g.Index, i, err)
+		}
+		d.Index = i
+		g.MIGDevices = append(g.MIGDevices, d)
+	}
+	return nil
+}
+
+// queryMIGDevice reads one MIG device. Its profile name is derived as go-nvlib and NVIDIA's
+// tools name it: "<C>c.<G>g.<GB>gb" ("<G>g.<GB>gb" when the compute instance takes the
+// whole GPU instance), "+me" for the media-extension GPU instance profiles.
+func queryMIGDevice(lib nvml.Interface, parent, mig nvml.Device, parentMemory uint64) (discover.MIGDevice, error) {
+	var d discover.MIGDevice
+	var ret nvml.Return
+	if d.UUID, ret = mig.GetUUID(); ret != nvml.SUCCESS {
+		return d, nvmlErr(lib, "get UUID", ret)
+	}
+	if d.GI, ret = mig.GetGpuInstanceId(); ret != nvml.SUCCESS {
+		return d, nvmlErr(lib, "get GPU instance id", ret)
+	}
+	if d.CI, ret = mig.GetComputeInstanceId(); ret != nvml.SUCCESS {
+		return d, nvmlErr(lib, "get compute instance id", ret)
+	}
+	attrs, ret := mig.GetAttributes()
+	if ret != nvml.SUCCESS {
+		return d, nvmlErr(lib, "get attributes", ret)
+	}
+	d.MemoryMiB = int(attrs.MemorySizeMB)
+	me := false
+	if gi, ret := parent.GetGpuInstanceById(d.GI); ret == nvml.SUCCESS {
+		if info, ret := gi.GetInfo(); ret == nvml.SUCCESS {
+			for _, p := range []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1} {
+				if pi, ret := parent.GetGpuInstanceProfileInfo(p); ret == nvml.SUCCESS && pi.Id == info.ProfileId {
+					me = true
+				}
+			}
+		}
+	}
+	d.Profile = ProfileName(int(attrs.ComputeInstanceSliceCount), int(attrs.GpuInstanceSliceCount), MIGMemoryGB(parentMemory, attrs.MemorySizeMB), me)
+	return d, nil
+}
+
+// MIGMemoryGB is the GB figure of a MIG profile name: the device's share of the parent's
+// memory rounded up to eighths, times the parent's memory in whole GiB, rounded (go-nvlib's
+// getMigMemorySizeGB, what nvidia-smi prints).
+func MIGMemoryGB(parentTotalBytes, migMemoryMiB uint64) int {
+	const eighths = 8
+	fraction := float64(migMemoryMiB) * (1 << 20) / float64(parentTotalBytes)
+	fraction = math.Ceil(fraction*eighths) / eighths
+	totalGiB := float64((parentTotalBytes + (1 << 30) - 1) / (1 << 30))
+	return int(math.Round(fraction * totalGiB))
+}
+
+// ProfileName writes a MIG profile name from compute and GPU instance slice counts.
+func ProfileName(computeSlices, gpuSlices, gb int, mediaExtensions bool) string {
+	name := fmt.Sprintf("%dg.%dgb", gpuSlices, gb)
+	if computeSlices != gpuSlices {
+		name = fmt.Sprintf("%dc.%s", computeSlices, name)
+	}
+	if mediaExtensions {
+		name += "+me"
+	}
+	return name
 }
 
 func nvmlErr(lib nvml.Interface, what string, ret nvml.Return) error {

@@ -93,7 +93,7 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 		return err
 	}
 	log.WithFields(logrus.Fields{
-		"gpus":         gpuIDs(p.GPUs),
+		"gpus":         deviceIDs(p.Devices),
 		"capabilities": req.Capabilities.String(),
 		"devices":      len(p.Edits.DeviceNodes),
 		"mounts":       len(p.Edits.Mounts),
@@ -116,7 +116,7 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	if err != nil {
 		return plan.Host{}, err
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: func(ctx context.Context, root string) (discover.Driver, error) {
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: func(ctx context.Context, root string) (discover.Driver, error) {
 		// Located only on a cache miss, the only time gpu-ctk runs.
 		ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
 		if err != nil {
@@ -135,7 +135,8 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 		return plan.Host{}, err
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
-	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, MIGCaps: res.Host.MIGCaps, ProcRoot: cfg.Driver.ProcRoot,
+		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
@@ -227,10 +228,10 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
-func gpuIDs(gpus []discover.GPU) []string {
-	out := make([]string, len(gpus))
-	for i, g := range gpus {
-		out[i] = g.UUID
+func deviceIDs(devices []plan.Device) []string {
+	out := make([]string, len(devices))
+	for i, d := range devices {
+		out[i] = d.UUID
 	}
 	return out
 }

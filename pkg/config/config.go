@@ -71,6 +71,9 @@ type DriverConfig struct {
 	Root string `toml:"root"`
 	// DevRoot is where the /dev/nvidia* device nodes live.
 	DevRoot string `toml:"dev-root"`
+	// ProcRoot is where the driver's /proc files are read (/proc/driver/nvidia*,
+	// /proc/devices): MIG capabilities and the discovery cache's view of the driver.
+	ProcRoot string `toml:"proc-root"`
 }
 
 // HookConfig is the [hook] table: the prestart hook the runtime injects.
@@ -132,8 +135,9 @@ func Default() Config {
 			LogLevel: "info",
 		},
 		Driver: DriverConfig{
-			Root:    "/",
-			DevRoot: "/",
+			Root:     "/",
+			DevRoot:  "/",
+			ProcRoot: "/",
 		},
 		Hook: HookConfig{
 			Path:     "",
@@ -392,6 +396,7 @@ func (c *Config) clean() []string {
 	optionalPath("runtime.log-file", &c.Runtime.LogFile)
 	requiredPath("driver.root", &c.Driver.Root)
 	requiredPath("driver.dev-root", &c.Driver.DevRoot)
+	requiredPath("driver.proc-root", &c.Driver.ProcRoot)
 	optionalPath("hook.path", &c.Hook.Path)
 	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
 	requiredPath("discovery.cache-file", &c.Discovery.CacheFile)

@@ -56,8 +56,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(schema()) != 18 {
-		t.Errorf("schema has %d keys, want 18 (5 tables, 13 keys): %v", len(schema()), schema())
+	if len(schema()) != 19 {
+		t.Errorf("schema has %d keys, want 19 (5 tables, 14 keys): %v", len(schema()), schema())
 	}
 }
 
@@ -136,7 +136,7 @@ timeout = "250ms"
 					LogFile:  "/var/log/gpu-runtime.log",
 					LogLevel: "debug",
 				},
-				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver"},
+				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver", ProcRoot: "/"},
 				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},

@@ -28,13 +28,15 @@ import (
 type Host struct {
 	Driver Driver `json:"driver"`
 	Files  []File `json:"files"`
+	// MIGCaps is how the driver exposes MIG capabilities (from /proc).
+	MIGCaps MIGCaps `json:"mig_caps"`
 }
 
 // maxCacheSize bounds the cache read: a host's is a few kilobytes.
 const maxCacheSize = 16 << 20
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 5
+const CacheVersion = 6
 
 type cacheFile struct {
 	Version     int
@@ -106,7 +108,11 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Host = Host{Driver: driver, Files: files}
+	caps, err := ReadMIGCaps(procRoot(opts), driver.GPUs)
+	if err != nil {
+		return res, err
+	}
+	res.Host = Host{Driver: driver, Files: files, MIGCaps: caps}
 	if opts.CacheFile != "" {
 		if err := writeCache(opts.CacheFile, cacheFile{Version: CacheVersion, Fingerprint: fp, Inputs: inputs, Host: res.Host}); err != nil {
 			res.CacheProblem = strings.TrimPrefix(res.CacheProblem+"; "+err.Error(), "; ")
@@ -195,15 +201,22 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	}
 	sort.Strings(nodes)
 	fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
-	// The driver's view of GPUs and MIG instances, where /proc has it.
-	procRoot := opts.ProcRoot
-	if procRoot == "" {
-		procRoot = "/"
-	}
-	stamp("version " + filepath.Join(procRoot, "proc/driver/nvidia/version"))
-	fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/gpus"), 1), ","))
-	fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(procRoot, "proc/driver/nvidia/capabilities"), 6), ","))
+	// The driver's view of GPUs and MIG instances, where /proc has it: a MIG
+	// reconfiguration changes the capabilities tree (and the caps nodes above).
+	pr := procRoot(opts)
+	stamp("version " + filepath.Join(pr, "proc/driver/nvidia/version"))
+	stamp("mig-minors " + filepath.Join(pr, ProcMIGMinors))
+	fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
+	fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(pr, ProcCapabilities), 6), ","))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// procRoot is where the driver's /proc files are read: "/" unless set.
+func procRoot(opts Options) string {
+	if opts.ProcRoot == "" {
+		return "/"
+	}
+	return opts.ProcRoot
 }
 
 // listTree lists the entry names under dir, depth levels deep.
@@ -277,12 +290,25 @@ func readCache(p string) (cacheFile, error) {
 //	fingerprint,<hex>
 //	input,<label path>                       one per fingerprint input
 //	driver,<version>,<CUDA version>,<NVML path>
-//	gpu,<index>,<minor>,<UUID>,<name>,<brand>,<bus ID>,<compute capability>
+//	gpu,<index>,<minor>,<UUID>,<name>,<brand>,<bus ID>,<compute capability>,<MIG: capable current pending as 0/1>
+//	mig,<MIG index>,<UUID>,<GI>,<CI>,<profile>,<memory MiB>,<GI cap minor>,<CI cap minor>   of the gpu record above
+//	caps,<nvidia-caps major>,<config minor>,<monitor minor>
 //	file,<kind>,<capability>,<prefix>,<bits>,<host path>,<container path>
 const cacheMagic = "gpu-runtime discovery cache"
 
 // cacheFields is the number of fields of each record kind.
-var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 8, "file": 7}
+var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 9, "mig": 9, "caps": 4, "file": 7}
+
+// migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.
+func migFlags(g GPU) string {
+	b := []byte("000")
+	for i, v := range []bool{g.MIGCapable, g.MIGCurrent, g.MIGPending} {
+		if v {
+			b[i] = '1'
+		}
+	}
+	return string(b)
+}
 
 func encodeCache(c cacheFile) ([]byte, error) {
 	var b bytes.Buffer
@@ -297,8 +323,14 @@ func encodeCache(c cacheFile) ([]byte, error) {
 	}
 	records = append(records, []string{"driver", d.Version, d.CUDAVersion, d.NVMLPath})
 	for _, g := range d.GPUs {
-		records = append(records, []string{"gpu", strconv.Itoa(g.Index), strconv.Itoa(g.Minor), g.UUID, g.Name, g.Brand, g.BusID, g.ComputeCapability})
+		records = append(records, []string{"gpu", strconv.Itoa(g.Index), strconv.Itoa(g.Minor), g.UUID, g.Name, g.Brand, g.BusID, g.ComputeCapability, migFlags(g)})
+		for _, m := range g.MIGDevices {
+			records = append(records, []string{"mig", strconv.Itoa(m.Index), m.UUID, strconv.Itoa(m.GI), strconv.Itoa(m.CI), m.Profile,
+				strconv.Itoa(m.MemoryMiB), strconv.Itoa(m.GICap), strconv.Itoa(m.CICap)})
+		}
 	}
+	mc := c.Host.MIGCaps
+	records = append(records, []string{"caps", strconv.Itoa(mc.Major), strconv.Itoa(mc.Config), strconv.Itoa(mc.Monitor)})
 	for _, f := range c.Host.Files {
 		records = append(records, []string{"file", string(f.Kind), string(f.Capability), f.Prefix, strconv.Itoa(f.Bits), f.HostPath, f.ContainerPath})
 	}
@@ -360,8 +392,23 @@ func decodeCache(data []byte) (cacheFile, error) {
 		case "driver":
 			c.Host.Driver.Version, c.Host.Driver.CUDAVersion, c.Host.Driver.NVMLPath = rec[1], rec[2], rec[3]
 		case "gpu":
+			flags := rec[8]
+			if len(flags) != 3 || strings.Trim(flags, "01") != "" {
+				return c, fmt.Errorf("line %d: MIG state %q is not three 0/1 digits", line, flags)
+			}
 			c.Host.Driver.GPUs = append(c.Host.Driver.GPUs, GPU{Index: number(rec[1]), Minor: number(rec[2]),
-				UUID: rec[3], Name: rec[4], Brand: rec[5], BusID: rec[6], ComputeCapability: rec[7]})
+				UUID: rec[3], Name: rec[4], Brand: rec[5], BusID: rec[6], ComputeCapability: rec[7],
+				MIGCapable: flags[0] == '1', MIGCurrent: flags[1] == '1', MIGPending: flags[2] == '1'})
+		case "mig":
+			gpus := c.Host.Driver.GPUs
+			if len(gpus) == 0 {
+				return c, fmt.Errorf("line %d: a mig record before any gpu record", line)
+			}
+			g := &gpus[len(gpus)-1]
+			g.MIGDevices = append(g.MIGDevices, MIGDevice{Index: number(rec[1]), UUID: rec[2], GI: number(rec[3]), CI: number(rec[4]),
+				Profile: rec[5], MemoryMiB: number(rec[6]), GICap: number(rec[7]), CICap: number(rec[8])})
+		case "caps":
+			c.Host.MIGCaps = MIGCaps{Major: number(rec[1]), Config: number(rec[2]), Monitor: number(rec[3])}
 		case "file":
 			c.Host.Files = append(c.Host.Files, File{Kind: Kind(rec[1]), Capability: capabilities.Capability(rec[2]),
 				Prefix: rec[3], Bits: number(rec[4]), HostPath: rec[5], ContainerPath: rec[6]})

@@ -127,7 +127,7 @@ func TestDiscoverCache(t *testing.T) {
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "future" with 2 fields`},
 		{"short record", func(p string) error { return appendTo(p, "gpu,1,1\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "gpu" with 3 fields`},
-		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,\n") },
+		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,,000\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: "one" is not a number`},
 		{"world-writable", func(p string) error { return os.Chmod(p, 0o666) },
 			"discovery cache " + e.opts.CacheFile + " ignored: mode 0666, not 0600"},
@@ -250,9 +250,14 @@ func TestCacheRoundTrip(t *testing.T) {
 	want := cacheFile{Version: CacheVersion, Fingerprint: "0123abcd", Inputs: []string{"ldcache /r/etc/ld.so.cache", "dir /r/usr/lib, with comma"},
 		Host: Host{
 			Driver: Driver{Version: "550.54.15", CUDAVersion: "12.4", NVMLPath: "/r/usr/lib/libnvidia-ml.so.1", GPUs: []GPU{
-				{Index: 0, Minor: 3, UUID: "GPU-a", Name: `NVIDIA "H100", 80GB`, Brand: "nvidia", BusID: "00000000:07:00.0", ComputeCapability: "9.0"},
-				{Index: 1, Minor: 4, UUID: "GPU-b", Name: "line\nbreak"},
+				{Index: 0, Minor: 3, UUID: "GPU-a", Name: `NVIDIA "H100", 80GB`, Brand: "nvidia", BusID: "00000000:07:00.0", ComputeCapability: "9.0",
+					MIGCapable: true, MIGCurrent: true, MIGPending: true, MIGDevices: []MIGDevice{
+						{Index: 0, UUID: "MIG-x", GI: 1, CI: 0, Profile: "3g.40gb", MemoryMiB: 40192, GICap: 417, CICap: 418},
+						{Index: 1, UUID: "MIG-y", GI: 7, CI: 0, Profile: "1g.10gb+me", MemoryMiB: 9728, GICap: 0, CICap: 0},
+					}},
+				{Index: 1, Minor: 4, UUID: "GPU-b", Name: "line\nbreak", MIGCapable: true, MIGPending: true},
 			}},
+			MIGCaps: MIGCaps{Major: 237, Config: 1, Monitor: 2},
 			Files: []File{
 				{Kind: KindLibrary, Capability: "compute", Prefix: "libcuda", Bits: 64, HostPath: "/r/usr/lib/libcuda.so.550.54.15", ContainerPath: "/usr/lib/libcuda.so.550.54.15"},
 				{Kind: KindSocket, HostPath: "/r/run/nvidia-persistenced/socket", ContainerPath: "/run/nvidia-persistenced/socket"},
@@ -294,6 +299,7 @@ func TestCacheRefusesCarriageReturns(t *testing.T) {
 // FuzzDecodeCache: any file decodes or fails cleanly, and what decodes survives a re-encode.
 func FuzzDecodeCache(f *testing.F) {
 	f.Add([]byte(cacheMagic + ",3\nfingerprint,ab\ninput,ldcache /etc/ld.so.cache\ndriver,1.0,12.4,\ngpu,0,0,GPU-a,n,b,bus,8.0\nfile,library,compute,libcuda,64,/a,/a\n"))
+	f.Add([]byte(cacheMagic + ",6\nfingerprint,ab\ndriver,1.0,12.4,\ngpu,0,0,GPU-a,n,b,bus,8.0,111\nmig,0,MIG-a,1,0,3g.40gb,40192,12,13\ncaps,237,1,2\n"))
 	f.Add([]byte(cacheMagic + ",2\n"))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {

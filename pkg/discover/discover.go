@@ -16,6 +16,46 @@ type GPU struct {
 	Brand             string `json:"brand"`
 	BusID             string `json:"bus_id"`
 	ComputeCapability string `json:"compute_capability"`
+	// MIGCapable says the GPU can be partitioned with MIG; MIGCurrent and MIGPending are
+	// its current mode and the mode it takes at the next reset (enabled = true).
+	MIGCapable bool `json:"mig_capable,omitempty"`
+	MIGCurrent bool `json:"mig_current,omitempty"`
+	MIGPending bool `json:"mig_pending,omitempty"`
+	// MIGDevices are its MIG devices in NVML's enumeration order (nvmlDeviceGetMigDeviceHandleByIndex).
+	MIGDevices []MIGDevice `json:"mig_devices,omitempty"`
+}
+
+// MIGEnabled reports whether the GPU is in MIG mode, current and pending (reference §9): then
+// its MIG devices are what can be used, and the GPU itself cannot be used whole.
+func (g GPU) MIGEnabled() bool { return g.MIGCurrent && g.MIGPending }
+
+// MIGDevice is one MIG device: a compute instance of a GPU instance.
+type MIGDevice struct {
+	// Index is I of the "G:I" name: the position in NVML's enumeration of the parent's MIG devices.
+	Index   int    `json:"index"`
+	UUID    string `json:"uuid"`    // "MIG-…"
+	GI      int    `json:"gi"`      // GPU instance id
+	CI      int    `json:"ci"`      // compute instance id
+	Profile string `json:"profile"` // e.g. "3g.40gb", "1c.3g.40gb", "1g.10gb+me"
+	// MemoryMiB is the device's memory.
+	MemoryMiB int `json:"memory_mib"`
+	// GICap and CICap are the minors of the GPU and compute instance capabilities
+	// (/dev/nvidia-caps/nvidia-cap<N>), read from the driver's /proc by discovery (not NVML);
+	// 0 when the driver does not list them (minor 0 is never a MIG capability).
+	GICap int `json:"gi_cap"`
+	CICap int `json:"ci_cap"`
+}
+
+// MIGCaps is how the driver exposes MIG capabilities, read from its /proc files.
+type MIGCaps struct {
+	// Major is the character major of /dev/nvidia-caps/* (the "nvidia-caps" line of
+	// /proc/devices); 0 when the driver uses the /proc interface instead: the capability is
+	// the access file itself, and no device node exists.
+	Major int `json:"major"`
+	// Config and Monitor are the minors of the mig/config and mig/monitor capabilities; 0
+	// when the driver does not list them.
+	Config  int `json:"config"`
+	Monitor int `json:"monitor"`
 }
 
 // Driver is what NVML says about the driver and its GPUs.

@@ -6,6 +6,7 @@ package edits
 
 import (
 	"os"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -51,6 +52,39 @@ type Edits struct {
 	// RemoveHooks names hook executables to drop from every stage (e.g. docker's
 	// nvidia-container-runtime-hook, whose request gpu-runtime honours itself).
 	RemoveHooks []string
+	// ProcCaps are MIG capabilities of a driver that uses the /proc interface (paths under
+	// /proc/driver/nvidia/capabilities, e.g. "gpu0/mig/gi1/access"): the container may
+	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
+	// turns them into a gpu-hook entry; Options ignores them.
+	ProcCaps []string
+}
+
+// Add appends o's edits to e. A device node or mount at a container path e already has,
+// and a capability or hook removal already listed, are not added again: two MIG devices of
+// one GPU share its device node.
+func (e *Edits) Add(o Edits) {
+	e.Env = append(e.Env, o.Env...)
+	for _, n := range o.DeviceNodes {
+		if !slices.ContainsFunc(e.DeviceNodes, func(x DeviceNode) bool { return x.Path == n.Path }) {
+			e.DeviceNodes = append(e.DeviceNodes, n)
+		}
+	}
+	for _, m := range o.Mounts {
+		if !slices.ContainsFunc(e.Mounts, func(x Mount) bool { return x.ContainerPath == m.ContainerPath }) {
+			e.Mounts = append(e.Mounts, m)
+		}
+	}
+	e.Hooks = append(e.Hooks, o.Hooks...)
+	for _, r := range o.RemoveHooks {
+		if !slices.Contains(e.RemoveHooks, r) {
+			e.RemoveHooks = append(e.RemoveHooks, r)
+		}
+	}
+	for _, c := range o.ProcCaps {
+		if !slices.Contains(e.ProcCaps, c) {
+			e.ProcCaps = append(e.ProcCaps, c)
+		}
+	}
 }
 
 // Options returns the spec edits, in a fixed order: hook removals, env, devices, mounts, hooks.

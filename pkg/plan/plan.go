@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
@@ -36,6 +35,9 @@ type Host struct {
 	Driver  discover.Driver
 	Files   []discover.File
 	Devices discover.DeviceNodes
+	// MIGCaps is how the driver exposes MIG capabilities; ProcRoot where its /proc is read.
+	MIGCaps  discover.MIGCaps
+	ProcRoot string
 	// HookPath is the absolute path of gpu-hook; LDConfig the host's ldconfig.
 	HookPath string
 	LDConfig string
@@ -46,13 +48,15 @@ type Host struct {
 // Plan is the outcome of planning.
 type Plan struct {
 	Edits edits.Edits
-	// GPUs are the selected GPUs, in request order.
-	GPUs []discover.GPU
+	// Devices are the selected devices (whole GPUs and MIG devices), in request order.
+	Devices []Device
 	// Warnings are problems that do not stop the container (e.g. a missing optional node).
 	Warnings []string
 }
 
-// Build plans the injection for req on host.
+// Build plans the injection for req on host: the edits of each selected device, then the
+// edits every GPU container gets (Common), then what the request adds (MIG config or
+// monitor access, IMEX channels, the requirement check).
 func Build(req request.Request, host Host) (Plan, error) {
 	var p Plan
 	p.Edits.RemoveHooks = []string{request.DockerHookName}
@@ -60,49 +64,91 @@ func Build(req request.Request, host Host) (Plan, error) {
 		return p, nil
 	}
 	var errs []error
-
-	if req.MIGConfig || req.MIGMonitor {
-		errs = append(errs, fmt.Errorf("%w: %s/%s: MIG configuration and monitoring access is not supported yet", ErrUnsupported, request.EnvMIGConfig, request.EnvMIGMonitor))
-	}
-	gpus, err := selectGPUs(req, host.Driver.GPUs)
+	devices, err := selectDevices(req, host.Driver.GPUs)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	p.GPUs = gpus
+	p.Devices = devices
+	for _, d := range devices {
+		de, err := d.Edits(host)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.Edits.Add(de)
+	}
+	if req.MIGConfig || req.MIGMonitor {
+		me, err := migAccessEdits(req, devices, host)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.Edits.Add(me)
+	}
+	common, warnings, err := Common(req.Capabilities, host)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	p.Warnings = warnings
+	p.Edits.Add(common)
+	for _, ch := range imexChannels(req, host.Devices) {
+		node, err := host.node(ch)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.Edits.Add(edits.Edits{DeviceNodes: []edits.DeviceNode{node}})
+	}
+	if len(errs) > 0 {
+		return Plan{}, errors.Join(errs...)
+	}
+	if len(p.Edits.ProcCaps) > 0 {
+		// The driver's /proc interface: runc refuses mounts under /proc, gpu-hook makes them.
+		args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
+		for _, c := range p.Edits.ProcCaps {
+			args = append(args, "--cap", c)
+		}
+		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
+	}
+	if len(req.Requirements) > 0 && !req.DisableRequire {
+		args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
+		for _, d := range devices {
+			args = append(args, "--gpu", fmt.Sprintf("%s,%s,%s", d.Index, d.GPU.ComputeCapability, d.GPU.Brand))
+		}
+		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
+	}
+	return p, nil
+}
 
-	// Device nodes: each selected GPU, the control node, and per capability.
+// Common returns the edits every GPU container with the capabilities caps gets, whatever
+// devices it has: the control nodes (nvidiactl; the UVM nodes for compute; nvidia-modeset
+// for graphics), the driver files of the capabilities as read-only mounts, and the hook that
+// updates the container's loader cache. A missing optional node is a warning; a missing
+// control node or required library an error.
+func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
+	var e edits.Edits
+	var warnings []string
+	var errs []error
 	type want struct {
 		path     string
 		required bool
 		hint     string
 	}
-	var nodes []want
-	for _, g := range gpus {
-		nodes = append(nodes, want{path: "/dev/nvidia" + strconv.Itoa(g.Minor), required: true})
-	}
-	nodes = append(nodes, want{path: "/dev/nvidiactl", required: true})
-	if req.Capabilities.Has(capabilities.Compute) {
+	nodes := []want{{path: "/dev/nvidiactl", required: true}}
+	if caps.Has(capabilities.Compute) {
 		hint := "CUDA needs it: load the nvidia-uvm module (nvidia-modprobe -u -c=0)"
 		nodes = append(nodes, want{path: "/dev/nvidia-uvm", hint: hint}, want{path: "/dev/nvidia-uvm-tools", hint: hint})
 	}
-	if req.Capabilities.Has(capabilities.Graphics) {
+	if caps.Has(capabilities.Graphics) {
 		nodes = append(nodes, want{path: "/dev/nvidia-modeset", hint: "load the nvidia-modeset module"})
 	}
-	for _, ch := range imexChannels(req, host.Devices) {
-		nodes = append(nodes, want{path: ch, required: true})
-	}
 	for _, w := range nodes {
-		node, ok := host.Devices.Nodes[w.path]
+		node, err := host.node(w.path)
 		switch {
-		case ok:
-			p.Edits.DeviceNodes = append(p.Edits.DeviceNodes, edits.DeviceNode(node))
-		case host.Devices.Invalid[w.path] != nil:
-			errs = append(errs, fmt.Errorf("%w: %w", ErrMissingNode, host.Devices.Invalid[w.path]))
-		case w.required:
-			errs = append(errs, fmt.Errorf("%w: %s not found under device root %q: check that the NVIDIA driver is loaded, or set driver.dev-root",
-				ErrMissingNode, w.path, host.Devices.Root))
+		case err == nil:
+			e.DeviceNodes = append(e.DeviceNodes, node)
+		case w.required || host.Devices.Invalid[w.path] != nil:
+			errs = append(errs, err)
 		default:
-			p.Warnings = append(p.Warnings, fmt.Sprintf("device node %s not found under device root %q, not injected (%s)", w.path, host.Devices.Root, w.hint))
+			warnings = append(warnings, fmt.Sprintf("device node %s not found under device root %q, not injected (%s)", w.path, host.Devices.Root, w.hint))
 		}
 	}
 
@@ -111,7 +157,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 	var libraries []string
 	have := map[string]bool{}
 	for _, f := range host.Files {
-		if !wanted(f, req.Capabilities) {
+		if !wanted(f, caps) {
 			continue
 		}
 		files = append(files, f)
@@ -125,7 +171,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 		}
 	}
 	for _, c := range capabilities.All {
-		if !req.Capabilities.Has(c) {
+		if !caps.Has(c) {
 			continue
 		}
 		for _, prefix := range capabilities.FilesOf(c).Required {
@@ -135,18 +181,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return Plan{}, errors.Join(errs...)
-	}
-
-	p.Edits.Mounts = mountsFor(files)
-	if len(req.Requirements) > 0 && !req.DisableRequire {
-		args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
-		for _, g := range gpus {
-			args = append(args, "--gpu", fmt.Sprintf("%d,%s,%s", g.Index, g.ComputeCapability, g.Brand))
-		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
-	}
+	e.Mounts = mountsFor(files)
 	if len(libraries) > 0 {
 		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
 		if host.HookTimeout > 0 {
@@ -155,11 +190,66 @@ func Build(req request.Request, host Host) (Plan, error) {
 		for _, lib := range libraries {
 			args = append(args, "--library", lib)
 		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{
+		e.Hooks = append(e.Hooks, edits.Hook{
 			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
 		})
 	}
-	return p, nil
+	return e, warnings, errors.Join(errs...)
+}
+
+// node returns the device node at a container path under the device root, or the error
+// saying why it cannot be injected.
+func (h Host) node(p string) (edits.DeviceNode, error) {
+	if n, ok := h.Devices.Nodes[p]; ok {
+		return edits.DeviceNode(n), nil
+	}
+	if err := h.Devices.Invalid[p]; err != nil {
+		return edits.DeviceNode{}, fmt.Errorf("%w: %w", ErrMissingNode, err)
+	}
+	return edits.DeviceNode{}, fmt.Errorf("%w: %s not found under device root %q: check that the NVIDIA driver is loaded, or set driver.dev-root",
+		ErrMissingNode, p, h.Devices.Root)
+}
+
+// migAccessEdits grants NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES=all: the
+// mig/config or mig/monitor capability, and every GPU and compute instance capability of the
+// selected MIG-capable GPUs (a MIG manager's view).
+func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edits, error) {
+	var e edits.Edits
+	var errs []error
+	for _, c := range []struct {
+		asked bool
+		env   string
+		name  string
+		minor int
+	}{{req.MIGConfig, request.EnvMIGConfig, "mig/config", host.MIGCaps.Config}, {req.MIGMonitor, request.EnvMIGMonitor, "mig/monitor", host.MIGCaps.Monitor}} {
+		if !c.asked {
+			continue
+		}
+		ce, err := host.capEdits(c.name, c.minor)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=all: %w", c.env, err))
+		}
+		e.Add(ce)
+	}
+	for _, d := range devices {
+		if d.IsMIG() || !d.GPU.MIGCapable {
+			continue
+		}
+		for i := range d.GPU.MIGDevices {
+			m := &d.GPU.MIGDevices[i]
+			for _, c := range []struct {
+				path  string
+				minor int
+			}{{discover.CapPath(d.GPU.Minor, m.GI, -1), m.GICap}, {discover.CapPath(d.GPU.Minor, m.GI, m.CI), m.CICap}} {
+				ce, err := host.capEdits(c.path, c.minor)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("MIG access to GPU %s: %w", d, err))
+				}
+				e.Add(ce)
+			}
+		}
+	}
+	return e, errors.Join(errs...)
 }
 
 // IMEXChannelDir holds the IMEX channel nodes.
@@ -193,77 +283,4 @@ func wanted(f discover.File, caps capabilities.Set) bool {
 		return false
 	}
 	return caps.Has(f.Capability)
-}
-
-// selectGPUs resolves the request's device list against the host's GPUs.
-func selectGPUs(req request.Request, gpus []discover.GPU) ([]discover.GPU, error) {
-	switch req.Mode {
-	case request.AllGPUs:
-		return gpus, nil
-	case request.DeviceList:
-	default:
-		return nil, nil
-	}
-	var out []discover.GPU
-	var unknown []string
-	var errs []error
-	seen := map[int]string{}
-	for _, tok := range req.Devices {
-		g, err := resolveToken(tok, gpus)
-		if errors.Is(err, ErrUnsupported) {
-			errs = append(errs, err)
-			continue
-		}
-		if err != nil {
-			unknown = append(unknown, tok)
-			continue
-		}
-		if prev, dup := seen[g.Index]; dup {
-			errs = append(errs, fmt.Errorf("%w: %q and %q in %s both name GPU %d", request.ErrInvalid, prev, tok, request.EnvVisibleDevices, g.Index))
-			continue
-		}
-		seen[g.Index] = tok
-		out = append(out, g)
-	}
-	if len(unknown) > 0 {
-		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))}, errs...)
-	}
-	return out, errors.Join(errs...)
-}
-
-func resolveToken(tok string, gpus []discover.GPU) (discover.GPU, error) {
-	switch {
-	case strings.HasPrefix(tok, "MIG-") || strings.Contains(tok, ":"):
-		return discover.GPU{}, fmt.Errorf("%w: MIG device %q in %s: MIG devices are not supported yet; name whole GPUs by index or UUID", ErrUnsupported, tok, request.EnvVisibleDevices)
-	case strings.Contains(tok, "/") && strings.Contains(tok, "="):
-		return discover.GPU{}, fmt.Errorf("%w: CDI device %q in %s: CDI names are not supported in this variable yet; use an index or UUID", ErrUnsupported, tok, request.EnvVisibleDevices)
-	}
-	if idx, err := strconv.Atoi(tok); err == nil && idx >= 0 && strconv.Itoa(idx) == tok {
-		for _, g := range gpus {
-			if g.Index == idx {
-				return g, nil
-			}
-		}
-		return discover.GPU{}, ErrUnknownDevice
-	}
-	for _, g := range gpus {
-		if strings.EqualFold(g.UUID, tok) {
-			return g, nil
-		}
-	}
-	return discover.GPU{}, ErrUnknownDevice
-}
-
-// describe lists the GPUs that exist, for error messages.
-func describe(gpus []discover.GPU) string {
-	if len(gpus) == 0 {
-		return "this host has no GPUs"
-	}
-	sorted := append([]discover.GPU(nil), gpus...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
-	parts := make([]string, len(sorted))
-	for i, g := range sorted {
-		parts[i] = fmt.Sprintf("%d (%s)", g.Index, g.UUID)
-	}
-	return "this host has GPUs " + strings.Join(parts, ", ")
 }

@@ -114,7 +114,7 @@ func TestBuild(t *testing.T) {
 			if got := paths(p.Edits.Mounts, func(m edits.Mount) string { return m.ContainerPath }); !reflect.DeepEqual(got, tc.wantMounts) {
 				t.Errorf("mounts = %v, want %v", got, tc.wantMounts)
 			}
-			if got := paths(p.GPUs, func(g discover.GPU) string { return g.UUID }); !reflect.DeepEqual(got, tc.wantGPUs) {
+			if got := paths(p.Devices, func(d Device) string { return d.UUID }); !reflect.DeepEqual(got, tc.wantGPUs) {
 				t.Errorf("gpus = %v, want %v", got, tc.wantGPUs)
 			}
 			if !reflect.DeepEqual(p.Edits.RemoveHooks, []string{request.DockerHookName}) {
@@ -174,8 +174,8 @@ func TestBuildErrors(t *testing.T) {
 			wantErr: `unknown device "-1", "01" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`, is: ErrUnknownDevice},
 		{description: "index and UUID of the same GPU", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=1,GPU-bbbb"},
 			wantErr: `invalid GPU request: "1" and "GPU-bbbb" in NVIDIA_VISIBLE_DEVICES both name GPU 1`, is: request.ErrInvalid},
-		{description: "MIG not supported yet", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"},
-			wantErr: `unsupported device request: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: MIG devices are not supported yet; name whole GPUs by index or UUID`, is: ErrUnsupported},
+		{description: "a MIG device on a host without MIG", host: testHost(), env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"},
+			wantErr: `unknown device: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: this host has no MIG devices`, is: ErrUnknownDevice},
 		{description: "no GPUs on host", host: Host{Devices: discover.DeviceNodes{Root: "/d"}}, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"},
 			wantErr: "unknown device \"0\" in NVIDIA_VISIBLE_DEVICES: this host has no GPUs\nmissing device node: /dev/nvidiactl not found under device root \"/d\": check that the NVIDIA driver is loaded, or set driver.dev-root\nmissing driver library: libnvidia-ml.so. (capability utility) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrUnknownDevice},
 		{description: "every missing node reported at once", host: noCtl, env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"},
@@ -233,8 +233,8 @@ func TestIMEXAndMIGPlanning(t *testing.T) {
 			wantNodes: []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel0", "/dev/nvidia-caps-imex-channels/channel5"}},
 		{description: "missing channel", env: []string{"NVIDIA_IMEX_CHANNELS=7"},
 			wantErr: `missing device node: /dev/nvidia-caps-imex-channels/channel7 not found under device root "/devroot": check that the NVIDIA driver is loaded, or set driver.dev-root`},
-		{description: "MIG config refused", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all"},
-			wantErr: "unsupported device request: NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES: MIG configuration and monitoring access is not supported yet"},
+		{description: "MIG config on a host whose driver lists no MIG capabilities", env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all"},
+			wantErr: `NVIDIA_MIG_CONFIG_DEVICES=all: missing device node: the driver lists no /proc/driver/nvidia/capabilities/mig/config under proc root "": check driver.proc-root, and that the MIG instances exist (nvidia-smi -L)`},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

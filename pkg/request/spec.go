@@ -50,6 +50,9 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 				env, warnings = withoutEnvAccess(env)
 			}
 			req, err := build(env, strings.Join(ids, ","), true)
+			if err == nil {
+				err = migAccessAllowed(req, spec)
+			}
 			return req, warnings, err
 		}
 	}
@@ -63,7 +66,27 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		return Request{Mode: NoGPU}, nil, nil
 	}
 	req, err := build(env, visible, set)
+	if err == nil {
+		err = migAccessAllowed(req, spec)
+	}
 	return req, nil, err
+}
+
+// migAccessAllowed refuses MIG config or monitor access to a container without CAP_SYS_ADMIN
+// in its bounding set: only MIG managers need it, and they run privileged.
+func migAccessAllowed(req Request, spec *specs.Spec) error {
+	if Privileged(spec) {
+		return nil
+	}
+	for _, v := range []struct {
+		asked bool
+		name  string
+	}{{req.MIGConfig, EnvMIGConfig}, {req.MIGMonitor, EnvMIGMonitor}} {
+		if v.asked {
+			return fmt.Errorf("%w: %s=all needs CAP_SYS_ADMIN in the container's bounding set: run the MIG manager privileged (docker run --cap-add SYS_ADMIN), or unset %s", ErrInvalid, v.name, v.name)
+		}
+	}
+	return nil
 }
 
 // withoutEnvAccess returns env without the variables that grant access beyond the

@@ -3,6 +3,7 @@ package request
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -161,4 +162,40 @@ func FuzzMayRequestGPU(f *testing.F) {
 			t.Fatalf("GPU request %q %q missed by the pre-check", a, b)
 		}
 	})
+}
+
+// TestMIGAccessNeedsSysAdmin: NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES are for
+// MIG managers, which run privileged: anyone else gets an error naming the variable.
+func TestMIGAccessNeedsSysAdmin(t *testing.T) {
+	privileged := &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}}
+	testCases := []struct {
+		description string
+		caps        *specs.LinuxCapabilities
+		env         []string
+		wantErr     string
+	}{
+		{"config with CAP_SYS_ADMIN", privileged, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"}, ""},
+		{"monitor with CAP_SYS_ADMIN", privileged, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"}, ""},
+		{"config without", nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"},
+			"invalid GPU request: NVIDIA_MIG_CONFIG_DEVICES=all needs CAP_SYS_ADMIN in the container's bounding set: run the MIG manager privileged (docker run --cap-add SYS_ADMIN), or unset NVIDIA_MIG_CONFIG_DEVICES"},
+		{"monitor without", &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"},
+			"invalid GPU request: NVIDIA_MIG_MONITOR_DEVICES=all needs CAP_SYS_ADMIN in the container's bounding set: run the MIG manager privileged (docker run --cap-add SYS_ADMIN), or unset NVIDIA_MIG_MONITOR_DEVICES"},
+		{"none or void is not a request", nil, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=none"}, ""},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			spec := &specs.Spec{Process: &specs.Process{Env: tc.env, Capabilities: tc.caps}}
+			_, _, err := FromSpec(spec, Policy{AcceptEnvWhenUnprivileged: true})
+			if fmt.Sprint(err) != fmt.Sprint(errOrNil(tc.wantErr)) {
+				t.Errorf("error = %v\nwant    %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func errOrNil(s string) error {
+	if s == "" {
+		return nil
+	}
+	return errors.New(s)
 }

@@ -51,14 +51,14 @@ func FuzzParse(f *testing.F) {
 		}
 		checkShape(t, expr, e)
 
-		gpu := GPU{Index: 0, Arch: arch, Brand: brand}
+		gpu := GPU{ID: "0", Arch: arch, Brand: brand}
 		h := Host{CUDA: cuda, Driver: driver, GPUs: []GPU{gpu}}
 		ok, err := e.Eval(h)
 		if err != nil && (!errors.Is(err, ErrInvalidVersion) || errors.Is(err, ErrMalformed)) {
 			t.Fatalf("Parse(%q).Eval(%+v) error %v: want ErrInvalidVersion, never ErrMalformed", expr, h, err)
 		}
 		// A GPU repeated has the same facts: the per-GPU rule must give the same answer.
-		twice := Host{CUDA: cuda, Driver: driver, GPUs: []GPU{gpu, {Index: 1, Arch: arch, Brand: brand}}}
+		twice := Host{CUDA: cuda, Driver: driver, GPUs: []GPU{gpu, {ID: "1", Arch: arch, Brand: brand}}}
 		ok2, err2 := e.Eval(twice)
 		if ok2 != ok || errText(err2) != errText(err) {
 			t.Fatalf("Parse(%q): Eval with one GPU = %v, %v; with the same GPU twice = %v, %v", expr, ok, err, ok2, err2)

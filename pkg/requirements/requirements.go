@@ -97,9 +97,10 @@ const (
 
 const opChars = "<>=!"
 
-// GPU is what the requirements know of one selected GPU.
+// GPU is what the requirements know of one selected device: a whole GPU or a MIG device,
+// whose arch and brand are its parent's.
 type GPU struct {
-	Index int    // as shown in messages, e.g. the NVML index
+	ID    string // as shown in messages: the device's index, "0" or "0:1"
 	Arch  string // compute capability, e.g. "9.0"
 	Brand string // e.g. "tesla"; compared case-insensitively
 }
@@ -317,7 +318,7 @@ func (f Factor) eval(h Host) (bool, error) {
 		return f.compare(h.Driver, "host driver version")
 	case KeyArch:
 		for _, g := range h.GPUs {
-			ok, err := f.compare(g.Arch, fmt.Sprintf("arch of GPU %d", g.Index))
+			ok, err := f.compare(g.Arch, "arch of GPU "+g.ID)
 			if err != nil || !ok {
 				return false, err
 			}
@@ -467,7 +468,7 @@ func groupGPUs(gpus []GPU) []string {
 		if _, seen := indices[f]; !seen {
 			facts = append(facts, f)
 		}
-		indices[f] = append(indices[f], strconv.Itoa(g.Index))
+		indices[f] = append(indices[f], g.ID)
 	}
 	out := make([]string, 0, len(facts))
 	for _, f := range facts {

@@ -17,8 +17,8 @@ func host(cuda, driver string, gpus ...GPU) Host {
 }
 
 var (
-	h100    = GPU{Index: 0, Arch: "9.0", Brand: "nvidia"}
-	a100    = GPU{Index: 0, Arch: "8.0", Brand: "tesla"}
+	h100    = GPU{ID: "0", Arch: "9.0", Brand: "nvidia"}
+	a100    = GPU{ID: "0", Arch: "8.0", Brand: "tesla"}
 	defHost = host("12.4", "550.54.15", h100)
 )
 
@@ -37,8 +37,8 @@ func (o outcome) String() string {
 }
 
 func TestEval(t *testing.T) {
-	twoArch := host("12.4", "550.54.15", GPU{Index: 0, Arch: "8.0", Brand: "tesla"}, GPU{Index: 1, Arch: "9.0", Brand: "tesla"})
-	twoBrand := host("12.4", "550.54.15", GPU{Index: 0, Arch: "9.0", Brand: "tesla"}, GPU{Index: 1, Arch: "9.0", Brand: "geforce"})
+	twoArch := host("12.4", "550.54.15", GPU{ID: "0", Arch: "8.0", Brand: "tesla"}, GPU{ID: "1", Arch: "9.0", Brand: "tesla"})
+	twoBrand := host("12.4", "550.54.15", GPU{ID: "0", Arch: "9.0", Brand: "tesla"}, GPU{ID: "1", Arch: "9.0", Brand: "geforce"})
 	noGPU := host("12.4", "550.54.15")
 	oldDriver := host("12.2", "535.104.05", a100)
 	testCases := []struct {
@@ -144,7 +144,7 @@ func TestEval(t *testing.T) {
 		// unusable host values.
 		{description: "host cuda unknown", expr: "cuda>=12", host: host("", "550.54.15"), want: hostError},
 		{description: "host driver malformed", expr: "driver>=535", host: host("12.4", "N/A"), want: hostError},
-		{description: "host GPU arch unknown", expr: "arch>=8.0", host: host("12.4", "550.54.15", GPU{Index: 3}), want: hostError},
+		{description: "host GPU arch unknown", expr: "arch>=8.0", host: host("12.4", "550.54.15", GPU{ID: "3"}), want: hostError},
 		{description: "unused host value is not looked at", expr: "driver>=535", host: host("", "550.54.15"), want: pass},
 		{description: "satisfied term ends the evaluation", expr: "driver>=535 cuda>=12", host: host("", "550.54.15"), want: pass},
 	}
@@ -299,26 +299,26 @@ func TestCheckMessages(t *testing.T) {
 		{
 			description: "arch failure names each GPU",
 			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_ARCH", Expression: "arch>=9.0"}},
-			host:        host("12.4", "550.54.15", GPU{Index: 0, Arch: "8.0", Brand: "tesla"}, GPU{Index: 1, Arch: "9.0", Brand: "tesla"}),
+			host:        host("12.4", "550.54.15", GPU{ID: "0", Arch: "8.0", Brand: "tesla"}, GPU{ID: "1", Arch: "9.0", Brand: "tesla"}),
 			wantErr:     "unsatisfied condition: arch>=9.0 (host: cuda 12.4, driver 550.54.15; GPU 0: arch 8.0, brand tesla; GPU 1: arch 9.0, brand tesla)",
 		},
 		{
 			description: "GPUs with the same facts share an entry",
 			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_ARCH", Expression: "arch>=10.0"}},
-			host: host("12.4", "550.54.15", GPU{Index: 2, Arch: "9.0", Brand: "nvidia"}, GPU{Index: 5, Arch: "8.0", Brand: "tesla"},
-				GPU{Index: 3, Arch: "9.0", Brand: "nvidia"}),
+			host: host("12.4", "550.54.15", GPU{ID: "2", Arch: "9.0", Brand: "nvidia"}, GPU{ID: "5", Arch: "8.0", Brand: "tesla"},
+				GPU{ID: "3", Arch: "9.0", Brand: "nvidia"}),
 			wantErr: "unsatisfied condition: arch>=10.0 (host: cuda 12.4, driver 550.54.15; GPUs 2,3: arch 9.0, brand nvidia; GPU 5: arch 8.0, brand tesla)",
 		},
 		{
 			description: "brand failure",
 			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_BRAND", Expression: "brand=tesla"}},
-			host:        host("12.4", "550.54.15", GPU{Index: 1, Arch: "8.6", Brand: "geforce"}),
+			host:        host("12.4", "550.54.15", GPU{ID: "1", Arch: "8.6", Brand: "geforce"}),
 			wantErr:     "unsatisfied condition: brand=tesla (host: cuda 12.4, driver 550.54.15; GPU 1: arch 8.6, brand geforce)",
 		},
 		{
 			description: "odd host values are quoted and the message stays one line",
 			reqs:        []Requirement{{Name: "NVIDIA_REQUIRE_BRAND", Expression: "brand=tesla"}},
-			host:        host("12.4", "550.54.15", GPU{Index: 1, Arch: "8.6", Brand: "geforce\nrtx"}),
+			host:        host("12.4", "550.54.15", GPU{ID: "1", Arch: "8.6", Brand: "geforce\nrtx"}),
 			wantErr:     `unsatisfied condition: brand=tesla (host: cuda 12.4, driver 550.54.15; GPU 1: arch 8.6, brand "geforce\nrtx")`,
 		},
 		{

@@ -67,7 +67,7 @@ func TestBadInput(t *testing.T) {
 		{description: "index and UUID of one GPU", env: nil, spec: func(t *testing.T, e *env, b string) {
 			setEnv(t, b, "NVIDIA_VISIBLE_DEVICES=0,"+e.host.Options.GPUs[0].UUID)
 		}, wantMsg: []string{`"0" and "GPU-`, `in NVIDIA_VISIBLE_DEVICES both name GPU 0`}},
-		{description: "MIG device", env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, wantMsg: []string{`MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: MIG devices are not supported yet`}},
+		{description: "MIG device on a host without MIG", env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, wantMsg: []string{`unknown device: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: this host has no MIG devices`}},
 		{description: "MIG UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=MIG-8f3a"}, wantMsg: []string{`MIG device "MIG-8f3a"`}},
 		{description: "CDI name in the env var", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}, wantMsg: []string{`CDI device "nvidia.com/gpu=0" in NVIDIA_VISIBLE_DEVICES: CDI names are not supported in this variable yet`}},
 		{description: "capability with wrong separator", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute;utility"},

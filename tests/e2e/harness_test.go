@@ -141,11 +141,12 @@ log-level = "debug"
 [driver]
 root = %q
 dev-root = %q
+proc-root = %q
 [hook]
 path = %q
 [discovery]
 cache-file = %q
-%s`, e.host.DriverRoot, e.host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(e.dir, "discovery-cache.csv"), extra)
+%s`, e.host.DriverRoot, e.host.DevRoot, e.host.ProcRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(e.dir, "discovery-cache.csv"), extra)
 	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

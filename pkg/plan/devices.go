@@ -1,0 +1,333 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+// Device is one thing a container can be given (reference §9): a whole GPU, or a MIG device
+// of a GPU in MIG mode. Its names are what NVIDIA_VISIBLE_DEVICES and CDI device entries
+// use; its edits (Edits) are what it adds to the edits every GPU container gets (Common).
+type Device struct {
+	// Index is "0" for a whole GPU, "0:1" for MIG device 1 of GPU 0; UUID "GPU-…" or "MIG-…".
+	Index string
+	UUID  string
+	// GPU is the whole GPU, or the MIG device's parent: its minor, arch and brand are the
+	// device's (NVIDIA_REQUIRE_* arch and brand of a MIG device are its parent's).
+	GPU discover.GPU
+	// MIG is the MIG device; nil for a whole GPU.
+	MIG *discover.MIGDevice
+}
+
+// IsMIG reports whether d is a MIG device.
+func (d Device) IsMIG() bool { return d.MIG != nil }
+
+// String describes d for messages: "0 (GPU-…)", "0:1 (MIG-…, 3g.40gb)".
+func (d Device) String() string {
+	if d.MIG != nil {
+		return fmt.Sprintf("%s (%s, %s)", d.Index, d.UUID, d.MIG.Profile)
+	}
+	return fmt.Sprintf("%s (%s)", d.Index, d.UUID)
+}
+
+func wholeGPU(g discover.GPU) Device {
+	return Device{Index: strconv.Itoa(g.Index), UUID: g.UUID, GPU: g}
+}
+
+func migDevice(g discover.GPU, m *discover.MIGDevice) Device {
+	return Device{Index: fmt.Sprintf("%d:%d", g.Index, m.Index), UUID: m.UUID, GPU: g, MIG: m}
+}
+
+// Devices returns what NVIDIA_VISIBLE_DEVICES=all means: every GPU not in MIG mode and every
+// MIG device, in NVML order. A GPU in MIG mode is not itself a device (CUDA sees no device
+// through it alone).
+func Devices(gpus []discover.GPU) []Device {
+	var out []Device
+	for _, g := range sortedGPUs(gpus) {
+		if !g.MIGEnabled() {
+			out = append(out, wholeGPU(g))
+			continue
+		}
+		for i := range g.MIGDevices {
+			out = append(out, migDevice(g, &g.MIGDevices[i]))
+		}
+	}
+	return out
+}
+
+func sortedGPUs(gpus []discover.GPU) []discover.GPU {
+	sorted := append([]discover.GPU(nil), gpus...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	return sorted
+}
+
+// Edits returns the edits device d adds: its GPU's device node and, for a MIG device, the
+// GPU instance and compute instance capabilities, each node with its cgroup rule.
+func (d Device) Edits(host Host) (edits.Edits, error) {
+	var e edits.Edits
+	var errs []error
+	node, err := host.node("/dev/nvidia" + strconv.Itoa(d.GPU.Minor))
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		e.DeviceNodes = append(e.DeviceNodes, node)
+	}
+	if d.MIG != nil {
+		for _, c := range []struct {
+			what  string
+			path  string
+			minor int
+		}{
+			{"GPU instance", discover.CapPath(d.GPU.Minor, d.MIG.GI, -1), d.MIG.GICap},
+			{"compute instance", discover.CapPath(d.GPU.Minor, d.MIG.GI, d.MIG.CI), d.MIG.CICap},
+		} {
+			ce, err := host.capEdits(c.path, c.minor)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("MIG device %s: %s capability: %w", d, c.what, err))
+				continue
+			}
+			e.Add(ce)
+		}
+	}
+	return e, errors.Join(errs...)
+}
+
+// capNodeDir holds the MIG capability device nodes.
+const capNodeDir = "/dev/nvidia-caps"
+
+// capEdits grants a MIG capability (path relative to /proc/driver/nvidia/capabilities, as
+// mig-minors names it): its device node /dev/nvidia-caps/nvidia-cap<minor>, with the
+// nvidia-caps major, where the driver uses device nodes; else (the /proc interface) the
+// capability's access file, which only gpu-hook can make visible (runc refuses mounts under
+// /proc).
+func (h Host) capEdits(capPath string, minor int) (edits.Edits, error) {
+	var e edits.Edits
+	if minor <= 0 {
+		return e, fmt.Errorf("%w: the driver lists no %s under proc root %q: check driver.proc-root, and that the MIG instances exist (nvidia-smi -L)",
+			ErrMissingNode, path.Join("/", discover.ProcCapabilities, capPath), h.ProcRoot)
+	}
+	if h.MIGCaps.Major == 0 {
+		e.ProcCaps = append(e.ProcCaps, capPath)
+		return e, nil
+	}
+	p := capNodeDir + "/nvidia-cap" + strconv.Itoa(minor)
+	want := edits.DeviceNode{Path: p, HostPath: path.Join(h.Devices.Root, p), Type: "c", Major: int64(h.MIGCaps.Major), Minor: int64(minor), FileMode: 0o444}
+	if n, ok := h.Devices.Nodes[p]; ok {
+		if n.Type != "c" || n.Major != want.Major || n.Minor != want.Minor {
+			return e, fmt.Errorf("%w: %s is %s %d:%d, but the driver says c %d:%d: the node is stale; recreate it (nvidia-modprobe -f %s)",
+				ErrMissingNode, n.HostPath, n.Type, n.Major, n.Minor, want.Major, want.Minor, path.Join("/", discover.ProcCapabilities, capPath))
+		}
+		want = edits.DeviceNode(n)
+	} else if err := h.Devices.Invalid[p]; err != nil {
+		return e, fmt.Errorf("%w: %w", ErrMissingNode, err)
+	}
+	// A node the host lacks is still created in the container by the runtime, from the
+	// driver's numbers: the capability is the (major, minor) pair, not a host file.
+	e.DeviceNodes = append(e.DeviceNodes, want)
+	return e, nil
+}
+
+// ErrMIGEnabled marks a request for a GPU in MIG mode as a whole GPU.
+var ErrMIGEnabled = errors.New("GPU in MIG mode requested whole")
+
+// selectDevices resolves the request's device list against the host's GPUs and MIG devices.
+// With MIG config or monitor access (a MIG manager), a GPU in MIG mode may be given whole,
+// and "all" is every GPU whole plus every MIG device.
+func selectDevices(req request.Request, gpus []discover.GPU) ([]Device, error) {
+	manager := req.MIGConfig || req.MIGMonitor
+	switch req.Mode {
+	case request.AllGPUs:
+		if !manager {
+			return Devices(gpus), nil
+		}
+		var out []Device
+		for _, g := range sortedGPUs(gpus) {
+			out = append(out, wholeGPU(g))
+			for i := range g.MIGDevices {
+				if g.MIGEnabled() {
+					out = append(out, migDevice(g, &g.MIGDevices[i]))
+				}
+			}
+		}
+		return out, nil
+	case request.DeviceList:
+	default:
+		return nil, nil
+	}
+	var out []Device
+	var unknown, unknownMIG []string
+	var errs []error
+	seen := map[string]string{} // device UUID → the token that named it
+	for _, tok := range req.Devices {
+		d, err := resolveToken(tok, gpus)
+		switch {
+		case errors.Is(err, errUnknownMIG):
+			unknownMIG = append(unknownMIG, tok)
+			continue
+		case errors.Is(err, ErrUnknownDevice):
+			unknown = append(unknown, tok)
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		if d.GPU.MIGEnabled() && !d.IsMIG() && !manager {
+			errs = append(errs, fmt.Errorf("%w: %q in %s names GPU %s, which is in MIG mode: it cannot be given whole; ask for its MIG devices: %s (a MIG manager also sets %s or %s)",
+				ErrMIGEnabled, tok, request.EnvVisibleDevices, d, describeMIG(d.GPU), request.EnvMIGConfig, request.EnvMIGMonitor))
+			continue
+		}
+		if prev, dup := seen[d.UUID]; dup {
+			what := "GPU"
+			if d.IsMIG() {
+				what = "MIG device"
+			}
+			errs = append(errs, fmt.Errorf("%w: %s and %s in %s both name %s %s", request.ErrInvalid, quote.Value(prev), quote.Value(tok), request.EnvVisibleDevices, what, d.Index))
+			continue
+		}
+		seen[d.UUID] = tok
+		out = append(out, d)
+	}
+	if len(unknownMIG) > 0 {
+		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, describeAllMIG(gpus))}, errs...)
+	}
+	if len(unknown) > 0 {
+		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))}, errs...)
+	}
+	return out, errors.Join(errs...)
+}
+
+// errUnknownMIG: a token of a MIG form that names no MIG device.
+var errUnknownMIG = fmt.Errorf("%w: MIG", ErrUnknownDevice)
+
+// resolveToken finds the device a token names: a GPU index or UUID, "G:I", "MIG-<uuid>" or
+// the legacy "MIG-GPU-<gpu uuid>/<gi>/<ci>".
+func resolveToken(tok string, gpus []discover.GPU) (Device, error) {
+	switch {
+	case strings.Contains(tok, "/") && strings.Contains(tok, "="):
+		return Device{}, fmt.Errorf("%w: CDI device %q in %s: CDI names are not supported in this variable yet; use an index or UUID", ErrUnsupported, tok, request.EnvVisibleDevices)
+	case hasPrefixFold(tok, "MIG-GPU-") && strings.Contains(tok, "/"):
+		parts := strings.Split(tok[len("MIG-"):], "/")
+		if len(parts) != 3 {
+			return Device{}, errUnknownMIG
+		}
+		gi, giErr := decimal(parts[1])
+		ci, ciErr := decimal(parts[2])
+		for _, g := range gpus {
+			if !strings.EqualFold(g.UUID, parts[0]) || giErr != nil || ciErr != nil {
+				continue
+			}
+			for i := range g.MIGDevices {
+				if m := &g.MIGDevices[i]; m.GI == gi && m.CI == ci && g.MIGEnabled() {
+					return migDevice(g, m), nil
+				}
+			}
+		}
+		return Device{}, errUnknownMIG
+	case hasPrefixFold(tok, "MIG-"):
+		for _, g := range gpus {
+			for i := range g.MIGDevices {
+				if m := &g.MIGDevices[i]; strings.EqualFold(m.UUID, tok) && g.MIGEnabled() {
+					return migDevice(g, m), nil
+				}
+			}
+		}
+		return Device{}, errUnknownMIG
+	case strings.Contains(tok, ":"):
+		gpuText, migText, _ := strings.Cut(tok, ":")
+		gi, err1 := decimal(gpuText)
+		mi, err2 := decimal(migText)
+		for _, g := range gpus {
+			if err1 != nil || err2 != nil || g.Index != gi || !g.MIGEnabled() {
+				continue
+			}
+			for i := range g.MIGDevices {
+				if g.MIGDevices[i].Index == mi {
+					return migDevice(g, &g.MIGDevices[i]), nil
+				}
+			}
+		}
+		return Device{}, errUnknownMIG
+	}
+	if idx, err := decimal(tok); err == nil {
+		for _, g := range gpus {
+			if g.Index == idx {
+				return wholeGPU(g), nil
+			}
+		}
+		return Device{}, ErrUnknownDevice
+	}
+	for _, g := range gpus {
+		if strings.EqualFold(g.UUID, tok) {
+			return wholeGPU(g), nil
+		}
+	}
+	return Device{}, ErrUnknownDevice
+}
+
+// hasPrefixFold is strings.HasPrefix ignoring case: UUIDs are matched that way.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// decimal parses a non-negative decimal number written without sign or padding.
+func decimal(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || strconv.Itoa(n) != s {
+		return 0, strconv.ErrSyntax
+	}
+	return n, nil
+}
+
+// describe lists the GPUs that exist, for error messages.
+func describe(gpus []discover.GPU) string {
+	if len(gpus) == 0 {
+		return "this host has no GPUs"
+	}
+	parts := make([]string, 0, len(gpus))
+	for _, g := range sortedGPUs(gpus) {
+		s := fmt.Sprintf("%d (%s)", g.Index, g.UUID)
+		if g.MIGEnabled() {
+			s = fmt.Sprintf("%d (%s, in MIG mode)", g.Index, g.UUID)
+		}
+		parts = append(parts, s)
+	}
+	return "this host has GPUs " + strings.Join(parts, ", ")
+}
+
+// describeMIG lists a GPU's MIG devices: "0:0 (MIG-…, 3g.40gb), 0:1 (…)".
+func describeMIG(g discover.GPU) string {
+	if len(g.MIGDevices) == 0 {
+		return "it has none yet (create them with nvidia-smi mig)"
+	}
+	var parts []string
+	for i := range g.MIGDevices {
+		parts = append(parts, migDevice(g, &g.MIGDevices[i]).String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// describeAllMIG lists every MIG device of the host, for an unknown MIG token.
+func describeAllMIG(gpus []discover.GPU) string {
+	var parts []string
+	for _, g := range sortedGPUs(gpus) {
+		if !g.MIGEnabled() {
+			continue
+		}
+		for i := range g.MIGDevices {
+			parts = append(parts, migDevice(g, &g.MIGDevices[i]).String())
+		}
+	}
+	if len(parts) == 0 {
+		return "this host has no MIG devices"
+	}
+	return "this host has MIG devices " + strings.Join(parts, ", ")
+}
