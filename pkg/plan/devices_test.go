@@ -199,3 +199,35 @@ func TestDevices(t *testing.T) {
 		t.Errorf("Devices = %q", got)
 	}
 }
+
+// TestBuildMIGWholeEdits compares every edit of a MIG device's plan: nodes with numbers,
+// modes and host paths, mounts with options, hooks with argv, env and timeout.
+func TestBuildMIGWholeEdits(t *testing.T) {
+	h := migHost()
+	h.HookTimeout = 30
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1", "NVIDIA_DRIVER_CAPABILITIES=utility"), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	want := edits.Edits{
+		DeviceNodes: []edits.DeviceNode{
+			{Path: "/dev/nvidia0", HostPath: "/devroot/dev/nvidia0", Type: "c", Major: 195, Minor: 0, FileMode: 0o666},
+			{Path: "/dev/nvidia-caps/nvidia-cap48", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap48", Type: "c", Major: 237, Minor: 48, FileMode: 0o444},
+			{Path: "/dev/nvidia-caps/nvidia-cap49", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap49", Type: "c", Major: 237, Minor: 49, FileMode: 0o444},
+			{Path: "/dev/nvidiactl", HostPath: "/devroot/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, FileMode: 0o666},
+		},
+		Mounts: []edits.Mount{
+			{HostPath: "/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", Options: ro},
+			{HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
+			{HostPath: "/drv/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", ContainerPath: "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", Options: append(append([]string(nil), ro...), "noexec")},
+		},
+		Hooks: []edits.Hook{{Stage: "createContainer", Path: "/opt/bin/gpu-hook", Env: HookEnv, Timeout: 30,
+			Args: []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--driver-version", "550.54.15", "--timeout", "30",
+				"--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"}}},
+		RemoveHooks: []string{request.DockerHookName},
+	}
+	if !reflect.DeepEqual(p.Edits, want) {
+		t.Errorf("edits =\n%+v\nwant\n%+v", p.Edits, want)
+	}
+}
