@@ -5,8 +5,10 @@ go 1.24.0
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/cyphar/filepath-securejoin v0.4.1
-	github.com/opencontainers/runtime-spec v1.2.1
+	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.2.4
 	github.com/sirupsen/logrus v1.9.3
 	golang.org/x/sys v0.38.0
 )
+
+require github.com/stretchr/testify v1.12.1 // indirect

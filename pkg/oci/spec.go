@@ -129,9 +129,9 @@ var errAmbiguous = errors.New("ambiguous members")
 
 // The members decoded at each level, with the objects on the way to them.
 var (
-	topMembers       = []string{"process", "mounts", "hooks", "linux"}
-	processMembers   = []string{"env", "capabilities"}
-	linuxMembers     = []string{"devices", "resources"}
+	topMembers       = []string{"process", "mounts", "hooks", "linux", "annotations"}
+	processMembers   = []string{"env", "capabilities", "user"}
+	linuxMembers     = []string{"devices", "resources", "namespaces", "netDevices", "intelRdt"}
 	resourcesMembers = []string{"devices"}
 )
 
@@ -151,11 +151,13 @@ func (f *SpecFile) decode() error {
 		s.Process = &specs.Process{}
 		err = errors.Join(
 			f.member(f.process, "process.env", &s.Process.Env),
-			f.member(f.process, "process.capabilities", &s.Process.Capabilities))
+			f.member(f.process, "process.capabilities", &s.Process.Capabilities),
+			f.member(f.process, "process.user", &s.Process.User))
 	}
 	err = errors.Join(err,
 		f.member(f.top, "mounts", &s.Mounts),
-		f.member(f.top, "hooks", &s.Hooks))
+		f.member(f.top, "hooks", &s.Hooks),
+		f.member(f.top, "annotations", &s.Annotations))
 	if err != nil {
 		return err
 	}
@@ -163,7 +165,11 @@ func (f *SpecFile) decode() error {
 		return err
 	}
 	s.Linux = &specs.Linux{}
-	if err := f.member(f.linux, "linux.devices", &s.Linux.Devices); err != nil {
+	if err := errors.Join(
+		f.member(f.linux, "linux.devices", &s.Linux.Devices),
+		f.member(f.linux, "linux.namespaces", &s.Linux.Namespaces),
+		f.member(f.linux, "linux.netDevices", &s.Linux.NetDevices),
+		f.member(f.linux, "linux.intelRdt", &s.Linux.IntelRdt)); err != nil {
 		return err
 	}
 	if f.resources, err = object(f.linux, "linux.resources", resourcesMembers); err != nil || f.resources == nil {
@@ -301,26 +307,31 @@ func (f *SpecFile) Encode() ([]byte, error) {
 	}
 	s := f.Spec
 	top := f.top.clone()
-	var env []string
-	var caps *specs.LinuxCapabilities
+	var p specs.Process
 	if s.Process != nil {
-		env, caps = s.Process.Env, s.Process.Capabilities
+		p = *s.Process
 	}
-	var devices []specs.LinuxDevice
+	var l specs.Linux
 	var rules []specs.LinuxDeviceCgroup
 	if s.Linux != nil {
-		devices = s.Linux.Devices
+		l = *s.Linux
 		if s.Linux.Resources != nil {
 			rules = s.Linux.Resources.Devices
 		}
 	}
+	_, hadUser := f.process.get("user")
 	process, linux, resources := f.process.clone(), f.linux.clone(), f.resources.clone()
 	err := errors.Join(
-		f.put(process, "process.env", env, len(env) == 0),
-		f.put(process, "process.capabilities", caps, caps == nil),
+		f.put(process, "process.env", p.Env, len(p.Env) == 0),
+		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
+		f.putIfChanged(process, "process.user", p.User, !hadUser && reflect.ValueOf(p.User).IsZero()),
 		f.put(top, "mounts", s.Mounts, len(s.Mounts) == 0),
 		f.put(top, "hooks", s.Hooks, s.Hooks == nil),
-		f.put(linux, "linux.devices", devices, len(devices) == 0),
+		f.putIfChanged(top, "annotations", s.Annotations, len(s.Annotations) == 0),
+		f.put(linux, "linux.devices", l.Devices, len(l.Devices) == 0),
+		f.putIfChanged(linux, "linux.namespaces", l.Namespaces, len(l.Namespaces) == 0),
+		f.putIfChanged(linux, "linux.netDevices", l.NetDevices, len(l.NetDevices) == 0),
+		f.putIfChanged(linux, "linux.intelRdt", l.IntelRdt, l.IntelRdt == nil),
 		f.put(resources, "linux.resources.devices", rules, len(rules) == 0))
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
@@ -338,14 +349,14 @@ func (f *SpecFile) checkView() error {
 	var changed []string
 	if s.Process != nil {
 		p := *s.Process
-		p.Env, p.Capabilities = nil, nil
+		p.Env, p.Capabilities, p.User = nil, nil, specs.User{}
 		if !reflect.ValueOf(p).IsZero() {
 			changed = append(changed, "process")
 		}
 	}
 	if s.Linux != nil {
 		l := *s.Linux
-		l.Devices = nil
+		l.Devices, l.Namespaces, l.NetDevices, l.IntelRdt = nil, nil, nil, nil
 		if l.Resources != nil {
 			r := *l.Resources
 			r.Devices = nil
@@ -358,7 +369,7 @@ func (f *SpecFile) checkView() error {
 			changed = append(changed, "linux")
 		}
 	}
-	s.Process, s.Mounts, s.Hooks, s.Linux = nil, nil, nil, nil
+	s.Process, s.Mounts, s.Hooks, s.Linux, s.Annotations = nil, nil, nil, nil, nil
 	if !reflect.ValueOf(s).IsZero() {
 		changed = append(changed, "the top level")
 	}
@@ -392,6 +403,22 @@ func (f *SpecFile) put(parent *rawObject, path string, v any, empty bool) error 
 	}
 	parent.set(name, data)
 	return nil
+}
+
+// putIfChanged is put for the members gpu-runtime only reads (CDI's edits may change them):
+// one whose value is still what the file holds keeps its original bytes.
+func (f *SpecFile) putIfChanged(parent *rawObject, path string, v any, empty bool) error {
+	orig, had := parent.get(leaf(path))
+	if !had && empty {
+		return nil
+	}
+	if had {
+		was := reflect.New(reflect.TypeOf(v))
+		if json.Unmarshal(orig, was.Interface()) == nil && reflect.DeepEqual(was.Elem().Interface(), v) {
+			return nil
+		}
+	}
+	return f.put(parent, path, v, empty)
 }
 
 // putObject writes child into parent under name: always when the original had it, else

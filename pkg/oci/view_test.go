@@ -27,6 +27,23 @@ func gpuEdits() []SpecOpt {
 	}
 }
 
+// cdiLikeEdits changes the members gpu-runtime decodes only for CDI's Apply, as it would.
+func cdiLikeEdits(s *specs.Spec) error {
+	if s.Process == nil {
+		s.Process = &specs.Process{}
+	}
+	s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, 44)
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+	if s.Linux.NetDevices == nil {
+		s.Linux.NetDevices = map[string]specs.LinuxNetDevice{}
+	}
+	s.Linux.NetDevices["eth7"] = specs.LinuxNetDevice{Name: "gpu-net0"}
+	s.Linux.IntelRdt = &specs.LinuxIntelRdt{ClosID: "gpu"}
+	return nil
+}
+
 func readTestdata(t *testing.T, name string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -54,6 +71,8 @@ func TestEncodeMatchesFullDecode(t *testing.T) {
 		{description: "null members", spec: `{"process":null,"mounts":null,"hooks":null,"linux":{"resources":null,"devices":null}}`, edits: gpuEdits()},
 		{description: "docker hook only stage removed", spec: `{"hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}]}}`, edits: []SpecOpt{WithoutHooksNamed("nvidia-container-runtime-hook")}},
 		{description: "unknown keys throughout", spec: specWithUnknown, edits: gpuEdits()},
+		{description: "what CDI's edits may change: additional GIDs, net devices, Intel RDT", spec: readTestdata(t, "podman-config.json"), edits: []SpecOpt{cdiLikeEdits}},
+		{description: "CDI-like edits on an empty spec", spec: `{}`, edits: []SpecOpt{cdiLikeEdits}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
@@ -121,6 +140,22 @@ func assertUntouchedKept(t *testing.T, orig, out []byte) {
 	parents := map[string]bool{"process": true, "linux": true, "linux.resources": true}
 	decoded := map[string]bool{"mounts": true, "hooks": true, "process.env": true, "process.capabilities": true,
 		"linux.devices": true, "linux.resources.devices": true}
+	// Decoded for CDI's edits, and kept as read unless they changed.
+	for _, p := range []string{"process.user", "annotations", "linux.namespaces", "linux.netDevices", "linux.intelRdt"} {
+		var o, n map[string]json.RawMessage
+		_ = json.Unmarshal(orig, &o)
+		_ = json.Unmarshal(out, &n)
+		parts := strings.Split(p, ".")
+		for _, part := range parts[:len(parts)-1] {
+			var oc, nc map[string]json.RawMessage
+			_ = json.Unmarshal(o[part], &oc)
+			_ = json.Unmarshal(n[part], &nc)
+			o, n = oc, nc
+		}
+		if !bytes.Equal(o[parts[len(parts)-1]], n[parts[len(parts)-1]]) {
+			decoded[p] = true // changed by the edits: the full-decode comparison covers it
+		}
+	}
 	var walk func(prefix string, o, n map[string]json.RawMessage)
 	walk = func(prefix string, o, n map[string]json.RawMessage) {
 		for k, ov := range o {
