@@ -8,7 +8,10 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.2.4
 	github.com/sirupsen/logrus v1.9.3
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.38.0
+	tags.cncf.io/container-device-interface v1.1.1
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require github.com/fsnotify/fsnotify v1.7.0 // indirect

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -11,7 +12,7 @@ import (
 
 func main() {
 	err := ctk.Run(os.Args[1:], os.Stdout, os.Stderr)
-	if err != nil {
+	if err != nil && !errors.Is(err, ctk.ErrReported) {
 		fmt.Fprintln(os.Stderr, "gpu-ctk: "+err.Error())
 	}
 	os.Exit(ctk.ExitCode(err))

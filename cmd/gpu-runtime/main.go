@@ -58,8 +58,13 @@ func main() {
 		err = errors.Join(cfgErr, unsupported(argErr), err)
 		if err == nil && argErr == nil {
 			cwd, _ := os.Getwd() // a relative --bundle is relative to it
-			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log})
+			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log,
+				HandOff: runtime.HandOffToCTK(self, args)})
 		}
+	}
+	if errors.Is(err, runtime.ErrReported) {
+		log.Close()
+		os.Exit(1)
 	}
 	if err != nil {
 		fail(log, err)

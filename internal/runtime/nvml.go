@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -45,5 +47,32 @@ func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.
 			return discover.Driver{}, fmt.Errorf("query NVML (%s info): no driver version in its output", ctkPath)
 		}
 		return d, nil
+	}
+}
+
+// ErrReported: a hand-off failed and reported why itself, in runc's log and on stderr.
+var ErrReported = errors.New("the CDI hand-off failed and reported why")
+
+// HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi
+// inject -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging
+// where gpu-runtime would (its stderr is gpu-runtime's). A failure it reported is
+// ErrReported.
+func HandOffToCTK(executable string, args []string) func() error {
+	return func() error {
+		ctkPath, err := toolPath(CTKName, "", executable, "install gpu-ctk next to gpu-runtime or in PATH (it resolves CDI devices)")
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(ctkPath, append([]string{"cdi", "inject", "--"}, args...)...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		err = cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 1 {
+			return ErrReported
+		}
+		if err != nil {
+			return fmt.Errorf("run %s cdi inject: %w", ctkPath, err)
+		}
+		return nil
 	}
 }

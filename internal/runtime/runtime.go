@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -34,11 +36,41 @@ type Options struct {
 	Executable string
 	Cwd        string
 	Logger     logrus.FieldLogger
+	// CDI resolves and applies CDI devices. gpu-runtime has none — the CDI library's size and
+	// start-up cost would land on every call, start and delete included — and hands a create
+	// that names CDI devices to HandOff (gpu-ctk, which has one).
+	CDI     CDI
+	HandOff func() error
 }
+
+// CDI resolves CDI devices (reference §10).
+type CDI interface {
+	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name, all of
+	// them: an unresolvable one is an error naming it and listing the devices the specs offer.
+	Resolve(names []string, annotations map[string]string) (CDIDevices, error)
+}
+
+// CDIDevices are resolved CDI devices.
+type CDIDevices interface {
+	// Names are their qualified names.
+	Names() []string
+	// DeviceNodes are the container paths of the device nodes their edits (and their
+	// specs' common edits) inject.
+	DeviceNodes() []string
+	// Apply applies those edits to spec, as the CDI library does.
+	Apply(spec *specs.Spec) error
+}
+
+// ErrNoCDI: CDI devices were asked for where nothing can resolve them.
+var ErrNoCDI = errors.New("CDI devices requested, but no CDI resolver is available")
+
+// controlNode is in every NVIDIA GPU container: a spec that already has it was given its
+// GPUs by the engine (CDI in podman or containerd 2.x, or --device) and is left alone.
+const controlNode = "/dev/nvidiactl"
 
 // PrepareBundle applies the GPU injection to the bundle of a create/run invocation. A
 // container that asks for no GPU (and carries no docker GPU hook) is left byte-identical
-// and costs no NVML work.
+// and costs no NVML work; so is one whose GPUs the engine already injected.
 func PrepareBundle(inv oci.Invocation, opts Options) error {
 	bundle := inv.BundleDir(opts.Cwd)
 	log := opts.Logger.WithFields(logrus.Fields{"container_id": inv.ContainerID, "bundle": bundle})
@@ -56,6 +88,10 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if hasDevice(sf.Spec, controlNode) {
+		log.Info("the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged")
+		return nil
+	}
 	policy := request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
 		AcceptVolumeMounts:        opts.Config.Request.AcceptDeviceListAsVolumeMounts,
@@ -72,19 +108,48 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 		log.Debug("no GPU requested; spec unchanged")
 		return nil
 	}
+	if req.WantsCDI() && opts.CDI == nil {
+		if opts.HandOff == nil {
+			return ErrNoCDI
+		}
+		log.Debug("CDI devices requested: handing the create to gpu-ctk")
+		return opts.HandOff()
+	}
 
+	// Everything is resolved and planned before the spec is touched.
+	var cdiDevices CDIDevices
+	if req.WantsCDI() {
+		if cdiDevices, err = opts.CDI.Resolve(req.CDIDevices, req.CDIAnnotations); err != nil {
+			return err
+		}
+	}
+	// Native devices: every device unless only CDI devices were named.
+	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
+	requirements := len(req.Requirements) > 0 && !req.DisableRequire
 	host := plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
-	if req.IsGPU() {
+	if native || (cdiDevices != nil && requirements) {
 		if host, err = discoverHost(opts, log); err != nil {
 			return err
 		}
 	}
-	p, err := plan.Build(req, host)
-	if err != nil {
-		return fmt.Errorf("plan GPU injection: %w", err)
+	p := plan.ForCDI(req, host, nil)
+	if native {
+		if p, err = plan.Build(req, host); err != nil {
+			return fmt.Errorf("plan GPU injection: %w", err)
+		}
+	}
+	if cdiDevices != nil && requirements {
+		p.AddCDIDevices(req, host, plan.DevicesOf(cdiDevices.DeviceNodes(), host))
 	}
 	for _, w := range p.Warnings {
 		log.Warn(w)
+	}
+	if cdiDevices != nil {
+		// CDI's edits first: ours replace what they share (a node by path, a rule, a mount by
+		// destination), so a device named both ways is injected once.
+		if err := cdiDevices.Apply(sf.Spec); err != nil {
+			return fmt.Errorf("apply CDI devices %s: %w", quote.List(cdiDevices.Names()), err)
+		}
 	}
 	if err := p.Edits.Apply(sf.Spec); err != nil {
 		return fmt.Errorf("edit spec: %w", err)
@@ -92,13 +157,30 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	if err := sf.Write(); err != nil {
 		return err
 	}
-	log.WithFields(logrus.Fields{
+	fields := logrus.Fields{
 		"gpus":         deviceIDs(p.Devices),
 		"capabilities": req.Capabilities.String(),
 		"devices":      len(p.Edits.DeviceNodes),
 		"mounts":       len(p.Edits.Mounts),
-	}).Info("injected NVIDIA GPUs")
+	}
+	if cdiDevices != nil {
+		fields["cdi_devices"] = cdiDevices.Names()
+	}
+	log.WithFields(fields).Info("injected NVIDIA GPUs")
 	return nil
+}
+
+// hasDevice reports whether the spec has a device node at path.
+func hasDevice(s *specs.Spec, path string) bool {
+	if s.Linux == nil {
+		return false
+	}
+	for _, d := range s.Linux.Devices {
+		if filepath.Clean(d.Path) == path {
+			return true
+		}
+	}
+	return false
 }
 
 // hasDockerHook: the raw check skips the walk for the usual spec without one.

@@ -50,6 +50,14 @@ type Config struct {
 	Hook      HookConfig      `toml:"hook"`
 	Request   RequestConfig   `toml:"request"`
 	Discovery DiscoveryConfig `toml:"discovery"`
+	CDI       CDIConfig       `toml:"cdi"`
+}
+
+// CDIConfig is the [cdi] table: where CDI specs are read from.
+type CDIConfig struct {
+	// SpecDirs are the directories of CDI specs, lowest precedence first (the CDI library's
+	// and the engines' defaults).
+	SpecDirs []string `toml:"spec-dirs"`
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
@@ -152,6 +160,9 @@ func Default() Config {
 			Cache:     true,
 			CacheFile: "/run/gpu-runtime/discovery-cache.csv",
 			Timeout:   "10s",
+		},
+		CDI: CDIConfig{
+			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		},
 	}
 }
@@ -400,6 +411,9 @@ func (c *Config) clean() []string {
 	optionalPath("hook.path", &c.Hook.Path)
 	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
 	requiredPath("discovery.cache-file", &c.Discovery.CacheFile)
+	for i := range c.CDI.SpecDirs {
+		requiredPath(fmt.Sprintf("cdi.spec-dirs[%d]", i), &c.CDI.SpecDirs[i])
+	}
 	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
 		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
 	}

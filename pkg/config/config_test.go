@@ -56,8 +56,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(schema()) != 19 {
-		t.Errorf("schema has %d keys, want 19 (5 tables, 14 keys): %v", len(schema()), schema())
+	if len(schema()) != 21 {
+		t.Errorf("schema has %d keys, want 21 (6 tables, 15 keys): %v", len(schema()), schema())
 	}
 }
 
@@ -129,6 +129,8 @@ accept-device-list-as-volume-mounts = true
 cache = false
 cache-file = "/var/cache//gpu.json"
 timeout = "250ms"
+[cdi]
+spec-dirs = ["/etc/cdi/", "/opt/cdi"]
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -140,6 +142,7 @@ timeout = "250ms"
 				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
+				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}},
 			},
 		},
 		{

@@ -101,6 +101,34 @@ func (d Device) Edits(host Host) (edits.Edits, error) {
 	return e, errors.Join(errs...)
 }
 
+// DevicesOf returns the devices whose nodes a set of container device-node paths holds (what
+// a CDI device injects): a MIG device when its compute instance's capability node is there,
+// else a whole GPU when its /dev/nvidia<minor> is. Paths of no device are skipped.
+func DevicesOf(paths []string, host Host) []Device {
+	has := map[string]bool{}
+	for _, p := range paths {
+		has[path.Clean(p)] = true
+	}
+	var out []Device
+	for _, g := range sortedGPUs(host.Driver.GPUs) {
+		if !has["/dev/nvidia"+strconv.Itoa(g.Minor)] {
+			continue
+		}
+		found := false
+		for i := range g.MIGDevices {
+			m := &g.MIGDevices[i]
+			if m.CICap > 0 && has[capNodeDir+"/nvidia-cap"+strconv.Itoa(m.CICap)] {
+				out = append(out, migDevice(g, m))
+				found = true
+			}
+		}
+		if !found {
+			out = append(out, wholeGPU(g))
+		}
+	}
+	return out
+}
+
 // capNodeDir holds the MIG capability device nodes.
 const capNodeDir = "/dev/nvidia-caps"
 

@@ -108,14 +108,45 @@ func Build(req request.Request, host Host) (Plan, error) {
 		}
 		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
 	}
-	if len(req.Requirements) > 0 && !req.DisableRequire {
-		args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
-		for _, d := range devices {
-			args = append(args, "--gpu", fmt.Sprintf("%s,%s,%s", d.Index, d.GPU.ComputeCapability, d.GPU.Brand))
-		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
-	}
+	p.requirementHook(req, host)
 	return p, nil
+}
+
+// ForCDI plans what gpu-runtime adds to a container whose GPUs all come from CDI devices,
+// which bring their own edits: docker's hook removed, and the requirement check of the
+// devices the CDI devices inject (DevicesOf).
+func ForCDI(req request.Request, host Host, devices []Device) Plan {
+	p := Plan{Devices: devices}
+	p.Edits.RemoveHooks = []string{request.DockerHookName}
+	p.requirementHook(req, host)
+	return p
+}
+
+// AddCDIDevices adds to p, planned for a request's other devices, the devices its CDI
+// devices inject: the requirement check covers them too.
+func (p *Plan) AddCDIDevices(req request.Request, host Host, devices []Device) {
+	p.Devices = append(p.Devices, devices...)
+	hooks := p.Edits.Hooks[:0:0]
+	for _, h := range p.Edits.Hooks {
+		if h.Stage != oci.StagePrestart {
+			hooks = append(hooks, h)
+		}
+	}
+	p.Edits.Hooks = hooks
+	p.requirementHook(req, host)
+}
+
+// requirementHook adds the prestart check of the request's requirements (if any) against
+// the host's driver and p's devices: a MIG device's arch and brand are its parent's.
+func (p *Plan) requirementHook(req request.Request, host Host) {
+	if len(req.Requirements) == 0 || req.DisableRequire {
+		return
+	}
+	args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
+	for _, d := range p.Devices {
+		args = append(args, "--gpu", fmt.Sprintf("%s,%s,%s", d.Index, d.GPU.ComputeCapability, d.GPU.Brand))
+	}
+	p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
 }
 
 // Common returns the edits every GPU container with the capabilities caps gets, whatever

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 )
@@ -52,7 +54,12 @@ var ErrInvalid = errors.New("invalid GPU request")
 // Request is what a container asks for.
 type Request struct {
 	Mode         Mode
-	Devices      []string // DeviceList only: the tokens as written (indices, UUIDs)
+	Devices      []string // DeviceList only: the tokens as written (indices, UUIDs, MIG names)
+	// CDIDevices are fully qualified CDI device names (vendor.com/class=name) asked for in
+	// NVIDIA_VISIBLE_DEVICES or by volume mount, in order; CDIAnnotations the cdi.k8s.io/
+	// annotations of the spec, still to be parsed (by the CDI library).
+	CDIDevices     []string
+	CDIAnnotations map[string]string
 	Capabilities capabilities.Set
 	// Requirements holds each NVIDIA_REQUIRE_* expression (NVIDIA_REQUIRE_JETPACK* excluded),
 	// sorted by variable name, and for a legacy CUDA image the implied cuda>= requirement.
@@ -75,7 +82,10 @@ type Requirement struct {
 }
 
 // IsGPU reports whether the container asked for GPU injection at all.
-func (r Request) IsGPU() bool { return r.Mode != NoGPU }
+func (r Request) IsGPU() bool { return r.Mode != NoGPU || r.WantsCDI() }
+
+// WantsCDI reports whether the container asked for CDI devices (by name or annotation).
+func (r Request) WantsCDI() bool { return len(r.CDIDevices) > 0 || len(r.CDIAnnotations) > 0 }
 
 // Env is a container environment with getenv semantics: for a variable listed more
 // than once, the last entry wins (what docker and containerd produce when merging).
@@ -121,7 +131,14 @@ func build(env Env, visible string, set bool) (Request, error) {
 		if mode == NoGPU {
 			return Request{Mode: NoGPU}, nil
 		}
-		req.Mode, req.Devices = mode, devices
+		req.Mode = mode
+		for _, d := range devices {
+			if parser.IsQualifiedName(d) {
+				req.CDIDevices = append(req.CDIDevices, d)
+			} else {
+				req.Devices = append(req.Devices, d)
+			}
+		}
 	}
 
 	capsValue, capsSet := env[EnvCapabilities]

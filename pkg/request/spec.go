@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // DockerHookName is the prestart hook dockerd adds for --gpus (moby daemon/nvidia_linux.go),
@@ -32,6 +35,55 @@ type Policy struct {
 // FromSpec reads a container's request from its spec under a policy. Warnings say which
 // request was ignored and why.
 func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
+	req, warnings, err := fromSpec(spec, p)
+	if err != nil {
+		return req, warnings, err
+	}
+	annotations := cdiAnnotations(spec.Annotations)
+	if len(annotations) == 0 {
+		return req, warnings, nil
+	}
+	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+		// A tenant can write pod annotations: on a multi-tenant host they grant nothing.
+		return req, append(warnings, fmt.Sprintf("CDI annotations %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
+			quote.List(sortedKeys(annotations)))), nil
+	}
+	req.CDIAnnotations = annotations
+	if req.Mode == NoGPU { // asked for by annotations alone: its requirements still apply
+		var list []string
+		if spec.Process != nil {
+			list = spec.Process.Env
+		}
+		req.Requirements, req.DisableRequire = envRequirements(ParseEnv(list))
+	}
+	return req, warnings, nil
+}
+
+// cdiAnnotations returns the annotations whose key starts with CDIAnnotationPrefix.
+func cdiAnnotations(all map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range all {
+		if strings.HasPrefix(k, CDIAnnotationPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// fromSpec is FromSpec for the environment and volume-mount channels.
+func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	var list []string
 	if spec.Process != nil {
 		list = spec.Process.Env
@@ -113,9 +165,14 @@ func withoutEnvAccess(env Env) (Env, []string) {
 		EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor)}
 }
 
+// CDIAnnotationPrefix starts the annotation keys that name CDI devices (their values are
+// comma-separated qualified names), as the Kubernetes device plugin writes them.
+const CDIAnnotationPrefix = "cdi.k8s.io/"
+
 // gpuMarkers are strings at least one of which any GPU request's spec contains.
 var gpuMarkers = [][]byte{
 	[]byte(EnvVisibleDevices), []byte(EnvCUDAVersion), []byte(DeviceListMountDir), []byte(DockerHookName),
+	[]byte(CDIAnnotationPrefix),
 }
 
 // MayRequestGPU is a fast pre-check on a raw config.json: false means the spec cannot ask
@@ -144,7 +201,8 @@ func Privileged(spec *specs.Spec) bool {
 }
 
 // VolumeMountDevices returns the devices named by /dev/null mounts under
-// DeviceListMountDir, sorted. CDI names there (cdi/<vendor>/<class>=<dev>) are refused.
+// DeviceListMountDir, sorted: indices, UUIDs, MIG names, and CDI devices as
+// cdi/<vendor>/<class>=<dev>, which come back as their qualified name.
 func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
 	var ids []string
 	for _, m := range mounts {
@@ -153,8 +211,12 @@ func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
 			continue
 		}
 		id := strings.TrimPrefix(dest, DeviceListMountDir+"/")
-		if strings.HasPrefix(id, "cdi/") {
-			return nil, fmt.Errorf("%w: CDI device %q requested by volume mount %s: CDI devices are not supported yet", ErrInvalid, strings.TrimPrefix(id, "cdi/"), dest)
+		if name, ok := strings.CutPrefix(id, "cdi/"); ok {
+			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
+				return nil, fmt.Errorf("%w: volume mount %s: %q is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, dest, name, err)
+			}
+			ids = append(ids, name)
+			continue
 		}
 		if strings.Contains(id, "/") || strings.Contains(id, ",") {
 			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, dest)

@@ -76,7 +76,7 @@ func TestVolumeMountErrors(t *testing.T) {
 		mount       specs.Mount
 		wantErr     string
 	}{
-		{"CDI name", devMount("cdi/nvidia.com/gpu=0"), `invalid GPU request: CDI device "nvidia.com/gpu=0" requested by volume mount /var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0: CDI devices are not supported yet`},
+		{"not a CDI name", devMount("cdi/gpu0"), `invalid GPU request: volume mount /var/run/nvidia-container-devices/cdi/gpu0: "gpu0" is not a CDI device name (vendor.com/class=name): unqualified device "gpu0", missing vendor`},
 		{"nested path", devMount("a/b"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/a/b does not name one device"},
 		{"list in one mount", devMount("0,1"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/0,1 does not name one device"},
 	}
@@ -198,4 +198,53 @@ func errOrNil(s string) error {
 		return nil
 	}
 	return errors.New(s)
+}
+
+// TestCDIRequests: CDI names come by NVIDIA_VISIBLE_DEVICES (mixed with native tokens), by
+// volume mount and by cdi.k8s.io/ annotation, under the same trust policy as the env.
+func TestCDIRequests(t *testing.T) {
+	unprivileged := &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}
+	lenient := Policy{AcceptEnvWhenUnprivileged: true, AcceptVolumeMounts: true}
+	strict := Policy{AcceptEnvWhenUnprivileged: false, AcceptVolumeMounts: true}
+	annotations := map[string]string{"cdi.k8s.io/k8s.device-plugin.nvidia.com_gpu": "k8s.device-plugin.nvidia.com/gpu=MIG-1", "other": "x"}
+	testCases := []struct {
+		description     string
+		policy          Policy
+		env             []string
+		mounts          []specs.Mount
+		annotations     map[string]string
+		wantDevices     []string
+		wantCDI         []string
+		wantAnnotations map[string]string
+		wantWarnings    []string
+	}{
+		{description: "CDI names mixed with indices, in order", policy: lenient, env: []string{"NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1,vendor.example/class=x"},
+			wantDevices: []string{"0"}, wantCDI: []string{"nvidia.com/gpu=1", "vendor.example/class=x"}},
+		{description: "a CDI name alone", policy: lenient, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"}, wantCDI: []string{"nvidia.com/gpu=all"}},
+		{description: "by volume mount", policy: strict, mounts: []specs.Mount{devMount("cdi/nvidia.com/gpu=1"), devMount("0")},
+			wantDevices: []string{"0"}, wantCDI: []string{"nvidia.com/gpu=1"}},
+		{description: "annotations honoured by default", policy: lenient, annotations: annotations,
+			wantAnnotations: map[string]string{"cdi.k8s.io/k8s.device-plugin.nvidia.com_gpu": "k8s.device-plugin.nvidia.com/gpu=MIG-1"}},
+		{description: "an unprivileged container's annotations ignored on a multi-tenant host", policy: strict, annotations: annotations,
+			wantWarnings: []string{`CDI annotations "cdi.k8s.io/k8s.device-plugin.nvidia.com_gpu" ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false`}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			spec := &specs.Spec{Process: &specs.Process{Env: tc.env, Capabilities: unprivileged}, Mounts: tc.mounts, Annotations: tc.annotations}
+			req, warnings, err := FromSpec(spec, tc.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(req.Devices, tc.wantDevices) || !reflect.DeepEqual(req.CDIDevices, tc.wantCDI) ||
+				!reflect.DeepEqual(req.CDIAnnotations, tc.wantAnnotations) || !reflect.DeepEqual(warnings, tc.wantWarnings) {
+				t.Errorf("got devices %q cdi %q annotations %q warnings %q", req.Devices, req.CDIDevices, req.CDIAnnotations, warnings)
+			}
+			if want := tc.wantCDI != nil || tc.wantAnnotations != nil; req.WantsCDI() != want || (want && !req.IsGPU()) {
+				t.Errorf("WantsCDI = %v, IsGPU = %v", req.WantsCDI(), req.IsGPU())
+			}
+		})
+	}
+	if !MayRequestGPU([]byte(`{"annotations":{"cdi.k8s.io/x":"nvidia.com/gpu=0"}}`)) {
+		t.Error("MayRequestGPU misses a spec asking by annotation alone")
+	}
 }

@@ -1,0 +1,110 @@
+package cdi
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specsgo "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Parse reads a CDI spec (YAML or JSON) as the CDI library does.
+func Parse(data []byte) (*specsgo.Spec, error) {
+	spec, err := cdi.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("not a CDI spec: %w", err)
+	}
+	return spec, nil
+}
+
+// Diff says how spec got differs from want, one line per difference: kind, devices that
+// appeared or went, and the edits that changed (the spec's common edits or a device's).
+func Diff(got, want *specsgo.Spec) []string {
+	var out []string
+	if got.Kind != want.Kind {
+		out = append(out, fmt.Sprintf("kind %s, this host's spec is %s", got.Kind, want.Kind))
+	}
+	out = append(out, editsDiff("common edits", got.ContainerEdits, want.ContainerEdits)...)
+	gotDevices, wantDevices := map[string]specsgo.ContainerEdits{}, map[string]specsgo.ContainerEdits{}
+	for _, d := range got.Devices {
+		gotDevices[d.Name] = d.ContainerEdits
+	}
+	for _, d := range want.Devices {
+		wantDevices[d.Name] = d.ContainerEdits
+	}
+	for _, name := range sortedNames(wantDevices) {
+		if _, ok := gotDevices[name]; !ok {
+			out = append(out, fmt.Sprintf("device %s is missing (it exists on this host)", name))
+		}
+	}
+	for _, name := range sortedNames(gotDevices) {
+		w, ok := wantDevices[name]
+		if !ok {
+			out = append(out, fmt.Sprintf("device %s no longer exists on this host", name))
+			continue
+		}
+		out = append(out, editsDiff("device "+name, gotDevices[name], w)...)
+	}
+	return out
+}
+
+func sortedNames(m map[string]specsgo.ContainerEdits) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// editsDiff describes what is only in got (gone from the host) and only in want (new).
+func editsDiff(what string, got, want specsgo.ContainerEdits) []string {
+	g, w := editItems(got), editItems(want)
+	var gone, added []string
+	for item := range g {
+		if !w[item] {
+			gone = append(gone, item)
+		}
+	}
+	for item := range w {
+		if !g[item] {
+			added = append(added, item)
+		}
+	}
+	var out []string
+	for _, list := range []struct {
+		items []string
+		verb  string
+	}{{gone, "no longer on this host"}, {added, "new on this host"}} {
+		if len(list.items) == 0 {
+			continue
+		}
+		sort.Strings(list.items)
+		shown := list.items
+		more := ""
+		if len(shown) > 5 {
+			shown, more = shown[:5], fmt.Sprintf(" and %d more", len(list.items)-5)
+		}
+		out = append(out, fmt.Sprintf("%s: %s%s %s", what, strings.Join(shown, ", "), more, list.verb))
+	}
+	return out
+}
+
+// editItems flattens edits into comparable one-line items.
+func editItems(e specsgo.ContainerEdits) map[string]bool {
+	items := map[string]bool{}
+	for _, v := range e.Env {
+		items["env "+v] = true
+	}
+	for _, n := range e.DeviceNodes {
+		items[fmt.Sprintf("node %s (%s %d:%d)", n.Path, n.Type, n.Major, n.Minor)] = true
+	}
+	for _, m := range e.Mounts {
+		items[fmt.Sprintf("mount %s from %s", m.ContainerPath, m.HostPath)] = true
+	}
+	for _, h := range e.Hooks {
+		items[fmt.Sprintf("%s hook %s", h.HookName, strings.Join(append([]string{h.Path}, h.Args...), " "))] = true
+	}
+	return items
+}

@@ -1,0 +1,181 @@
+package cdi
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specsgo "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+// DefaultKind is the kind of the spec Generate writes.
+const DefaultKind = "nvidia.com/gpu"
+
+// Device name strategies: what a device entry is named after.
+const (
+	NameIndex = "index" // "0", "0:1"
+	NameUUID  = "uuid"  // "GPU-…", "MIG-…"
+	NameBoth  = "both"
+)
+
+// AllDevice names the entry that holds every device, as NVIDIA_VISIBLE_DEVICES=all.
+const AllDevice = "all"
+
+// GenerateOptions say what spec Generate writes.
+type GenerateOptions struct {
+	Kind         string           // vendor.com/class; DefaultKind when empty
+	NameStrategy string           // NameIndex, NameUUID or NameBoth (the default)
+	Capabilities capabilities.Set // whose driver files the spec carries; every one when nil
+}
+
+// Generate writes the CDI spec of a host from the plan the runtime injects: the spec's
+// common edits are plan.Common (control nodes, the capabilities' driver files, the
+// loader-cache hook), each device entry a plan.Device's edits (a whole GPU not in MIG mode,
+// or a MIG device: a GPU in MIG mode has no entry of its own), named by index and/or UUID,
+// and "all" holds every device. cdiVersion is the lowest version that can express the spec.
+// The spec is validated by the CDI library.
+func Generate(host plan.Host, o GenerateOptions) (*specsgo.Spec, []string, error) {
+	kind := o.Kind
+	if kind == "" {
+		kind = DefaultKind
+	}
+	if err := validateKind(kind); err != nil {
+		return nil, nil, err
+	}
+	caps := o.Capabilities
+	if caps == nil {
+		caps = capabilities.Everything()
+	}
+	common, warnings, err := plan.Common(caps, host)
+	if err != nil {
+		return nil, warnings, err
+	}
+	spec := &specsgo.Spec{Kind: kind, ContainerEdits: containerEdits(common, host)}
+	var all edits.Edits
+	for _, d := range plan.Devices(host.Driver.GPUs) {
+		e, err := d.Edits(host)
+		if err != nil {
+			return nil, warnings, err
+		}
+		all.Add(e)
+		var names []string
+		switch o.NameStrategy {
+		case NameIndex:
+			names = []string{d.Index}
+		case NameUUID:
+			names = []string{d.UUID}
+		case NameBoth, "":
+			names = []string{d.Index, d.UUID}
+		default:
+			return nil, warnings, fmt.Errorf("--device-name-strategy %q: want %s, %s or %s", o.NameStrategy, NameIndex, NameUUID, NameBoth)
+		}
+		for _, n := range names {
+			spec.Devices = append(spec.Devices, specsgo.Device{Name: n, ContainerEdits: containerEdits(e, host)})
+		}
+	}
+	spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(all, host)})
+	if spec.Version, err = cdi.MinimumRequiredVersion(spec); err != nil {
+		return nil, warnings, fmt.Errorf("CDI version of the spec: %w", err)
+	}
+	if err := Validate(spec); err != nil {
+		return nil, warnings, err
+	}
+	return spec, warnings, nil
+}
+
+// validateKind checks a kind is vendor.com/class.
+func validateKind(kind string) error {
+	vendor, class := parser.ParseQualifier(kind)
+	if vendor == "" || class == "" {
+		return fmt.Errorf("--kind %q: want vendor.com/class, such as %s", kind, DefaultKind)
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return fmt.Errorf("--kind %q: %w", kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return fmt.Errorf("--kind %q: %w", kind, err)
+	}
+	return nil
+}
+
+// Marshal writes a spec as YAML (with the document marker the CDI library writes) or JSON.
+func Marshal(spec *specsgo.Spec, format string) ([]byte, error) {
+	switch format {
+	case "yaml", "":
+		data, err := yaml.Marshal(spec)
+		if err != nil {
+			return nil, fmt.Errorf("encode CDI spec: %w", err)
+		}
+		return append([]byte("---\n"), data...), nil
+	case "json":
+		data, err := json.MarshalIndent(spec, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("encode CDI spec: %w", err)
+		}
+		return append(data, '\n'), nil
+	}
+	return nil, fmt.Errorf("--format %q: want yaml or json", format)
+}
+
+// containerEdits writes edits in the CDI spec's shape. MIG capabilities of a driver's /proc
+// interface become the gpu-hook proc-caps hook that grants them.
+func containerEdits(e edits.Edits, host plan.Host) specsgo.ContainerEdits {
+	var out specsgo.ContainerEdits
+	out.Env = e.Env
+	for _, n := range e.DeviceNodes {
+		mode, uid, gid := n.FileMode, n.UID, n.GID
+		out.DeviceNodes = append(out.DeviceNodes, &specsgo.DeviceNode{Path: n.Path, HostPath: n.HostPath, Type: n.Type,
+			Major: n.Major, Minor: n.Minor, FileMode: &mode, UID: &uid, GID: &gid})
+	}
+	for _, m := range e.Mounts {
+		out.Mounts = append(out.Mounts, &specsgo.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: m.Options})
+	}
+	hooks := e.Hooks
+	if len(e.ProcCaps) > 0 {
+		args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
+		for _, c := range e.ProcCaps {
+			args = append(args, "--cap", c)
+		}
+		hooks = append(hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: plan.HookEnv, Timeout: host.HookTimeout})
+	}
+	for _, h := range hooks {
+		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}
+		if h.Timeout > 0 {
+			timeout := h.Timeout
+			hook.Timeout = &timeout
+		}
+		out.Hooks = append(out.Hooks, hook)
+	}
+	return out
+}
+
+// Validate checks a spec as a CDI consumer reading it would (the library's own validation,
+// through a file, as consumers read specs).
+func Validate(spec *specsgo.Spec) error {
+	data, err := Marshal(spec, "json")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "gpu-ctk-cdi-")
+	if err != nil {
+		return fmt.Errorf("validate CDI spec: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "spec.json")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return fmt.Errorf("validate CDI spec: %w", err)
+	}
+	if _, err := cdi.ReadSpec(p, 0); err != nil {
+		return fmt.Errorf("the CDI library refuses the spec: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Package cdi is gpu-runtime's side of the Container Device Interface (reference §10),
+// built on tags.cncf.io/container-device-interface: it resolves and applies CDI devices for a
+// create (Resolver, used by gpu-ctk on gpu-runtime's behalf) and writes a CDI spec for this
+// host from the same plan the runtime injects (Generate). Only gpu-ctk links it: the library
+// is kept out of gpu-runtime's every start.
+package cdi
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+)
+
+// ErrUnresolvable marks CDI devices no spec in the spec directories defines.
+var ErrUnresolvable = errors.New("unresolvable CDI devices")
+
+// Resolver resolves CDI device names from the specs in a list of directories.
+type Resolver struct {
+	cache *cdi.Cache
+	dirs  []string
+}
+
+// NewResolver reads the specs of dirs (later directories take precedence, as in the CDI
+// library). Specs that do not load are reported by Resolve's error when a device is missing.
+func NewResolver(dirs []string) (*Resolver, error) {
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil && c == nil {
+		return nil, fmt.Errorf("read CDI specs in %s: %w", strings.Join(dirs, ", "), err)
+	}
+	return &Resolver{cache: c, dirs: dirs}, nil
+}
+
+// Devices lists the qualified names of every device the specs define, sorted.
+func (r *Resolver) Devices() []string {
+	names := r.cache.ListDevices()
+	sort.Strings(names)
+	return names
+}
+
+// Problems lists, per spec file, why it did not load.
+func (r *Resolver) Problems() []string {
+	var out []string
+	for path, errs := range r.cache.GetErrors() {
+		for _, err := range errs {
+			out = append(out, fmt.Sprintf("%s: %v", path, err))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
+// once; every one must resolve before anything is applied.
+func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
+	if len(annotations) > 0 {
+		_, annotated, err := cdi.ParseAnnotations(annotations)
+		if err != nil {
+			return nil, fmt.Errorf("CDI annotations: %w", err)
+		}
+		sort.Strings(annotated) // map order: keep the result stable
+		names = append(append([]string(nil), names...), annotated...)
+	}
+	var d devices
+	seen := map[string]bool{}
+	var unresolved []string
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		dev := r.cache.GetDevice(n)
+		if dev == nil {
+			unresolved = append(unresolved, n)
+			continue
+		}
+		d.names = append(d.names, n)
+		d.devices = append(d.devices, dev)
+	}
+	if len(unresolved) > 0 {
+		return nil, r.unresolvable(unresolved)
+	}
+	d.cache = r.cache
+	return d, nil
+}
+
+// unresolvable says which names did not resolve, what the specs offer, and which specs did
+// not load.
+func (r *Resolver) unresolvable(names []string) error {
+	offer := "offer no devices"
+	if all := r.Devices(); len(all) > 0 {
+		shown := all
+		if len(shown) > 20 {
+			shown = append(shown[:20:20], fmt.Sprintf("and %d more", len(all)-20))
+		}
+		offer = "offer " + strings.Join(shown, ", ")
+	}
+	msg := fmt.Sprintf("%s: the CDI specs in %s %s; generate a spec for this host with gpu-ctk cdi generate --output /etc/cdi/nvidia.yaml",
+		quote.List(names), strings.Join(r.dirs, ", "), offer)
+	if p := r.Problems(); len(p) > 0 {
+		msg += "; specs that did not load: " + strings.Join(p, "; ")
+	}
+	return fmt.Errorf("%w %s", ErrUnresolvable, msg)
+}
+
+// devices are resolved CDI devices.
+type devices struct {
+	cache   *cdi.Cache
+	names   []string
+	devices []*cdi.Device
+}
+
+func (d devices) Names() []string { return d.names }
+
+// DeviceNodes lists the container paths of the nodes the devices and their specs inject.
+func (d devices) DeviceNodes() []string {
+	var out []string
+	specSeen := map[*cdi.Spec]bool{}
+	for _, dev := range d.devices {
+		for _, n := range dev.ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+		if s := dev.GetSpec(); !specSeen[s] {
+			specSeen[s] = true
+			for _, n := range s.ContainerEdits.DeviceNodes {
+				out = append(out, n.Path)
+			}
+		}
+	}
+	return out
+}
+
+// Apply injects the devices with the CDI library: each spec's common edits once, then the
+// devices' own.
+func (d devices) Apply(spec *specs.Spec) error {
+	if _, err := d.cache.InjectDevices(spec, d.names...); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package ctk
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+	specsgo "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
+	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+func init() {
+	Register("cdi", "generate, check and list Container Device Interface specs (generate, list)", runCDI)
+}
+
+const cdiUsage = `usage:
+  gpu-ctk cdi generate [--output FILE] [--format yaml|json] [--kind nvidia.com/gpu]
+                       [--device-name-strategy index|uuid|both] [--capabilities LIST]
+                       [--check FILE]
+  gpu-ctk cdi list
+
+generate writes a CDI spec for this host, read with gpu-runtime's configuration (driver.root,
+dev-root, proc-root, hook.path; GPU_RUNTIME_CONFIG): a device per GPU not in MIG mode and per
+MIG device, named by index (0, 0:1) and/or UUID, and "all". The spec carries the driver files
+of every capability unless --capabilities names fewer (CDI cannot see the container's
+NVIDIA_DRIVER_CAPABILITIES). Without --output it goes to stdout; --output replaces FILE
+atomically. With --check FILE nothing is written: the exit status is 1, with what differs,
+when FILE no longer matches this host (a driver upgrade, a MIG reconfiguration).
+
+list prints the fully qualified names of the devices the specs in cdi.spec-dirs offer.
+`
+
+func runCDI(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		_, _ = io.WriteString(stderr, cdiUsage)
+		return fmt.Errorf("%w: gpu-ctk cdi needs generate or list", ErrUsage)
+	}
+	switch args[0] {
+	case "generate":
+		return cdiGenerate(args[1:], stdout, stderr)
+	case "list":
+		return cdiList(args[1:], stdout, stderr)
+	case "inject":
+		return cdiInject(args[1:], stderr)
+	case "--help", "-help", "-h", "help":
+		_, err := io.WriteString(stdout, cdiUsage)
+		return err
+	}
+	return fmt.Errorf("%w: unknown cdi command %q (gpu-ctk cdi --help)", ErrUsage, args[0])
+}
+
+// loadConfig reads gpu-runtime's configuration as the runtime does, warnings to stderr.
+func loadConfig(stderr io.Writer) (config.Config, error) {
+	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
+	}
+	return cfg, err
+}
+
+func cdiGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk cdi generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	output := fs.String("output", "", "write the spec to FILE (atomically) instead of stdout")
+	format := fs.String("format", "", "yaml or json (default: from --output's extension, else yaml)")
+	kind := fs.String("kind", cdi.DefaultKind, "the spec's kind, vendor.com/class")
+	strategy := fs.String("device-name-strategy", cdi.NameBoth, "name devices by index, uuid or both")
+	capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec carries, as NVIDIA_DRIVER_CAPABILITIES")
+	check := fs.String("check", "", "compare FILE with the spec this host would get; write nothing")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: cdi generate takes no arguments, got %q", ErrUsage, fs.Args())
+	}
+	caps, err := capabilities.Parse(*capsFlag)
+	if err != nil {
+		return fmt.Errorf("%w: --capabilities: %w", ErrUsage, err)
+	}
+	if *format == "" {
+		*format = "yaml"
+		if strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json") {
+			*format = "json"
+		}
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	host, err := hostFromConfig(cfg)
+	if err != nil {
+		return err
+	}
+	spec, warnings, err := cdi.Generate(host, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
+	}
+	if err != nil {
+		return err
+	}
+	if *check != "" {
+		return checkSpec(*check, spec, stdout)
+	}
+	data, err := cdi.Marshal(spec, *format)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if *output == "" {
+		_, err = stdout.Write(data)
+		return err
+	}
+	if err := atomicfile.Write(*output, data, 0o644, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d devices of kind %s, CDI version %s\n", *output, len(spec.Devices), spec.Kind, spec.Version)
+	return nil
+}
+
+// checkSpec compares the spec in file with want and says what differs.
+func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", file, err)
+	}
+	got, err := cdi.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	diffs := cdi.Diff(got, want)
+	if len(diffs) == 0 {
+		fmt.Fprintf(stdout, "%s matches this host\n", file)
+		return nil
+	}
+	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
+}
+
+// hostFromConfig discovers the host for a CDI spec in this process (NVML directly, no cache).
+func hostFromConfig(cfg config.Config) (plan.Host, error) {
+	driver, err := nvmlinfo.Query(cfg.Driver.Root)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	nodes, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	caps, err := discover.ReadMIGCaps(cfg.Driver.ProcRoot, driver.GPUs)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	self, _ := os.Executable()
+	hookPath, err := runtime.HookPath(cfg.Hook.Path, self)
+	if err != nil {
+		return plan.Host{}, err
+	}
+	return plan.Host{Driver: driver, Files: files, Devices: nodes, MIGCaps: caps, ProcRoot: cfg.Driver.ProcRoot,
+		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+}
+
+func cdiList(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: cdi list takes no arguments, got %q", ErrUsage, args)
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	r, err := cdi.NewResolver(cfg.CDI.SpecDirs)
+	if err != nil {
+		return err
+	}
+	for _, p := range r.Problems() {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
+	}
+	var b bytes.Buffer
+	for _, d := range r.Devices() {
+		b.WriteString(d + "\n")
+	}
+	_, err = stdout.Write(b.Bytes())
+	return err
+}
+
+// ErrReported: gpu-ctk cdi inject reported its error itself, as gpu-runtime would.
+var ErrReported = runtime.ErrReported
+
+// cdiInject is the other half of gpu-runtime's hand-off of a create that names CDI devices
+// (runtime.HandOffToCTK): `gpu-ctk cdi inject -- <gpu-runtime's arguments>` runs the
+// runtime's create path with the CDI library, logging where gpu-runtime logs.
+func cdiInject(args []string, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "--" {
+		return fmt.Errorf("%w: cdi inject is run by gpu-runtime: gpu-ctk cdi inject -- <runtime arguments>", ErrUsage)
+	}
+	inv, err := oci.ParseArgs(args[1:])
+	if err != nil || !inv.ModifiesSpec() {
+		return fmt.Errorf("%w: cdi inject: not a create, run or restore command line: %q", ErrUsage, args[1:])
+	}
+	cfg, warnings, cfgErr := config.LoadFromEnv(os.Getenv)
+	level := logrus.InfoLevel
+	if cfgErr == nil {
+		level = cfg.Level()
+	}
+	log := runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, ExtraFile: cfg.Runtime.LogFile, Level: level, Stderr: stderr})
+	defer log.Close()
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	err = cfgErr
+	if err == nil {
+		var r *cdi.Resolver
+		if r, err = cdi.NewResolver(cfg.CDI.SpecDirs); err == nil {
+			self, _ := os.Executable()
+			cwd, _ := os.Getwd()
+			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
+		}
+	}
+	if err != nil {
+		log.Error("gpu-runtime: " + err.Error())
+		if log.ToFile() {
+			fmt.Fprintln(stderr, "gpu-runtime: "+err.Error())
+		}
+		return ErrReported
+	}
+	return nil
+}
