@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+)
+
+// newCDIEnv is a MIG host env whose [cdi] spec-dirs holds the spec gpu-ctk cdi generate
+// wrote for it.
+func newCDIEnv(t *testing.T, extra string) (*env, string) {
+	t.Helper()
+	e := newMIGEnv(t)
+	dir := t.TempDir()
+	e.writeConfig(t, extra+fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+	gen := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--output", filepath.Join(dir, "nvidia.yaml"))
+	gen.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("gpu-ctk cdi generate: %v\n%s", err, out)
+	}
+	return e, dir
+}
+
+// nodesOf runs migProbe and returns the container's NVIDIA nodes, sorted.
+func nodesOf(t *testing.T, e *env, b string) []string {
+	t.Helper()
+	r := e.run(t, b)
+	if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	var got []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "dev ") {
+			got = append(got, l)
+		}
+		if strings.HasPrefix(l, "open ") && !strings.HasSuffix(l, "No such device or address") {
+			t.Errorf("access: %s", l)
+		}
+	}
+	sort.Strings(got)
+	return got
+}
+
+func TestCDI(t *testing.T) {
+	h := migHost(t)
+	mig := h.MIGDevices()
+	gpu0, gpu1 := "dev /dev/nvidia0 195:0", "dev /dev/nvidia1 195:1"
+	// The spec carries every capability's files (CDI cannot see NVIDIA_DRIVER_CAPABILITIES).
+	common := []string{"dev /dev/nvidiactl 195:255", "dev /dev/nvidia-uvm 235:0", "dev /dev/nvidia-uvm-tools 235:1", "dev /dev/nvidia-modeset 195:254"}
+	caps := func(m fakehost.MIGInfo) []string { return []string{capNode(h, m.GICapMinor), capNode(h, m.CICapMinor)} }
+	testCases := []struct {
+		description string
+		config      string
+		env         []string
+		setup       func(t *testing.T, b string)
+		want        []string
+	}{
+		{description: "a whole GPU by index", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want: join([]string{gpu1}, common)},
+		{description: "a whole GPU by UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=" + h.Options.GPUs[1].UUID}, want: join([]string{gpu1}, common)},
+		{description: "a MIG device", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:1"}, want: join([]string{gpu0}, caps(mig[1]), common)},
+		{description: "all", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"}, want: join([]string{gpu0, gpu1}, caps(mig[0]), caps(mig[1]), caps(mig[2]), common)},
+		{description: "mixed with a plain index", env: []string{"NVIDIA_VISIBLE_DEVICES=1,nvidia.com/gpu=0:0"}, want: join([]string{gpu0, gpu1}, caps(mig[0]), common)},
+		{description: "the device plugin's cdi-annotations", setup: func(t *testing.T, b string) {
+			editSpec(t, b, func(s map[string]any) {
+				s["annotations"] = map[string]any{"cdi.k8s.io/k8s.device-plugin.nvidia.com_gpu": "nvidia.com/gpu=" + mig[2].UUID}
+			})
+		}, want: join([]string{gpu0}, caps(mig[2]), common)},
+		{description: "the device plugin's cdi/ volume mount", config: "[request]\naccept-device-list-as-volume-mounts = true\n",
+			env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, setup: func(t *testing.T, b string) {
+				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=1")
+			}, want: join([]string{gpu1}, common)},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e, _ := newCDIEnv(t, tc.config)
+			b := e.bundle(t, tc.env, migProbe)
+			if tc.setup != nil {
+				tc.setup(t, b)
+			}
+			want := append([]string(nil), tc.want...)
+			sort.Strings(want)
+			if got := nodesOf(t, e, b); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("the container's NVIDIA nodes:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// TestCDIContainer: a container given a GPU by CDI name has the driver libraries read-only
+// and its loader finds them (the spec's createContainer hook ran).
+func TestCDIContainer(t *testing.T) {
+	e, _ := newCDIEnv(t, "")
+	f := runProbe(t, e, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1")
+	for _, want := range []string{"ldcache-libcuda", "soname-libcuda", "libcuda-readonly", "nvidia-smi-runs", "dev /dev/nvidia1 c3 1"} {
+		if !f[want] {
+			t.Errorf("container lacks %q", want)
+		}
+	}
+}
+
+func TestCDIErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		wantMsg     []string
+		ran         bool // the create succeeded and the hook failed
+	}{
+		{"an unknown CDI device", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7,nvidia.com/gpu=1"},
+			[]string{`unresolvable CDI devices "nvidia.com/gpu=7": the CDI specs in `, ` offer nvidia.com/gpu=0:0, nvidia.com/gpu=0:1, nvidia.com/gpu=0:2, nvidia.com/gpu=1, nvidia.com/gpu=`}, false},
+		{"a requirement checks the GPU a CDI device names", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:1", "NVIDIA_REQUIRE_ARCH=arch>=9.0"},
+			[]string{"unsatisfied condition: arch>=9.0 (host: cuda 12.4, driver 550.54.15; GPU 0:1: arch 8.0, brand tesla)"}, true},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e, _ := newCDIEnv(t, "")
+			b := e.bundle(t, tc.env, "echo should-not-run")
+			before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if r.code == 0 || strings.Contains(r.stdout, "should-not-run") {
+				t.Fatalf("the container ran:\n%s", r.stdout)
+			}
+			msg := lastJSONError(t, logPath)
+			for _, m := range tc.wantMsg {
+				if !strings.Contains(r.stderr, m) || !strings.Contains(msg, m) {
+					t.Errorf("stderr or --log lacks %q:\nstderr %s\nlog %s", m, r.stderr, msg)
+				}
+			}
+			if after, _ := os.ReadFile(filepath.Join(b, "config.json")); !tc.ran && !bytes.Equal(before, after) {
+				t.Error("config.json changed")
+			}
+		})
+	}
+}
+
+// TestCDIPolicyAndPassThrough: on a multi-tenant host an unprivileged container's CDI
+// annotations grant nothing; a spec the engine already gave GPUs (CDI in podman or
+// containerd 2.x) passes through byte for byte.
+func TestCDIPolicyAndPassThrough(t *testing.T) {
+	e, _ := newCDIEnv(t, "[request]\naccept-envvar-when-unprivileged = false\n")
+	b := e.bundle(t, nil, migProbe)
+	editSpec(t, b, func(s map[string]any) {
+		s["annotations"] = map[string]any{"cdi.k8s.io/tenant": "nvidia.com/gpu=all"}
+	})
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	r := e.run(t, b, "--log", logPath, "--log-format", "json")
+	if r.code != 0 || strings.Contains(r.stdout, "dev /dev/nvidia") {
+		t.Errorf("an unprivileged tenant's annotation granted devices: exit %d\n%s", r.code, r.stdout)
+	}
+	if log, _ := os.ReadFile(logPath); !bytes.Contains(log, []byte(`CDI annotations \"cdi.k8s.io/tenant\" ignored: the container is unprivileged`)) {
+		t.Errorf("no warning in the log:\n%s", log)
+	}
+
+	e2, _ := newCDIEnv(t, "")
+	b = e2.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, "ls /dev/nvidia*")
+	editSpec(t, b, func(s map[string]any) { // what podman's CDI injection leaves
+		linux := s["linux"].(map[string]any)
+		linux["devices"] = []any{map[string]any{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}}
+		res := linux["resources"].(map[string]any)
+		res["devices"] = append(res["devices"].([]any), map[string]any{"allow": true, "type": "c", "major": 195, "minor": 255, "access": "rwm"})
+	})
+	before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	id := containerID(t)
+	r = e2.runtime(t, nil, "create", "--bundle", b, id)
+	defer e2.runtime(t, nil, "delete", "--force", id)
+	after, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	if r.code != 0 || !bytes.Equal(before, after) {
+		t.Errorf("an engine-injected spec was changed (exit %d %s)", r.code, r.stderr)
+	}
+}
+
+// TestCDIGenerateCheck: gpu-ctk cdi generate --check says nothing differs for a fresh spec
+// and what changed after a MIG reconfiguration.
+func TestCDIGenerateCheck(t *testing.T) {
+	e, dir := newCDIEnv(t, "")
+	check := func() (string, error) {
+		cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--check", filepath.Join(dir, "nvidia.yaml"))
+		cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := check(); err != nil || !strings.Contains(out, "nvidia.yaml matches this host") {
+		t.Fatalf("fresh spec: %v\n%s", err, out)
+	}
+	// The same spec checked against a host where GPU 0 has only one MIG device.
+	opts := fakehost.Default(2)
+	if err := opts.GPUs[0].AddMIGDevices("3g.40gb"); err != nil {
+		t.Fatal(err)
+	}
+	e.host = privateHost(t, filepath.Join(e.dir, "reconfigured"), opts)
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+	out, err := check()
+	if err == nil || !strings.Contains(out, "nvidia.yaml no longer matches this host (regenerate it: gpu-ctk cdi generate --output ") ||
+		!strings.Contains(out, "device 0:1 no longer exists on this host") || !strings.Contains(out, "device 0:2 no longer exists on this host") {
+		t.Errorf("after the reconfiguration: %v\n%s", err, out)
+	}
+}
