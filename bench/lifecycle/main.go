@@ -40,7 +40,7 @@ import (
 
 type options struct {
 	pairs, warmup, isolation, traces  int
-	out, runtime, hook, runc, workdir string
+	out, runtime, hook, ctk, runc, workdir string
 	bundleDir                         string
 	seed                              uint64
 	verbose                           bool
@@ -52,6 +52,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results.md", "markdown results file; \"-\" for stdout only")
 	flag.StringVar(&o.runtime, "runtime", "bin/gpu-runtime", "the gpu-runtime binary under test")
 	flag.StringVar(&o.hook, "hook", "bin/gpu-hook", "the gpu-hook binary gpu-runtime writes into specs (config hook.path)")
+	flag.StringVar(&o.ctk, "ctk", "bin/gpu-ctk", "the gpu-ctk binary that writes the CDI spec of the CDI variant")
 	flag.StringVar(&o.runc, "runc", "runc", "runc: a name looked up in PATH, or a path")
 	flag.StringVar(&o.workdir, "workdir", "", "parent directory for the fake GPU hosts (the driver files) and configs (default $TMPDIR or /tmp)")
 	flag.StringVar(&o.bundleDir, "bundle-dir", "auto", "parent directory for bundles and runc state; \"auto\": a tmpfs (/run, else /dev/shm) as containerd uses, \"\": inside -workdir. Its filesystem matters, see bench/README.md")
@@ -79,7 +80,7 @@ var errInterrupted = errors.New("interrupted")
 
 // run sets up, measures, reports and always cleans up; it returns the exit code.
 func run(o options) int {
-	runc, runtime, hook, noop, err := preflight(o)
+	runc, runtime, hook, ctk, noop, err := preflight(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lifecycle: "+err.Error())
 		return 2
@@ -101,7 +102,7 @@ func run(o options) int {
 	}
 
 	code := 0
-	l, err := newLab(o.workdir, o.bundleDir, runc, runtime, hook, noop)
+	l, err := newLab(o.workdir, o.bundleDir, runc, runtime, hook, ctk, noop)
 	if err == nil {
 		err = measure(ctx, o, l)
 	}
@@ -193,6 +194,11 @@ func measure(ctx context.Context, o options, l *lab) error {
 	if err != nil {
 		return err
 	}
+	progress("writing a CDI spec for the 8-GPU host with gpu-ctk and injecting %s=all with the CDI library", cdiKind)
+	cdiInj, err := l.cdiSpec(specPlain, cfg[8])
+	if err != nil {
+		return err
+	}
 
 	gpu8 := &variant{key: "gpu8", label: "gpu-runtime, 8 GPUs", binary: l.runtime, config: cfg[8], spec: specGPU}
 	gpu1 := &variant{key: "gpu1", label: "gpu-runtime, 1 GPU", binary: l.runtime, config: cfg[1], spec: specGPU}
@@ -201,14 +207,18 @@ func measure(ctx context.Context, o options, l *lab) error {
 	runcPlain := &variant{key: "runc", label: "runc, no GPUs", binary: l.runc, config: cfg[8], spec: specPlain}
 	runcSame := &variant{key: "runc-same-spec", label: "runc, gpu-runtime's 8-GPU spec", binary: l.runc, config: cfg[8], spec: specSame}
 	goExec := &variant{key: "goexec", label: "a static Go program that only execs runc, no GPUs", binary: l.goExec, config: cfg[8], spec: specPlain}
+	runcCDI := &variant{key: "runc-cdi", label: "runc, 8 GPUs injected by CDI (as containerd 2.x, cri-o, podman)", binary: l.runc, config: cfg[8], spec: cdiInj.spec}
 	cuda8 := &variant{key: "gpu8-cuda", label: "gpu-runtime, 8 GPUs, CUDA image env (NVIDIA_REQUIRE_CUDA)", binary: l.runtime, config: cfg[8], spec: specCUDA}
-	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16, goExec}
+	variants := []*variant{gpu8, runcPlain, runcSame, nonGPU, gpu1, gpu16, goExec, runcCDI}
 	traced := append(append([]*variant(nil), variants...), cuda8)
 	comps := []*comparison{
 		{key: "gpu-vs-runc", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs", a: gpu8, b: runcPlain, target: 1.6},
 		{key: "gpu-vs-same-spec", title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
 		{key: "nongpu-vs-runc", title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, target: 1.10},
 		{key: "16-vs-1", title: "16 GPUs vs 1 GPU through gpu-runtime", a: gpu16, b: gpu1, target: 1.10},
+		// No targets: what a CDI-native engine's GPU container costs, with no wrapper in the path.
+		{key: "cdi-vs-runc", title: "GPU container (8 GPUs) injected by CDI, plain runc, vs plain runc without GPUs", a: runcCDI, b: runcPlain},
+		{key: "gpu-vs-cdi", title: "gpu-runtime (8 GPUs) vs plain runc given the CDI-injected spec", a: gpu8, b: runcCDI},
 		// No target: what any Go wrapper costs here (the issue quotes 1.07 on its machine).
 		{key: "goexec-vs-runc", title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
 	}
@@ -318,7 +328,7 @@ func measure(ctx context.Context, o options, l *lab) error {
 	}
 	m.loadAfter = loadAvg()
 
-	report := render(reportData{o: o, m: m, comps: comps, variants: variants, traced: traced, cases: cases, traces: traces, traceErr: traceErr, seed: o.seed})
+	report := render(reportData{o: o, m: m, cdi: cdiInj, comps: comps, variants: variants, traced: traced, cases: cases, traces: traces, traceErr: traceErr, seed: o.seed})
 	fmt.Print(report)
 	if o.out != "-" && o.out != "" {
 		if err := writeFile(o.out, []byte(report)); err != nil {

@@ -27,6 +27,7 @@ type lab struct {
 	runc    string // absolute path of runc
 	runtime string // absolute path of gpu-runtime
 	hook    string // absolute path of gpu-hook
+	ctk     string // absolute path of gpu-ctk
 	noop    string // absolute path of true(1): the no-op low-level runtime
 	busybox string // a copy of busybox inside work, hard-linked into every rootfs
 	// rusage is a tiny C program that forks, execs its arguments, waits and writes the
@@ -39,9 +40,9 @@ type lab struct {
 }
 
 // preflight checks what the bench needs and resolves the binaries.
-func preflight(o options) (runc, runtime, hook, noop string, err error) {
+func preflight(o options) (runc, runtime, hook, ctk, noop string, err error) {
 	if os.Geteuid() != 0 {
-		return "", "", "", "", errors.New("the lifecycle benchmark needs root (runc, mknod for the fake GPU hosts); run it with sudo")
+		return "", "", "", "", "", errors.New("the lifecycle benchmark needs root (runc, mknod for the fake GPU hosts); run it with sudo")
 	}
 	var problems []string
 	if runc, err = exec.LookPath(o.runc); err != nil {
@@ -71,16 +72,16 @@ func preflight(o options) (runc, runtime, hook, noop string, err error) {
 		}
 		return abs
 	}
-	runtime, hook = check(o.runtime, "runtime"), check(o.hook, "hook")
+	runtime, hook, ctk = check(o.runtime, "runtime"), check(o.hook, "hook"), check(o.ctk, "ctk")
 	if len(problems) > 0 {
-		return "", "", "", "", errors.New(strings.Join(problems, "\n  "))
+		return "", "", "", "", "", errors.New(strings.Join(problems, "\n  "))
 	}
 	runc, err = filepath.Abs(runc)
-	return runc, runtime, hook, noop, err
+	return runc, runtime, hook, ctk, noop, err
 }
 
 // newLab creates the work and bundle directories and copies busybox next to the bundles.
-func newLab(parent, bundleParent, runc, runtime, hook, noop string) (*lab, error) {
+func newLab(parent, bundleParent, runc, runtime, hook, ctk, noop string) (*lab, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
@@ -88,7 +89,7 @@ func newLab(parent, bundleParent, runc, runtime, hook, noop string) (*lab, error
 	if err != nil {
 		return nil, fmt.Errorf("create work directory: %w", err)
 	}
-	l := &lab{work: work, runc: runc, runtime: runtime, hook: hook, noop: noop}
+	l := &lab{work: work, runc: runc, runtime: runtime, hook: hook, ctk: ctk, noop: noop}
 	if bundleParent == "auto" {
 		bundleParent = defaultBundleParent()
 	}
