@@ -39,11 +39,11 @@ import (
 )
 
 type options struct {
-	pairs, warmup, isolation, traces  int
+	pairs, warmup, isolation, traces       int
 	out, runtime, hook, ctk, runc, workdir string
-	bundleDir                         string
-	seed                              uint64
-	verbose                           bool
+	bundleDir                              string
+	seed                                   uint64
+	verbose                                bool
 }
 
 func main() {

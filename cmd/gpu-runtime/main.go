@@ -44,13 +44,14 @@ func main() {
 		cfg = config.Default()
 	}
 	log := runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, ExtraFile: cfg.Runtime.LogFile, Level: level, Stderr: os.Stderr})
+	lines := withContainer(log, inv.ContainerID)
 	for _, w := range warnings {
-		log.Warn(w)
+		lines.Warn(w)
 	}
 	self, _ := os.Executable()
 
 	if cfgErr != nil && !inv.ModifiesSpec() {
-		log.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
+		lines.WithError(cfgErr).Warn("config unusable; using default runtimes for " + inv.Command)
 	}
 	// Resolve runc before touching the spec: a create must not leave an edited spec behind.
 	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
@@ -67,11 +68,20 @@ func main() {
 		os.Exit(1)
 	}
 	if err != nil {
-		fail(log, err)
+		fail(log, inv.ContainerID, err)
 	}
 	log.Close()
 	err = unix.Exec(runc, append([]string{runc}, args...), os.Environ())
-	fail(runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, Level: level, Stderr: os.Stderr}), fmt.Errorf("exec %s: %w", runc, err))
+	fail(runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, Level: level, Stderr: os.Stderr}), inv.ContainerID, fmt.Errorf("exec %s: %w", runc, err))
+}
+
+// withContainer returns the logger that writes lines about container id: every line carries
+// container_id, as PrepareBundle's do (none when the command names no container).
+func withContainer(log *runlog.Logger, id string) logrus.FieldLogger {
+	if id == "" {
+		return log
+	}
+	return log.WithField("container_id", id)
 }
 
 // unsupported keeps only argument errors that must stop a create (ErrArgs passes through
@@ -84,8 +94,8 @@ func unsupported(err error) error {
 }
 
 // fail reports err the way runc does (its log, and stderr when the log is a file) and exits 1.
-func fail(log *runlog.Logger, err error) {
-	log.Error("gpu-runtime: " + err.Error())
+func fail(log *runlog.Logger, id string, err error) {
+	withContainer(log, id).Error("gpu-runtime: " + err.Error())
 	if log.ToFile() {
 		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // HookName is the file name of the hook binary.
@@ -80,17 +81,81 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("read spec: %w", err)
 	}
-	if !request.MayRequestGPU(raw) {
-		log.Debug("no GPU requested; spec unchanged")
+	in, err := Decide(path, raw, opts, log)
+	if err != nil || in.HandedOff {
+		return err
+	}
+	if in.Unchanged != "" {
+		if in.Unchanged == UnchangedEngineInjected {
+			log.Info(in.Unchanged)
+		} else {
+			log.Debug(in.Unchanged)
+		}
 		return nil
+	}
+	if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		for _, line := range in.Plan.Edits.Describe() {
+			log.Debug(line)
+		}
+	}
+	if err := in.Apply(); err != nil {
+		return err
+	}
+	if err := in.File.Write(); err != nil {
+		return err
+	}
+	fields := logrus.Fields{
+		"gpus":         deviceIDs(in.Plan.Devices),
+		"capabilities": in.Request.Capabilities.String(),
+		"devices":      len(in.Plan.Edits.DeviceNodes),
+		"mounts":       len(in.Plan.Edits.Mounts),
+	}
+	if in.CDI != nil {
+		fields["cdi_devices"] = in.CDI.Names()
+	}
+	log.WithFields(fields).Info("injected NVIDIA GPUs")
+	return nil
+}
+
+// Why a spec is left unchanged (Injection.Unchanged).
+const (
+	UnchangedNoGPU          = "no GPU requested; spec unchanged"
+	UnchangedEngineInjected = "the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged"
+)
+
+// Injection is what a create does to a spec, decided, resolved and planned; nothing is
+// edited until Apply, nothing written until File.Write. gpu-ctk explain shows it.
+type Injection struct {
+	// Unchanged says why the spec is left as it is ("" when it is edited); HandedOff that
+	// the create was handed to Options.HandOff, which did the work.
+	Unchanged string
+	HandedOff bool
+	File      *oci.SpecFile
+	Request   request.Request
+	// Host is what discovery found (zero when nothing needed it).
+	Host plan.Host
+	Plan plan.Plan
+	// CDI are the CDI devices the request names, resolved; nil for none.
+	CDI CDIDevices
+}
+
+// Decide reads the spec at path (raw, its bytes) and decides the injection: whether the
+// container asks for GPUs, which, and every edit, all resolved and validated before
+// anything is touched. Warnings go to log.
+func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Injection, error) {
+	var in Injection
+	if !request.MayRequestGPU(raw) {
+		in.Unchanged = UnchangedNoGPU
+		return in, nil
 	}
 	sf, err := oci.ParseSpec(path, raw)
 	if err != nil {
-		return err
+		return in, err
 	}
+	in.File = sf
 	if hasDevice(sf.Spec, controlNode) {
-		log.Info("the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged")
-		return nil
+		in.Unchanged = UnchangedEngineInjected
+		return in, nil
 	}
 	policy := request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
@@ -98,75 +163,71 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	}
 	req, warnings, err := request.FromSpec(sf.Spec, policy)
 	if err != nil {
-		return err
+		return in, err
 	}
+	in.Request = req
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	dockerHook := hasDockerHook(sf)
-	if !req.IsGPU() && !dockerHook {
-		log.Debug("no GPU requested; spec unchanged")
-		return nil
+	if !req.IsGPU() && !hasDockerHook(sf) {
+		in.Unchanged = UnchangedNoGPU
+		return in, nil
 	}
 	if req.WantsCDI() && opts.CDI == nil {
 		if opts.HandOff == nil {
-			return ErrNoCDI
+			return in, ErrNoCDI
 		}
 		log.Debug("CDI devices requested: handing the create to gpu-ctk")
-		return opts.HandOff()
+		in.HandedOff = true
+		return in, opts.HandOff()
 	}
 
-	// Everything is resolved and planned before the spec is touched.
-	var cdiDevices CDIDevices
 	if req.WantsCDI() {
-		if cdiDevices, err = opts.CDI.Resolve(req.CDIDevices, req.CDIAnnotations); err != nil {
-			return err
+		if in.CDI, err = opts.CDI.Resolve(req.CDIDevices, req.CDIAnnotations); err != nil {
+			return in, err
 		}
 	}
 	// Native devices: every device unless only CDI devices were named.
 	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
-	requirements := len(req.Requirements) > 0 && !req.DisableRequire
-	host := plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
-	if native || (cdiDevices != nil && requirements) {
-		if host, err = discoverHost(opts, log); err != nil {
-			return err
+	checks := len(req.Requirements) > 0 && !req.DisableRequire
+	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
+	if native || (in.CDI != nil && checks) {
+		if in.Host, err = discoverHost(opts, log); err != nil {
+			return in, err
 		}
 	}
-	p := plan.ForCDI(req, host, nil)
+	p, err := plan.ForCDI(req, in.Host, nil)
 	if native {
-		if p, err = plan.Build(req, host); err != nil {
-			return fmt.Errorf("plan GPU injection: %w", err)
+		p, err = plan.Build(req, in.Host)
+		if err != nil && !errors.Is(err, requirements.ErrMalformed) { // a malformed requirement is reported as it is
+			err = fmt.Errorf("plan GPU injection: %w", err)
 		}
 	}
-	if cdiDevices != nil && requirements {
-		p.AddCDIDevices(req, host, plan.DevicesOf(cdiDevices.DeviceNodes(), host))
+	if err != nil {
+		return in, err
+	}
+	if in.CDI != nil && checks {
+		p.AddCDIDevices(req, in.Host, plan.DevicesOf(in.CDI.DeviceNodes(), in.Host))
 	}
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	if cdiDevices != nil {
-		// CDI's edits first: ours replace what they share (a node by path, a rule, a mount by
-		// destination), so a device named both ways is injected once.
-		if err := cdiDevices.Apply(sf.Spec); err != nil {
-			return fmt.Errorf("apply CDI devices %s: %w", quote.List(cdiDevices.Names()), err)
+	in.Plan = p
+	return in, nil
+}
+
+// Apply edits the spec in memory: CDI's edits first, then ours, which replace what they
+// share (a node by path, a rule, a mount by destination), so a device named both ways is
+// injected once.
+func (in Injection) Apply() error {
+	if in.CDI != nil {
+		if err := in.CDI.Apply(in.File.Spec); err != nil {
+			return fmt.Errorf("apply CDI devices %s: %w", quote.List(in.CDI.Names()), err)
 		}
 	}
-	if err := p.Edits.Apply(sf.Spec); err != nil {
+	if err := in.Plan.Edits.Apply(in.File.Spec); err != nil {
 		return fmt.Errorf("edit spec: %w", err)
 	}
-	if err := sf.Write(); err != nil {
-		return err
-	}
-	fields := logrus.Fields{
-		"gpus":         deviceIDs(p.Devices),
-		"capabilities": req.Capabilities.String(),
-		"devices":      len(p.Edits.DeviceNodes),
-		"mounts":       len(p.Edits.Mounts),
-	}
-	if cdiDevices != nil {
-		fields["cdi_devices"] = cdiDevices.Names()
-	}
-	log.WithFields(fields).Info("injected NVIDIA GPUs")
 	return nil
 }
 

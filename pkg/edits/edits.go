@@ -14,33 +14,39 @@ import (
 )
 
 // DeviceNode is a device node to create in the container, with the numbers read from the host.
+// Each one comes with its cgroup rule (allow type major:minor rwm).
 type DeviceNode struct {
-	Path     string // path in the container, e.g. /dev/nvidia0
-	HostPath string // where it was found on the host (under the device root)
-	Type     string // "c" or "b"
-	Major    int64
-	Minor    int64
-	FileMode os.FileMode
-	UID      uint32
-	GID      uint32
+	Path     string      `json:"path"`     // path in the container, e.g. /dev/nvidia0
+	HostPath string      `json:"hostPath"` // where it was found on the host (under the device root)
+	Type     string      `json:"type"`     // "c" or "b"
+	Major    int64       `json:"major"`
+	Minor    int64       `json:"minor"`
+	FileMode os.FileMode `json:"fileMode"`
+	UID      uint32      `json:"uid"`
+	GID      uint32      `json:"gid"`
+	// Why says what in the request or on the host brought this edit, for people (gpu-ctk
+	// explain, the runtime's debug log); it is not written into the spec.
+	Why string `json:"why"`
 }
 
 // Mount is a bind mount of a host file into the container.
 type Mount struct {
-	HostPath      string
-	ContainerPath string
-	Options       []string
+	HostPath      string   `json:"hostPath"`
+	ContainerPath string   `json:"containerPath"`
+	Options       []string `json:"options"`
+	Why           string   `json:"why"` // as DeviceNode's
 }
 
 // Hook is an OCI hook to add.
 type Hook struct {
-	Stage string // one of the oci.Stage* constants
-	Path  string
-	Args  []string
-	Env   []string
+	Stage string   `json:"stage"` // one of the oci.Stage* constants
+	Path  string   `json:"path"`
+	Args  []string `json:"args"`
+	Env   []string `json:"env"`
 	// Timeout is how many seconds the runtime lets the hook run before it kills it and
 	// fails the create; 0 means none.
-	Timeout int
+	Timeout int    `json:"timeout,omitempty"`
+	Why     string `json:"why"` // as DeviceNode's
 }
 
 // Edits is everything to change in a container's spec.

@@ -75,7 +75,11 @@ func sortedGPUs(gpus []discover.GPU) []discover.GPU {
 func (d Device) Edits(host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
-	node, err := host.node("/dev/nvidia" + strconv.Itoa(d.GPU.Minor))
+	why := "GPU " + d.String()
+	if d.MIG != nil {
+		why = fmt.Sprintf("MIG device %s: its GPU %d's node", d, d.GPU.Index)
+	}
+	node, err := host.node("/dev/nvidia"+strconv.Itoa(d.GPU.Minor), why)
 	if err != nil {
 		errs = append(errs, err)
 	} else {
@@ -90,7 +94,7 @@ func (d Device) Edits(host Host) (edits.Edits, error) {
 			{"GPU instance", discover.CapPath(d.GPU.Minor, d.MIG.GI, -1), d.MIG.GICap},
 			{"compute instance", discover.CapPath(d.GPU.Minor, d.MIG.GI, d.MIG.CI), d.MIG.CICap},
 		} {
-			ce, err := host.capEdits(c.path, c.minor)
+			ce, err := host.capEdits(c.path, c.minor, fmt.Sprintf("MIG device %s: %s capability %s", d, c.what, c.path))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("MIG device %s: %s capability: %w", d, c.what, err))
 				continue
@@ -137,7 +141,7 @@ const capNodeDir = "/dev/nvidia-caps"
 // nvidia-caps major, where the driver uses device nodes; else (the /proc interface) the
 // capability's access file, which only gpu-hook can make visible (runc refuses mounts under
 // /proc).
-func (h Host) capEdits(capPath string, minor int) (edits.Edits, error) {
+func (h Host) capEdits(capPath string, minor int, why string) (edits.Edits, error) {
 	var e edits.Edits
 	if minor <= 0 {
 		return e, fmt.Errorf("%w: the driver lists no %s under proc root %q: check driver.proc-root, and that the MIG instances exist (nvidia-smi -L)",
@@ -148,13 +152,13 @@ func (h Host) capEdits(capPath string, minor int) (edits.Edits, error) {
 		return e, nil
 	}
 	p := capNodeDir + "/nvidia-cap" + strconv.Itoa(minor)
-	want := edits.DeviceNode{Path: p, HostPath: path.Join(h.Devices.Root, p), Type: "c", Major: int64(h.MIGCaps.Major), Minor: int64(minor), FileMode: 0o444}
+	want := edits.DeviceNode{Path: p, HostPath: path.Join(h.Devices.Root, p), Type: "c", Major: int64(h.MIGCaps.Major), Minor: int64(minor), FileMode: 0o444, Why: why}
 	if n, ok := h.Devices.Nodes[p]; ok {
 		if n.Type != "c" || n.Major != want.Major || n.Minor != want.Minor {
 			return e, fmt.Errorf("%w: %s is %s %d:%d, but the driver says c %d:%d: the node is stale; recreate it (nvidia-modprobe -f %s)",
 				ErrMissingNode, n.HostPath, n.Type, n.Major, n.Minor, want.Major, want.Minor, path.Join("/", discover.ProcCapabilities, capPath))
 		}
-		want = edits.DeviceNode(n)
+		want = nodeEdit(n, why)
 	} else if err := h.Devices.Invalid[p]; err != nil {
 		return e, fmt.Errorf("%w: %w", ErrMissingNode, err)
 	}

@@ -212,19 +212,25 @@ func TestBuildMIGWholeEdits(t *testing.T) {
 	ro := []string{"ro", "nosuid", "nodev", "bind"}
 	want := edits.Edits{
 		DeviceNodes: []edits.DeviceNode{
-			{Path: "/dev/nvidia0", HostPath: "/devroot/dev/nvidia0", Type: "c", Major: 195, Minor: 0, FileMode: 0o666},
-			{Path: "/dev/nvidia-caps/nvidia-cap48", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap48", Type: "c", Major: 237, Minor: 48, FileMode: 0o444},
-			{Path: "/dev/nvidia-caps/nvidia-cap49", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap49", Type: "c", Major: 237, Minor: 49, FileMode: 0o444},
-			{Path: "/dev/nvidiactl", HostPath: "/devroot/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, FileMode: 0o666},
+			{Path: "/dev/nvidia0", HostPath: "/devroot/dev/nvidia0", Type: "c", Major: 195, Minor: 0, FileMode: 0o666,
+				Why: "MIG device 0:1 (MIG-1111, 2g.20gb): its GPU 0's node"},
+			{Path: "/dev/nvidia-caps/nvidia-cap48", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap48", Type: "c", Major: 237, Minor: 48, FileMode: 0o444,
+				Why: "MIG device 0:1 (MIG-1111, 2g.20gb): GPU instance capability gpu0/mig/gi5/access"},
+			{Path: "/dev/nvidia-caps/nvidia-cap49", HostPath: "/devroot/dev/nvidia-caps/nvidia-cap49", Type: "c", Major: 237, Minor: 49, FileMode: 0o444,
+				Why: "MIG device 0:1 (MIG-1111, 2g.20gb): compute instance capability gpu0/mig/gi5/ci0/access"},
+			{Path: "/dev/nvidiactl", HostPath: "/devroot/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, FileMode: 0o666, Why: "control node: every GPU container"},
 		},
 		Mounts: []edits.Mount{
-			{HostPath: "/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", Options: ro},
-			{HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
-			{HostPath: "/drv/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", ContainerPath: "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", Options: append(append([]string(nil), ro...), "noexec")},
+			{HostPath: "/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", Options: ro,
+				Why: "utility: library libnvidia-ml (64-bit)"},
+			{HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro, Why: "utility: binary nvidia-smi"},
+			{HostPath: "/drv/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", ContainerPath: "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", Options: append(append([]string(nil), ro...), "noexec"),
+				Why: "firmware: every GPU container (the GPU's GSP firmware)"},
 		},
 		Hooks: []edits.Hook{{Stage: "createContainer", Path: "/opt/bin/gpu-hook", Env: HookEnv, Timeout: 30,
 			Args: []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--driver-version", "550.54.15", "--timeout", "30",
-				"--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"}}},
+				"--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"},
+			Why: "loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (1)"}},
 		RemoveHooks: []string{request.DockerHookName},
 	}
 	if !reflect.DeepEqual(p.Edits, want) {

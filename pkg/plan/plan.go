@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // Sentinel errors callers tell apart with errors.Is.
@@ -90,7 +91,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 	p.Warnings = warnings
 	p.Edits.Add(common)
 	for _, ch := range imexChannels(req, host.Devices) {
-		node, err := host.node(ch)
+		node, err := host.node(ch, request.EnvIMEXChannels+": IMEX channel "+strings.TrimPrefix(ch, IMEXChannelDir+"/channel"))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -106,20 +107,23 @@ func Build(req request.Request, host Host) (Plan, error) {
 		for _, c := range p.Edits.ProcCaps {
 			args = append(args, "--cap", c)
 		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
+		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
+			Why: "MIG capabilities of the driver's /proc interface: runc refuses mounts under /proc, the hook shows the container only these"})
 	}
-	p.requirementHook(req, host)
+	if err := p.requirementHook(req, host); err != nil {
+		return Plan{}, err
+	}
 	return p, nil
 }
 
 // ForCDI plans what gpu-runtime adds to a container whose GPUs all come from CDI devices,
 // which bring their own edits: docker's hook removed, and the requirement check of the
 // devices the CDI devices inject (DevicesOf).
-func ForCDI(req request.Request, host Host, devices []Device) Plan {
+func ForCDI(req request.Request, host Host, devices []Device) (Plan, error) {
 	p := Plan{Devices: devices}
 	p.Edits.RemoveHooks = []string{request.DockerHookName}
-	p.requirementHook(req, host)
-	return p
+	err := p.requirementHook(req, host)
+	return p, err
 }
 
 // AddCDIDevices adds to p, planned for a request's other devices, the devices its CDI
@@ -133,20 +137,57 @@ func (p *Plan) AddCDIDevices(req request.Request, host Host, devices []Device) {
 		}
 	}
 	p.Edits.Hooks = hooks
-	p.requirementHook(req, host)
+	p.prestartHook(req, host)
 }
 
-// requirementHook adds the prestart check of the request's requirements (if any) against
-// the host's driver and p's devices: a MIG device's arch and brand are its parent's.
-func (p *Plan) requirementHook(req request.Request, host Host) {
+// requirementHook checks the request's requirements (if any) and adds their prestart check
+// against the host's driver and p's devices. Each requirement is parsed first: a malformed
+// one fails the create here, before the low-level runtime runs; unknown keys are warnings.
+func (p *Plan) requirementHook(req request.Request, host Host) error {
+	if len(req.Requirements) == 0 || req.DisableRequire {
+		return nil
+	}
+	list := make([]requirements.Requirement, len(req.Requirements))
+	for i, r := range req.Requirements {
+		list[i] = requirements.Requirement(r)
+	}
+	warnings, err := requirements.Validate(list)
+	p.Warnings = append(p.Warnings, warnings...)
+	if err != nil {
+		return err
+	}
+	p.prestartHook(req, host)
+	return nil
+}
+
+// prestartHook adds the prestart check of the request's requirements against the host's
+// driver and p's devices: a MIG device's arch and brand are its parent's.
+func (p *Plan) prestartHook(req request.Request, host Host) {
 	if len(req.Requirements) == 0 || req.DisableRequire {
 		return
+	}
+	names := make([]string, len(req.Requirements))
+	for i, r := range req.Requirements {
+		names[i] = r.Name
 	}
 	args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
 	for _, d := range p.Devices {
 		args = append(args, "--gpu", fmt.Sprintf("%s,%s,%s", d.Index, d.GPU.ComputeCapability, d.GPU.Brand))
 	}
-	p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout})
+	p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
+		Why: "requirements: checks " + strings.Join(names, ", ") + " against this driver and the selected devices before the container starts"})
+}
+
+// managerVars names the MIG manager variables a request set, for reasons.
+func managerVars(req request.Request) string {
+	var vars []string
+	if req.MIGConfig {
+		vars = append(vars, request.EnvMIGConfig+"=all")
+	}
+	if req.MIGMonitor {
+		vars = append(vars, request.EnvMIGMonitor+"=all")
+	}
+	return strings.Join(vars, ", ")
 }
 
 // Common returns the edits every GPU container with the capabilities caps gets, whatever
@@ -162,17 +203,19 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 		path     string
 		required bool
 		hint     string
+		why      string
 	}
-	nodes := []want{{path: "/dev/nvidiactl", required: true}}
+	nodes := []want{{path: "/dev/nvidiactl", required: true, why: "control node: every GPU container"}}
 	if caps.Has(capabilities.Compute) {
 		hint := "CUDA needs it: load the nvidia-uvm module (nvidia-modprobe -u -c=0)"
-		nodes = append(nodes, want{path: "/dev/nvidia-uvm", hint: hint}, want{path: "/dev/nvidia-uvm-tools", hint: hint})
+		nodes = append(nodes, want{path: "/dev/nvidia-uvm", hint: hint, why: "compute: CUDA unified memory"},
+			want{path: "/dev/nvidia-uvm-tools", hint: hint, why: "compute: CUDA unified memory tools (profilers)"})
 	}
 	if caps.Has(capabilities.Graphics) {
-		nodes = append(nodes, want{path: "/dev/nvidia-modeset", hint: "load the nvidia-modeset module"})
+		nodes = append(nodes, want{path: "/dev/nvidia-modeset", hint: "load the nvidia-modeset module", why: "graphics: display mode setting"})
 	}
 	for _, w := range nodes {
-		node, err := host.node(w.path)
+		node, err := host.node(w.path, w.why)
 		switch {
 		case err == nil:
 			e.DeviceNodes = append(e.DeviceNodes, node)
@@ -223,16 +266,23 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 		}
 		e.Hooks = append(e.Hooks, edits.Hook{
 			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
+			Why: fmt.Sprintf("loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (%d)", len(libraries)),
 		})
 	}
 	return e, warnings, errors.Join(errs...)
 }
 
+// nodeEdit is the edit that injects a host device node.
+func nodeEdit(n discover.DeviceNode, why string) edits.DeviceNode {
+	return edits.DeviceNode{Path: n.Path, HostPath: n.HostPath, Type: n.Type, Major: n.Major, Minor: n.Minor,
+		FileMode: n.FileMode, UID: n.UID, GID: n.GID, Why: why}
+}
+
 // node returns the device node at a container path under the device root, or the error
 // saying why it cannot be injected.
-func (h Host) node(p string) (edits.DeviceNode, error) {
+func (h Host) node(p, why string) (edits.DeviceNode, error) {
 	if n, ok := h.Devices.Nodes[p]; ok {
-		return edits.DeviceNode(n), nil
+		return nodeEdit(n, why), nil
 	}
 	if err := h.Devices.Invalid[p]; err != nil {
 		return edits.DeviceNode{}, fmt.Errorf("%w: %w", ErrMissingNode, err)
@@ -256,7 +306,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 		if !c.asked {
 			continue
 		}
-		ce, err := host.capEdits(c.name, c.minor)
+		ce, err := host.capEdits(c.name, c.minor, c.env+"=all: the "+c.name+" capability")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s=all: %w", c.env, err))
 		}
@@ -272,7 +322,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 				path  string
 				minor int
 			}{{discover.CapPath(d.GPU.Minor, m.GI, -1), m.GICap}, {discover.CapPath(d.GPU.Minor, m.GI, m.CI), m.CICap}} {
-				ce, err := host.capEdits(c.path, c.minor)
+				ce, err := host.capEdits(c.path, c.minor, fmt.Sprintf("MIG access (%s): %s's capability %s", managerVars(req), d, c.path))
 				if err != nil {
 					errs = append(errs, fmt.Errorf("MIG access to GPU %s: %w", d, err))
 				}

@@ -53,14 +53,14 @@ var ErrInvalid = errors.New("invalid GPU request")
 
 // Request is what a container asks for.
 type Request struct {
-	Mode         Mode
-	Devices      []string // DeviceList only: the tokens as written (indices, UUIDs, MIG names)
+	Mode    Mode
+	Devices []string // DeviceList only: the tokens as written (indices, UUIDs, MIG names)
 	// CDIDevices are fully qualified CDI device names (vendor.com/class=name) asked for in
 	// NVIDIA_VISIBLE_DEVICES or by volume mount, in order; CDIAnnotations the cdi.k8s.io/
 	// annotations of the spec, still to be parsed (by the CDI library).
 	CDIDevices     []string
 	CDIAnnotations map[string]string
-	Capabilities capabilities.Set
+	Capabilities   capabilities.Set
 	// Requirements holds each NVIDIA_REQUIRE_* expression (NVIDIA_REQUIRE_JETPACK* excluded),
 	// sorted by variable name, and for a legacy CUDA image the implied cuda>= requirement.
 	Requirements   []Requirement

@@ -376,16 +376,9 @@ func (f Factor) compare(have, what string) (bool, error) {
 // The warnings, returned with or without an error, name each factor with an unknown key in
 // every requirement parsed; such factors count as satisfied.
 func Check(reqs []Requirement, h Host) (warnings []string, err error) {
-	exprs := make([]Expression, len(reqs))
-	for i, r := range reqs {
-		e, err := parse(r.Expression)
-		if err != nil {
-			return warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
-		}
-		if w := unknownKeysWarning(r, e.UnknownKeys()); w != "" {
-			warnings = append(warnings, w)
-		}
-		exprs[i] = e
+	exprs, warnings, err := parseAll(reqs)
+	if err != nil {
+		return warnings, err
 	}
 	for i, e := range exprs {
 		ok, err := e.Eval(h)
@@ -397,6 +390,30 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 		}
 	}
 	return warnings, nil
+}
+
+// Validate is Check without a host: every requirement is parsed, the first malformed one is
+// the error, and the warnings name unknown keys. gpu-runtime runs it at create, so that a
+// malformed requirement fails before the low-level runtime runs.
+func Validate(reqs []Requirement) (warnings []string, err error) {
+	_, warnings, err = parseAll(reqs)
+	return warnings, err
+}
+
+func parseAll(reqs []Requirement) ([]Expression, []string, error) {
+	var warnings []string
+	exprs := make([]Expression, len(reqs))
+	for i, r := range reqs {
+		e, err := parse(r.Expression)
+		if err != nil {
+			return nil, warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
+		}
+		if w := unknownKeysWarning(r, e.UnknownKeys()); w != "" {
+			warnings = append(warnings, w)
+		}
+		exprs[i] = e
+	}
+	return exprs, warnings, nil
 }
 
 // unknownKeysWarning is the one warning for a requirement's factors with unknown keys (""

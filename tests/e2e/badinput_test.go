@@ -69,7 +69,7 @@ func TestBadInput(t *testing.T) {
 		}, wantMsg: []string{`"0" and "GPU-`, `in NVIDIA_VISIBLE_DEVICES both name GPU 0`}},
 		{description: "MIG device on a host without MIG", env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, wantMsg: []string{`unknown device: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: this host has no MIG devices`}},
 		{description: "MIG UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=MIG-8f3a"}, wantMsg: []string{`MIG device "MIG-8f3a"`}},
-		{description: "CDI name in the env var", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}, wantMsg: []string{`CDI device "nvidia.com/gpu=0" in NVIDIA_VISIBLE_DEVICES: CDI names are not supported in this variable yet`}},
+		{description: "CDI name in the env var, no spec offers it", env: []string{"NVIDIA_VISIBLE_DEVICES=gpu-runtime.test/none=0"}, wantMsg: []string{`unresolvable CDI devices "gpu-runtime.test/none=0": the CDI specs in /etc/cdi, /var/run/cdi offer `}},
 		{description: "capability with wrong separator", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute;utility"},
 			wantMsg: []string{`unknown driver capability "compute;utility"`, "allowed are all, compute, compat32, display, graphics, ngx, utility, video"}},
 		{description: "capability in upper case", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=COMPUTE"}, wantMsg: []string{`unknown driver capability "COMPUTE"`}},
@@ -100,8 +100,8 @@ func TestBadInput(t *testing.T) {
 		{description: "hook path that does not exist", env: gpu0, wantMsg: []string{"hook.path /nonexistent/gpu-hook: stat /nonexistent/gpu-hook: no such file or directory"}},
 		{description: "CDI device by volume mount", env: gpu0, config: "[request]\naccept-device-list-as-volume-mounts = true\n",
 			spec: func(t *testing.T, _ *env, b string) {
-				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0")
-			}, wantMsg: []string{`CDI device "nvidia.com/gpu=0" requested by volume mount /var/run/nvidia-container-devices/cdi/nvidia.com/gpu=0: CDI devices are not supported yet`}},
+				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/gpu-runtime.test/none=0")
+			}, wantMsg: []string{`unresolvable CDI devices "gpu-runtime.test/none=0": the CDI specs in /etc/cdi, /var/run/cdi offer `}},
 		{description: "crun --config", env: gpu0, wantMsg: []string{`unsupported runtime arguments: create --config "other.json": gpu-runtime only reads <bundle>/config.json`}},
 		// Round two (issue: security and reliability).
 		{description: "none with a device", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none"},

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,4 +138,70 @@ func TestCUDAForwardCompat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequirementsAtCreate: a malformed NVIDIA_REQUIRE_* fails the create in gpu-runtime,
+// before runc runs (the spec is left as it was, no container exists), and an unknown key's
+// warning reaches the runtime log; every line about the container, the error included,
+// carries its container_id.
+func TestRequirementsAtCreate(t *testing.T) {
+	e := newEnv(t, 1)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>>12"}, "echo container-ran")
+	before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	id := containerID(t)
+	r := e.runtime(t, nil, "--log", logPath, "--log-format", "json", "create", "--bundle", b, id)
+	defer e.runtime(t, nil, "delete", "--force", id)
+	const want = `gpu-runtime: malformed requirement NVIDIA_REQUIRE_CUDA="cuda>>12": `
+	if r.code == 0 || !strings.HasPrefix(r.stderr, want) {
+		t.Fatalf("exit %d, stderr %q; want it to start with %q", r.code, r.stderr, want)
+	}
+	if after, _ := os.ReadFile(filepath.Join(b, "config.json")); !bytes.Equal(before, after) {
+		t.Error("the spec was edited although the create failed")
+	}
+	if st := e.runtime(t, nil, "state", id); st.code == 0 {
+		t.Errorf("runc created the container: %s", st.stdout)
+	}
+	lines := jsonLines(t, logPath)
+	if len(lines) == 0 || lines[len(lines)-1]["level"] != "error" || lines[len(lines)-1]["container_id"] != id {
+		t.Errorf("the error line lacks container_id %q: %v", id, lines)
+	}
+
+	b = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.0,foo>=1"}, "echo container-ran")
+	logPath = filepath.Join(t.TempDir(), "log.json")
+	r = e.run(t, b, "--log", logPath, "--log-format", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, "container-ran") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	found := false
+	for _, l := range jsonLines(t, logPath) {
+		msg, _ := l["msg"].(string)
+		if l["level"] == "warning" && strings.HasPrefix(msg, `NVIDIA_REQUIRE_CUDA="cuda>=12.0,foo>=1": unknown key "foo" in factor "foo>=1"`) {
+			found = true
+			if l["container_id"] == nil {
+				t.Errorf("warning without container_id: %v", l)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no unknown-key warning in the runtime log:\n%v", jsonLines(t, logPath))
+	}
+}
+
+// jsonLines reads a JSON-lines log.
+func jsonLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		out = append(out, m)
+	}
+	return out
 }
