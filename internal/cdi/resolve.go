@@ -16,6 +16,8 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 // ErrUnresolvable marks CDI devices no spec in the spec directories defines.
@@ -143,4 +145,73 @@ func (d devices) Apply(spec *specs.Spec) error {
 		return err
 	}
 	return nil
+}
+
+// Edits describes what the devices inject in gpu-runtime's model, for people (gpu-ctk
+// explain): each spec's common edits once, then each device's, applied by the CDI library to
+// an empty spec (so node numbers are filled in from the host as Apply fills them), every edit
+// saying which spec or device brought it.
+func (d devices) Edits() (edits.Edits, error) {
+	var out edits.Edits
+	specSeen := map[*cdi.Spec]bool{}
+	for i, dev := range d.devices {
+		if s := dev.GetSpec(); !specSeen[s] {
+			specSeen[s] = true
+			e, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", s.GetPath(), s.GetVendor()+"/"+s.GetClass()))
+			if err != nil {
+				return out, err
+			}
+			out.Add(e)
+		}
+		e, err := editsOf(dev.ApplyEdits, "CDI device "+d.names[i])
+		if err != nil {
+			return out, err
+		}
+		out.Add(e)
+	}
+	return out, nil
+}
+
+// editsOf applies one set of CDI edits to an empty spec and reads them back.
+func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
+	s := &specs.Spec{Process: &specs.Process{}}
+	if err := apply(s); err != nil {
+		return edits.Edits{}, fmt.Errorf("%s: %w", why, err)
+	}
+	var e edits.Edits
+	e.Env = s.Process.Env
+	if s.Linux != nil {
+		for _, n := range s.Linux.Devices {
+			node := edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Why: why}
+			if n.FileMode != nil {
+				node.FileMode = *n.FileMode
+			}
+			if n.UID != nil {
+				node.UID = *n.UID
+			}
+			if n.GID != nil {
+				node.GID = *n.GID
+			}
+			e.DeviceNodes = append(e.DeviceNodes, node)
+		}
+	}
+	for _, m := range s.Mounts {
+		e.Mounts = append(e.Mounts, edits.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: m.Options, Why: why})
+	}
+	if s.Hooks != nil {
+		for _, stage := range []struct {
+			name  string
+			hooks []specs.Hook
+		}{{oci.StagePrestart, s.Hooks.Prestart}, {oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
+			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
+			for _, h := range stage.hooks {
+				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Why: why}
+				if h.Timeout != nil {
+					hook.Timeout = *h.Timeout
+				}
+				e.Hooks = append(e.Hooks, hook)
+			}
+		}
+	}
+	return e, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
@@ -60,6 +61,9 @@ type CDIDevices interface {
 	DeviceNodes() []string
 	// Apply applies those edits to spec, as the CDI library does.
 	Apply(spec *specs.Spec) error
+	// Edits describes those edits in gpu-runtime's model, each saying which device or spec
+	// brought it (gpu-ctk explain).
+	Edits() (edits.Edits, error)
 }
 
 // ErrNoCDI: CDI devices were asked for where nothing can resolve them.
@@ -208,6 +212,15 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	}
 	if in.CDI != nil && checks {
 		p.AddCDIDevices(req, in.Host, plan.DevicesOf(in.CDI.DeviceNodes(), in.Host))
+	}
+	if in.CDI != nil && native {
+		// Both: ours replace CDI's edits they share, the loader-cache hook included, which
+		// must then cover the CDI spec's libraries too.
+		ce, err := in.CDI.Edits()
+		if err != nil {
+			return in, fmt.Errorf("CDI devices %s: %w", quote.List(in.CDI.Names()), err)
+		}
+		p.JoinLibraries(ce)
 	}
 	for _, w := range p.Warnings {
 		log.Warn(w)

@@ -27,7 +27,11 @@ func (e Edits) Describe() []string {
 		add("env "+kv, "")
 	}
 	for _, n := range e.DeviceNodes {
-		add(fmt.Sprintf("device %s %s %d:%d mode %04o uid %d gid %d (host %s)", n.Path, n.Type, n.Major, n.Minor, n.FileMode.Perm(), n.UID, n.GID, n.HostPath), n.Why)
+		what := fmt.Sprintf("device %s %s %d:%d mode %04o uid %d gid %d", n.Path, n.Type, n.Major, n.Minor, n.FileMode.Perm(), n.UID, n.GID)
+		if n.HostPath != "" {
+			what += " (host " + n.HostPath + ")"
+		}
+		add(what, n.Why)
 		add(fmt.Sprintf("cgroup allow %s %d:%d rwm", n.Type, n.Major, n.Minor), "the rule of "+n.Path)
 	}
 	for _, m := range e.Mounts {

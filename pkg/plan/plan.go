@@ -140,6 +140,37 @@ func (p *Plan) AddCDIDevices(req request.Request, host Host, devices []Device) {
 	p.prestartHook(req, host)
 }
 
+// JoinLibraries makes p's loader-cache hook also cover the libraries of other's (a CDI spec's
+// edits applied to the same container): the runtime keeps one gpu-hook update-ldcache per
+// container (oci.WithHook replaces a hook of the same path and subcommand), so without this
+// the libraries only the CDI spec mounts would get no links and no cache entries.
+func (p *Plan) JoinLibraries(other edits.Edits) {
+	const sub = "update-ldcache"
+	for i := range p.Edits.Hooks {
+		ours := &p.Edits.Hooks[i]
+		if len(ours.Args) < 2 || ours.Args[1] != sub {
+			continue
+		}
+		have := map[string]bool{}
+		for j := 2; j+1 < len(ours.Args); j++ {
+			if ours.Args[j] == "--library" {
+				have[ours.Args[j+1]] = true
+			}
+		}
+		for _, h := range other.Hooks {
+			if h.Path != ours.Path || h.Stage != ours.Stage || len(h.Args) < 2 || h.Args[1] != sub {
+				continue
+			}
+			for j := 2; j+1 < len(h.Args); j++ {
+				if lib := h.Args[j+1]; h.Args[j] == "--library" && !have[lib] {
+					have[lib] = true
+					ours.Args = append(ours.Args, "--library", lib)
+				}
+			}
+		}
+	}
+}
+
 // requirementHook checks the request's requirements (if any) and adds their prestart check
 // against the host's driver and p's devices. Each requirement is parsed first: a malformed
 // one fails the create here, before the low-level runtime runs; unknown keys are warnings.

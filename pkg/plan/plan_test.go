@@ -300,3 +300,26 @@ func manyTokens(n int) string {
 	}
 	return strings.Join(tokens, ",")
 }
+
+func TestJoinLibraries(t *testing.T) {
+	hook := func(path string, libs ...string) edits.Hook {
+		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig"}
+		for _, l := range libs {
+			args = append(args, "--library", l)
+		}
+		return edits.Hook{Stage: "createContainer", Path: path, Args: args}
+	}
+	p := Plan{Edits: edits.Edits{Hooks: []edits.Hook{hook("/b/gpu-hook", "/l/a", "/l/b"), {Stage: "prestart", Path: "/b/gpu-hook", Args: []string{"gpu-hook", "prestart"}}}}}
+	p.JoinLibraries(edits.Edits{Hooks: []edits.Hook{
+		hook("/b/gpu-hook", "/l/b", "/l/c"),
+		hook("/other/gpu-hook", "/l/d"), // another hook binary: runs on its own, nothing to join
+		{Stage: "createContainer", Path: "/b/gpu-hook", Args: []string{"gpu-hook", "proc-caps", "--library", "/l/e"}},
+	}})
+	want := hook("/b/gpu-hook", "/l/a", "/l/b", "/l/c")
+	if !reflect.DeepEqual(p.Edits.Hooks[0], want) {
+		t.Errorf("joined hook = %q\nwant %q", p.Edits.Hooks[0].Args, want.Args)
+	}
+	if len(p.Edits.Hooks[1].Args) != 2 {
+		t.Errorf("the prestart hook changed: %q", p.Edits.Hooks[1].Args)
+	}
+}

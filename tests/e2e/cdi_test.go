@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 // newCDIEnv is a MIG host env whose [cdi] spec-dirs holds the spec gpu-ctk cdi generate
@@ -200,5 +201,34 @@ func TestCDIGenerateCheck(t *testing.T) {
 	if err == nil || !strings.Contains(out, "nvidia.yaml no longer matches this host (regenerate it: gpu-ctk cdi generate --output ") ||
 		!strings.Contains(out, "device 0:1 no longer exists on this host") || !strings.Contains(out, "device 0:2 no longer exists on this host") {
 		t.Errorf("after the reconfiguration: %v\n%s", err, out)
+	}
+}
+
+// TestCDIMixedLoaderCache: a CDI device named beside a plain index brings the spec's libraries
+// of every capability, and gpu-runtime's one loader-cache hook (it replaces the spec's) covers
+// them too: a video library in a directory ldconfig does not scan by itself is in the
+// container's ld.so.cache, and a library only the CDI spec mounts has its development link.
+func TestCDIMixedLoaderCache(t *testing.T) {
+	e, _ := newCDIEnv(t, "")
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:0,1"}, "true")
+	r := e.run(t, b)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	entries, err := ldcache.Load(filepath.Join(b, "rootfs/etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, en := range entries {
+		found[en.Name] = en.Path
+	}
+	for _, want := range []string{"libcuda.so.1", "libvdpau_nvidia.so.1"} {
+		if found[want] == "" {
+			t.Errorf("ld.so.cache lacks %s (has %d entries)", want, len(entries))
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(b, "rootfs/usr/lib/x86_64-linux-gnu/libnvidia-encode.so")); err != nil || target != "libnvidia-encode.so.550.54.15" {
+		t.Errorf("development link of a CDI-only library: %q, %v", target, err)
 	}
 }

@@ -1,0 +1,330 @@
+package ctk
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
+)
+
+func init() {
+	Register("explain", "show every edit a container would get, and why, or the error its create would fail with", runExplain)
+}
+
+const explainUsage = `usage:
+  gpu-ctk explain --bundle DIR [--json]
+  gpu-ctk explain --env VAR=VALUE... [--annotation KEY=VALUE...] [--privileged] [--json]
+
+explain runs gpu-runtime's own decision and planning code on a container — the bundle's
+config.json, or a container with the given environment (and annotations) and docker's default
+capabilities (--privileged adds CAP_SYS_ADMIN) — and prints every edit the create would make,
+each with why: device nodes (type, major:minor, mode) and their cgroup rules, read-only
+mounts with the capability and file that selected them, hooks with their argv, the
+requirement checks and their outcome on this host. Nothing is created and no spec is written.
+When the create would fail, it prints the error gpu-runtime would give and exits 1.
+It reads gpu-runtime's configuration (GPU_RUNTIME_CONFIG works) and, like a create, uses the
+discovery cache.
+`
+
+// dockerCapabilities is the bounding set docker gives a container by default.
+var dockerCapabilities = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// Explanation is gpu-ctk explain's result; --json prints it.
+type Explanation struct {
+	// Source is what was explained: the bundle's config.json, or "--env".
+	Source string `json:"source"`
+	// Decision is "inject", "unchanged" or "error".
+	Decision string `json:"decision"`
+	// Reason says why the spec is left unchanged; Error is the create's error.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Devices are the selected devices: index, UUID, and a MIG device's profile.
+	Devices      []ExplainedDevice     `json:"devices,omitempty"`
+	Capabilities string                `json:"capabilities,omitempty"`
+	CDIDevices   []string              `json:"cdiDevices,omitempty"`
+	Edits        *edits.Edits          `json:"edits,omitempty"`
+	CDIEdits     *edits.Edits          `json:"cdiEdits,omitempty"`
+	Requirements []ExplainedCondition  `json:"requirements,omitempty"`
+	Warnings     []string              `json:"warnings,omitempty"`
+	Lines        []string              `json:"lines,omitempty"`
+	Host         *ExplainedHostSummary `json:"host,omitempty"`
+}
+
+// ExplainedDevice is one selected device.
+type ExplainedDevice struct {
+	Index   string `json:"index"`
+	UUID    string `json:"uuid"`
+	Profile string `json:"profile,omitempty"`
+}
+
+// ExplainedCondition is one requirement variable and its outcome on this host.
+type ExplainedCondition struct {
+	Name       string `json:"name"`
+	Expression string `json:"expression"`
+	Satisfied  bool   `json:"satisfied"`
+	Detail     string `json:"detail,omitempty"`
+}
+
+// ExplainedHostSummary is the driver the plan was made against.
+type ExplainedHostSummary struct {
+	Driver string `json:"driver"`
+	CUDA   string `json:"cuda"`
+}
+
+func runExplain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { _, _ = io.WriteString(stderr, explainUsage) }
+	bundle := fs.String("bundle", "", "the container's bundle directory (its config.json is read, never written)")
+	var envs, annotations listFlag
+	fs.Var(&envs, "env", "VAR=VALUE of the container's environment (repeatable)")
+	fs.Var(&annotations, "annotation", "KEY=VALUE annotation of the container (repeatable), e.g. cdi.k8s.io/gpu=nvidia.com/gpu=0")
+	privileged := fs.Bool("privileged", false, "with --env: the container has CAP_SYS_ADMIN")
+	asJSON := fs.Bool("json", false, "print the explanation as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, err = io.WriteString(stdout, explainUsage)
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: explain takes no arguments, got %q (gpu-ctk explain --help)", ErrUsage, fs.Args())
+	case *bundle != "" && (len(envs) > 0 || len(annotations) > 0 || *privileged):
+		return fmt.Errorf("%w: explain takes --bundle or --env, not both: a bundle's config.json already has its environment", ErrUsage)
+	case *bundle == "" && len(envs) == 0:
+		return fmt.Errorf("%w: explain needs --bundle DIR or at least one --env VAR=VALUE (gpu-ctk explain --help)", ErrUsage)
+	}
+	var path string
+	var raw []byte
+	var err error
+	if *bundle != "" {
+		path = oci.ConfigPath(*bundle)
+		if raw, err = os.ReadFile(path); err != nil {
+			return fmt.Errorf("read spec: %w", err)
+		}
+	} else {
+		if raw, err = syntheticSpec(envs, annotations, *privileged); err != nil {
+			return err
+		}
+		// The decision reads a spec file, as a create does: a private temporary bundle.
+		dir, err := os.MkdirTemp("", "gpu-ctk-explain-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path = oci.ConfigPath(dir)
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			return err
+		}
+	}
+	ex, err := explain(path, raw, stderr)
+	if *bundle == "" {
+		ex.Source = "--env"
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		data, err := json.MarshalIndent(ex, "", "  ")
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(append(data, '\n')); err != nil {
+			return err
+		}
+	} else if _, err := io.WriteString(stdout, ex.text()); err != nil {
+		return err
+	}
+	if ex.Decision == "error" {
+		return ErrReported
+	}
+	return nil
+}
+
+// syntheticSpec is a container with the given environment and annotations, docker's default
+// capabilities (and CAP_SYS_ADMIN when privileged).
+func syntheticSpec(envs, annotations []string, privileged bool) ([]byte, error) {
+	for _, kv := range envs {
+		if !strings.Contains(kv, "=") {
+			return nil, fmt.Errorf("%w: --env %q: want VAR=VALUE", ErrUsage, kv)
+		}
+	}
+	caps := append([]string(nil), dockerCapabilities...)
+	if privileged {
+		caps = append(caps, "CAP_SYS_ADMIN")
+	}
+	s := specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{Args: []string{"sh"}, Cwd: "/", Env: envs, Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}}}
+	if len(annotations) > 0 {
+		s.Annotations = map[string]string{}
+		for _, kv := range annotations {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("%w: --annotation %q: want KEY=VALUE", ErrUsage, kv)
+			}
+			s.Annotations[k] = v
+		}
+	}
+	return json.Marshal(&s)
+}
+
+// explain decides the injection as a create would, with gpu-ctk's CDI resolver, and
+// describes it. A failing create is an Explanation with Decision "error", not an error.
+func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
+	ex := &Explanation{Source: path}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		ex.Decision, ex.Error = "error", "gpu-runtime: "+err.Error()
+		return ex, nil
+	}
+	warnings := &collect{}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.AddHook(warnings)
+	self, _ := os.Executable()
+	opts := runtime.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log}
+	resolver, err := cdi.NewResolver(cfg.CDI.SpecDirs)
+	if err != nil {
+		return nil, err
+	}
+	opts.CDI = resolver
+	in, err := runtime.Decide(path, raw, opts, log)
+	ex.Warnings = warnings.lines
+	if err == nil && in.Unchanged == "" {
+		// What Apply would do to this very spec: a CDI device's edits must apply too.
+		err = in.Apply()
+	}
+	if err != nil {
+		ex.Decision, ex.Error = "error", "gpu-runtime: "+err.Error()
+		return ex, nil
+	}
+	if in.Unchanged != "" {
+		ex.Decision, ex.Reason = "unchanged", in.Unchanged
+		return ex, nil
+	}
+	ex.Decision = "inject"
+	ex.Capabilities = in.Request.Capabilities.String()
+	ex.Host = &ExplainedHostSummary{Driver: in.Host.Driver.Version, CUDA: in.Host.Driver.CUDAVersion}
+	for _, d := range in.Plan.Devices {
+		ed := ExplainedDevice{Index: d.Index, UUID: d.UUID}
+		if d.MIG != nil {
+			ed.Profile = d.MIG.Profile
+		}
+		ex.Devices = append(ex.Devices, ed)
+	}
+	e := in.Plan.Edits
+	ex.Edits = &e
+	if in.CDI != nil {
+		ex.CDIDevices = in.CDI.Names()
+		ce, err := in.CDI.Edits()
+		if err != nil {
+			return nil, err
+		}
+		ex.CDIEdits = &ce
+		ex.Lines = append(ex.Lines, ce.Describe()...)
+	}
+	ex.Lines = append(ex.Lines, e.Describe()...)
+	ex.Requirements = conditions(in)
+	return ex, nil
+}
+
+// conditions evaluates each requirement on its own against what the prestart hook is given,
+// so that every outcome is shown, not only the first failure's.
+func conditions(in runtime.Injection) []ExplainedCondition {
+	req := in.Request
+	if len(req.Requirements) == 0 || req.DisableRequire {
+		return nil
+	}
+	host := requirements.Host{CUDA: in.Host.Driver.CUDAVersion, Driver: in.Host.Driver.Version}
+	for _, d := range in.Plan.Devices {
+		host.GPUs = append(host.GPUs, requirements.GPU{ID: d.Index, Arch: d.GPU.ComputeCapability, Brand: d.GPU.Brand})
+	}
+	var out []ExplainedCondition
+	for _, r := range req.Requirements {
+		c := ExplainedCondition{Name: r.Name, Expression: r.Expression, Satisfied: true}
+		if _, err := requirements.Check([]requirements.Requirement{requirements.Requirement(r)}, host); err != nil {
+			c.Satisfied, c.Detail = false, err.Error()
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// text renders the explanation for people.
+func (ex *Explanation) text() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	switch ex.Decision {
+	case "error":
+		w("the create would fail (%s):\n  %s\n", ex.Source, ex.Error)
+	case "unchanged":
+		w("the create would leave the spec unchanged (%s): %s\n", ex.Source, strings.TrimSuffix(ex.Reason, "; spec unchanged"))
+	default:
+		w("the create would inject (%s), against driver %s (CUDA %s):\n", ex.Source, ex.Host.Driver, ex.Host.CUDA)
+		var devs []string
+		for _, d := range ex.Devices {
+			s := d.Index + " (" + d.UUID
+			if d.Profile != "" {
+				s += ", " + d.Profile
+			}
+			devs = append(devs, s+")")
+		}
+		if len(devs) == 0 {
+			devs = []string{"none (driver files only)"}
+		}
+		w("devices: %s\n", strings.Join(devs, ", "))
+		if len(ex.CDIDevices) > 0 {
+			w("CDI devices: %s\n", strings.Join(ex.CDIDevices, ", "))
+		}
+		w("capabilities: %s\n", ex.Capabilities)
+		w("edits:\n")
+		for _, l := range ex.Lines {
+			w("  %s\n", l)
+		}
+		if len(ex.Requirements) > 0 {
+			w("requirements (checked by the prestart hook):\n")
+			for _, c := range ex.Requirements {
+				if c.Satisfied {
+					w("  %s=%q: satisfied on this host\n", c.Name, c.Expression)
+				} else {
+					w("  %s=%q: NOT satisfied, the container would not start: %s\n", c.Name, c.Expression, c.Detail)
+				}
+			}
+		}
+	}
+	for _, warning := range ex.Warnings {
+		w("warning: %s\n", warning)
+	}
+	return b.String()
+}
+
+// collect keeps the warnings a decision logs.
+type collect struct{ lines []string }
+
+func (c *collect) Levels() []logrus.Level { return []logrus.Level{logrus.WarnLevel} }
+func (c *collect) Fire(e *logrus.Entry) error {
+	c.lines = append(c.lines, e.Message)
+	return nil
+}

@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+)
+
+// explainBundle runs gpu-ctk explain on a bundle, as JSON and as text.
+func explainBundle(t *testing.T, e *env, b string) (ctk.Explanation, string, int) {
+	t.Helper()
+	var ex ctk.Explanation
+	out, code := gpuCTK(t, e, "explain", "--bundle", b, "--json")
+	if err := json.Unmarshal([]byte(out), &ex); err != nil {
+		t.Fatalf("explain --json: %v\n%s", err, out)
+	}
+	text, textCode := gpuCTK(t, e, "explain", "--bundle", b)
+	if textCode != code {
+		t.Errorf("explain exits %d as text, %d as JSON", textCode, code)
+	}
+	return ex, text, code
+}
+
+func gpuCTK(t *testing.T, e *env, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if stderr.Len() > 0 {
+		t.Logf("gpu-ctk %s: stderr: %s", strings.Join(args, " "), stderr.String())
+	}
+	return stdout.String(), code
+}
+
+func ociSpec(t *testing.T, b string) specs.Spec {
+	t.Helper()
+	var s specs.Spec
+	data, err := os.ReadFile(filepath.Join(b, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// added returns the elements of after (as keys) that before lacks, sorted.
+func added[T any](before, after []T, key func(T) string) []string {
+	have := map[string]int{}
+	for _, x := range before {
+		have[key(x)]++
+	}
+	var out []string
+	for _, x := range after {
+		k := key(x)
+		if have[k] > 0 {
+			have[k]--
+			continue
+		}
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sorted(xs []string) []string {
+	sort.Strings(xs)
+	return xs
+}
+
+// TestExplain: gpu-ctk explain and a real create agree edit for edit — every device node
+// (numbers, mode, owner), cgroup rule, mount (source, options), hook (argv, env, timeout)
+// and variable explain lists is what the create wrote into config.json, and nothing else
+// was; the runtime's debug log carries the same lines; a failing create's error is the one
+// explain prints.
+func TestExplain(t *testing.T) {
+	e, _ := newCDIEnv(t, "")
+	testCases := []struct {
+		description string
+		env         []string
+	}{
+		{"whole GPU and MIG device, with a requirement", []string{"NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"}},
+		{"all devices, all capabilities", []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}},
+		{"driver files only", []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"}},
+		{"a CDI device and an index", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:0,1"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			b := e.bundle(t, tc.env, "true")
+			ex, text, code := explainBundle(t, e, b)
+			if code != 0 || ex.Decision != "inject" {
+				t.Fatalf("explain: exit %d, decision %q, error %q", code, ex.Decision, ex.Error)
+			}
+			for _, l := range ex.Lines {
+				if !strings.Contains(text, "  "+l+"\n") {
+					t.Errorf("text output lacks the line %q", l)
+				}
+			}
+			// What the create applies: CDI's edits, then ours, which replace what they share
+			// (a node or mount by path, a hook by path and subcommand).
+			all := *ex.Edits
+			if ex.CDIEdits != nil {
+				cdiEdits := *ex.CDIEdits
+				cdiEdits.Hooks = slices.DeleteFunc(slices.Clone(cdiEdits.Hooks), func(h edits.Hook) bool {
+					return slices.ContainsFunc(all.Hooks, func(o edits.Hook) bool { return o.Path == h.Path && o.Args[1] == h.Args[1] })
+				})
+				all.Add(cdiEdits)
+			}
+
+			before := ociSpec(t, b)
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			id := containerID(t)
+			r := e.runtime(t, nil, "--log", logPath, "--log-format", "json", "create", "--bundle", b, id)
+			defer e.runtime(t, nil, "delete", "--force", id)
+			if r.code != 0 {
+				t.Fatalf("create: exit %d: %s", r.code, r.stderr)
+			}
+			after := ociSpec(t, b)
+
+			nodeKey := func(d specs.LinuxDevice) string {
+				return fmt.Sprintf("%s %s %d:%d %v %d:%d", d.Path, d.Type, d.Major, d.Minor, *d.FileMode, *d.UID, *d.GID)
+			}
+			var wantNodes, wantRules, wantMounts, wantHooks []string
+			for _, n := range all.DeviceNodes {
+				wantNodes = append(wantNodes, fmt.Sprintf("%s %s %d:%d %v %d:%d", n.Path, n.Type, n.Major, n.Minor, n.FileMode, n.UID, n.GID))
+				wantRules = append(wantRules, fmt.Sprintf("allow %s %d:%d rwm", n.Type, n.Major, n.Minor))
+			}
+			for _, m := range all.Mounts {
+				wantMounts = append(wantMounts, fmt.Sprintf("%s <- %s %v", m.ContainerPath, m.HostPath, m.Options))
+			}
+			for _, h := range all.Hooks {
+				wantHooks = append(wantHooks, fmt.Sprintf("%s %s %q %q %d", h.Stage, h.Path, h.Args, h.Env, h.Timeout))
+			}
+			var beforeDevs, afterDevs []specs.LinuxDevice
+			if before.Linux != nil {
+				beforeDevs = before.Linux.Devices
+			}
+			afterDevs = after.Linux.Devices
+			if got := added(beforeDevs, afterDevs, nodeKey); !reflect.DeepEqual(got, sorted(wantNodes)) {
+				t.Errorf("device nodes the create added:\n%q\nexplain:\n%q", got, wantNodes)
+			}
+			ruleKey := func(r specs.LinuxDeviceCgroup) string {
+				if !r.Allow || r.Major == nil || r.Minor == nil {
+					return fmt.Sprintf("%+v", r) // runc's default deny-all rule
+				}
+				return fmt.Sprintf("allow %s %d:%d %s", r.Type, *r.Major, *r.Minor, r.Access)
+			}
+			if got := added(before.Linux.Resources.Devices, after.Linux.Resources.Devices, ruleKey); !reflect.DeepEqual(got, sorted(wantRules)) {
+				t.Errorf("cgroup rules the create added:\n%q\nexplain:\n%q", got, wantRules)
+			}
+			mountKey := func(m specs.Mount) string { return fmt.Sprintf("%s <- %s %v", m.Destination, m.Source, m.Options) }
+			if got := added(before.Mounts, after.Mounts, mountKey); !reflect.DeepEqual(got, sorted(wantMounts)) {
+				t.Errorf("mounts the create added:\n%q\nexplain:\n%q", got, wantMounts)
+			}
+			hookKeys := func(s specs.Spec) []string {
+				var out []string
+				if s.Hooks == nil {
+					return nil
+				}
+				for _, st := range []struct {
+					name  string
+					hooks []specs.Hook
+				}{{"prestart", s.Hooks.Prestart}, {"createRuntime", s.Hooks.CreateRuntime}, {"createContainer", s.Hooks.CreateContainer}, {"startContainer", s.Hooks.StartContainer}} {
+					for _, h := range st.hooks {
+						timeout := 0
+						if h.Timeout != nil {
+							timeout = *h.Timeout
+						}
+						out = append(out, fmt.Sprintf("%s %s %q %q %d", st.name, h.Path, h.Args, h.Env, timeout))
+					}
+				}
+				return out
+			}
+			if got := added(hookKeys(before), hookKeys(after), func(s string) string { return s }); !reflect.DeepEqual(got, sorted(wantHooks)) {
+				t.Errorf("hooks the create added:\n%q\nexplain:\n%q", got, wantHooks)
+			}
+			if got := added(before.Process.Env, after.Process.Env, func(s string) string { return s }); !reflect.DeepEqual(got, sorted(append([]string(nil), all.Env...))) {
+				t.Errorf("env the create added: %q, explain: %q", got, all.Env)
+			}
+			// The runtime's debug log has gpu-runtime's own lines (CDI's edits are applied by the library).
+			logged := map[string]bool{}
+			for _, l := range jsonLines(t, logPath) {
+				if msg, ok := l["msg"].(string); ok && l["level"] == "debug" {
+					logged[msg] = true
+				}
+			}
+			for _, l := range ex.Edits.Describe() {
+				if ex.CDIEdits == nil && !logged[l] {
+					t.Errorf("the runtime's debug log lacks %q", l)
+				}
+			}
+		})
+	}
+
+	t.Run("requirement outcomes", func(t *testing.T) {
+		b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_REQUIRE_DRIVER=driver>=500"}, "true")
+		ex, text, _ := explainBundle(t, e, b)
+		want := []ctk.ExplainedCondition{
+			{Name: "NVIDIA_REQUIRE_CUDA", Expression: "cuda>=99.0", Detail: "unsatisfied condition: cuda>=99.0, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"},
+			{Name: "NVIDIA_REQUIRE_DRIVER", Expression: "driver>=500", Satisfied: true},
+		}
+		if !reflect.DeepEqual(ex.Requirements, want) {
+			t.Errorf("requirements = %+v\nwant %+v", ex.Requirements, want)
+		}
+		for _, l := range []string{
+			`  NVIDIA_REQUIRE_CUDA="cuda>=99.0": NOT satisfied, the container would not start: unsatisfied condition: cuda>=99.0`,
+			`  NVIDIA_REQUIRE_DRIVER="driver>=500": satisfied on this host`,
+		} {
+			if !strings.Contains(text, l) {
+				t.Errorf("text lacks %q:\n%s", l, text)
+			}
+		}
+	})
+
+	t.Run("a failing create", func(t *testing.T) {
+		for _, env := range [][]string{{"NVIDIA_VISIBLE_DEVICES=7"}, {"NVIDIA_VISIBLE_DEVICES=0"}, {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9"}, {"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>>1"}} {
+			b := e.bundle(t, env, "true")
+			ex, text, code := explainBundle(t, e, b)
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			msg := lastJSONError(t, logPath)
+			if code != 1 || ex.Decision != "error" || r.code == 0 || ex.Error != msg {
+				t.Errorf("%q: explain exit %d, error %q; the create's: exit %d, %q", env, code, ex.Error, r.code, msg)
+			}
+			if !strings.HasPrefix(text, "the create would fail ("+b+"/config.json):\n  "+msg+"\n") {
+				t.Errorf("%q: text =\n%s", env, text)
+			}
+		}
+	})
+
+	t.Run("no GPU", func(t *testing.T) {
+		out, code := gpuCTK(t, e, "explain", "--env", "PATH=/bin")
+		if code != 0 || out != "the create would leave the spec unchanged (--env): no GPU requested\n" {
+			t.Errorf("exit %d: %q", code, out)
+		}
+	})
+}
+
+// TestExplainUsage: every usage error names the fix; --help exits 0.
+func TestExplainUsage(t *testing.T) {
+	e := newEnv(t, 1)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"explain"}, 2, "explain needs --bundle DIR or at least one --env VAR=VALUE"},
+		{[]string{"explain", "--bundle", "/x", "--env", "A=1"}, 2, "explain takes --bundle or --env, not both"},
+		{[]string{"explain", "--env", "A"}, 2, `--env "A": want VAR=VALUE`},
+		{[]string{"explain", "--env", "A=1", "--annotation", "k"}, 2, `--annotation "k": want KEY=VALUE`},
+		{[]string{"explain", "--bundle", "/nonexistent"}, 1, "read spec: open /nonexistent/config.json: no such file or directory"},
+	} {
+		cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), tc.args...)
+		cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%q: exit %d, want %d with %q:\n%s", tc.args, cmd.ProcessState.ExitCode(), tc.code, tc.want, out)
+		}
+	}
+	out, code := gpuCTK(t, e, "explain", "--help")
+	if code != 0 || !strings.HasPrefix(out, "usage:\n  gpu-ctk explain --bundle DIR") {
+		t.Errorf("--help: exit %d\n%s", code, out)
+	}
+}
