@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real-GPU kit (see tests/realgpu/README.md): everything tests/realgpu/run.sh needs
-# on a bare GPU machine, in one folder that travels beside a copy of the repository.
+# on a bare GPU machine, and a copy of run.sh, in one folder that travels to it.
 #
 #   scripts/build-realgpu-kit.sh [--out DIR]    # default DIR: .realgpu-kit in the repository
 #
@@ -9,6 +9,7 @@
 #              .cache/runc/, ldconfig (static, for hosts without one)
 # DIR/rootfs   busybox, the glibc loader and the libraries libcuda and nvidia-smi need, and
 #              /usr/bin/gpu-probe (tests/realgpu/probe/gpu-probe.c)
+# DIR/run.sh   a copy of tests/realgpu/run.sh, so that the kit is all a GPU machine needs
 # DIR/KIT.txt  what was built, from which versions, and the sizes
 #
 # Installs what is missing with apt-get (gcc, libc6-dev, busybox-static, libseccomp-dev,
@@ -24,7 +25,7 @@ out="$repo/.realgpu-kit"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || { echo "build-realgpu-kit: --out needs a directory" >&2; exit 2; }; out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "build-realgpu-kit: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -132,6 +133,7 @@ file -L /sbin/ldconfig | grep -q "static" || die "/sbin/ldconfig is not a static
 cp -L /sbin/ldconfig "$stage/bin/ldconfig"
 say "building the rootfs and gpu-probe"
 build_rootfs "$stage/rootfs"
+cp "$repo/tests/realgpu/run.sh" "$stage/run.sh"
 
 for b in gpu-runtime gpu-hook runc ldconfig; do
   file "$stage/bin/$b" | grep -q "static" || die "$b is not a static executable: $(file "$stage/bin/$b")"
@@ -139,7 +141,7 @@ done
 bytes="$(du -sb "$stage" | cut -f1)"
 [ "$bytes" -lt "$MAX_KIT_BYTES" ] || die "the kit is $((bytes >> 20)) MiB, over the 64 MiB that can travel with it"
 {
-  echo "gpu-runtime real-GPU kit (scripts/build-realgpu-kit.sh); run: bash tests/realgpu/run.sh KIT OUT"
+  echo "gpu-runtime real-GPU kit (scripts/build-realgpu-kit.sh); run as root: bash KIT/run.sh KIT OUT (tests/realgpu/README.md)"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
   echo "gpu-runtime: $("$stage/bin/gpu-runtime" --version 2>&1 | head -1)"
   echo "go: $(go env GOVERSION)"
