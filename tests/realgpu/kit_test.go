@@ -394,6 +394,23 @@ func TestRunFailures(t *testing.T) {
 			t.Errorf("exit status %d, want 1, and a summary with failures:\n%s", r.status, r.stdout)
 		}
 	})
+	t.Run("past the deadline", func(t *testing.T) {
+		v := fakeHostVars(t, "--gpus", "1")
+		r := runScript(t, []string{"env", "REALGPU_DEADLINE=0"}, "--fake", "--driver-root", v["DRIVER_ROOT"], "--dev-root", v["DEV_ROOT"])
+		for check, want := range map[string]row{
+			"NVML initialisation":  {outcome: "pass", detail: v["DRIVER_ROOT"] + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1: first "},
+			"plain runc container": {outcome: "FAIL", detail: "not run: the run is near its 10-minute limit"},
+			"GPU 0: device nodes":  {outcome: "skip", detail: "skipped: not run: the run is near its 10-minute limit"},
+			"MIG device":           {outcome: "skip", detail: "skipped: no MIG device on this host"},
+		} {
+			if got := r.outcomes()[check]; got != want.outcome || !strings.HasPrefix(r.detail(check), want.detail) {
+				t.Errorf("%s: %s %q, want %s %q…", check, got, r.detail(check), want.outcome, want.detail)
+			}
+		}
+		if r.status != 1 {
+			t.Errorf("exit status %d, want 1", r.status)
+		}
+	})
 	t.Run("libcuda missing", func(t *testing.T) {
 		h := fakehost.BuildT(t, fakehost.Default(1))
 		for _, f := range []string{"libcuda.so.550.54.15", "libcuda.so.1"} {

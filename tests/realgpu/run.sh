@@ -10,6 +10,7 @@
 # /home/kubernetes/bin/nvidia when it holds lib64/libnvidia-ml.so.1, else "/"; --runs is the
 # number of runs of each timing (default 20). --fake says the host is one built by
 # tests/cmd/fakehost: its libcuda has no device API, so the CUDA checks are skipped.
+# REALGPU_DEADLINE (seconds, default 480) is when it stops starting containers.
 #
 # Needs root, bash, coreutils, grep, sed and awk. It never changes the GPU's settings; when
 # /sys/fs/cgroup holds no usable hierarchy it mounts one in a private mount namespace of its
@@ -73,10 +74,28 @@ mkdir -p "$OUT" || exit 2
 OUT="$(cd "$OUT" && pwd -P)"
 LOG="$OUT/run.log" RESULTS="$OUT/results.md"
 : >"$LOG"
-WORK="$(mktemp -d /tmp/gpu-runtime-realgpu.XXXXXX)"
+# make_work makes the working folder where programs can run (a noexec /tmp cannot hold the
+# containers' root filesystems).
+make_work() {
+  local base w
+  for base in "${TMPDIR:-/tmp}" /var/tmp /run "$PWD"; do
+    w="$(mktemp -d "$base/gpu-runtime-realgpu.XXXXXX" 2>/dev/null)" || continue
+    if cp "$KIT/rootfs/bin/busybox" "$w/true" 2>/dev/null && "$w/true" 2>/dev/null; then # busybox's applet "true"
+      rm -f "$w/true"
+      echo "$w"
+      return 0
+    fi
+    rm -rf "$w"
+  done
+  return 1
+}
+WORK="$(make_work)" || { echo "run.sh: no folder to work in where programs can run (tried \$TMPDIR, /tmp, /var/tmp, /run, .)" >&2; exit 1; }
 STATE="$WORK/state" CONFIG="$WORK/config.toml"
 RUNC="$KIT/bin/runc" RUNTIME="$KIT/bin/gpu-runtime" CTK="$KIT/bin/gpu-ctk" PROBE="$KIT/rootfs/usr/bin/gpu-probe"
-START=$SECONDS DEADLINE=480 # seconds: the timings stop early to keep the run under 10 minutes
+# The run must end within the GPU machines' 10 minutes a command: past DEADLINE seconds no
+# container is started and the timings stop; every step that could hang has a timeout.
+START=$SECONDS DEADLINE="${REALGPU_DEADLINE:-480}" NOT_STARTED=255
+[[ "$DEADLINE" =~ ^[0-9]+$ ]] || { echo "run.sh: REALGPU_DEADLINE=$DEADLINE is not a number of seconds" >&2; exit 2; }
 mkdir -p "$STATE" "$WORK/cases"
 
 log() { printf '%s\n' "$*" >>"$LOG"; }
@@ -89,7 +108,11 @@ cleanup() {
   for id in $("$RUNC" --root "$STATE" list -q 2>/dev/null); do
     "$RUNC" --root "$STATE" delete --force "$id" >/dev/null 2>&1
   done
-  [ -f "$WORK/gpu-runtime.log" ] && cp "$WORK/gpu-runtime.log" "$OUT/gpu-runtime.log"
+  if [ -f "$WORK/gpu-runtime.log" ]; then
+    cp "$WORK/gpu-runtime.log" "$OUT/gpu-runtime.log"
+  else
+    echo "(gpu-runtime wrote no log: no container was created through it)" >"$OUT/gpu-runtime.log"
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -101,6 +124,7 @@ record() { # check outcome detail; outcome is pass, FAIL or skip
   CHECKS+=("$1") OUTCOMES+=("$2") DETAILS+=("$3")
   printf 'run.sh: %-4s %s: %s\n' "$2" "$1" "$3"
   log "-- $2 $1: $3"
+  write_results # so that a run stopped from outside still leaves its table
 }
 fact() { FACTS+=("$1|$2"); log "fact: $1: $2"; }
 # first_line prints a file's first line matching a pattern (the first line when none does),
@@ -112,7 +136,39 @@ first_line() {
   printf '%s' "${line:0:200}"
 }
 # failure_line prints the line of a failed run that says why.
-failure_line() { first_line "$1" 'gpu-runtime:|unsatisfied|rror|denied|not permitted|timed out|did not end'; }
+failure_line() { first_line "$1" 'gpu-runtime:|unsatisfied|rror|denied|not permitted|timed out|did not end|not run:'; }
+
+FINISHED=false
+# write_results writes results.md from what is recorded so far.
+write_results() {
+  local passed=0 failed=0 skipped=0 o f i t name runs m lo hi unit
+  for o in "${OUTCOMES[@]}"; do
+    case "$o" in pass) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
+  done
+  SUMMARY="$passed passed, $failed failed, $skipped skipped in $((SECONDS - START)) s"
+  $FINISHED || SUMMARY="$SUMMARY (unfinished: the run was stopped before its end)"
+  {
+    echo "## gpu-runtime real-GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)$($FAKE && echo ' (fake host)')"
+    echo
+    echo "| | |"
+    echo "|---|---|"
+    for f in "${FACTS[@]}"; do echo "| ${f%%|*} | ${f#*|} |"; done
+    echo
+    echo "| check | outcome | detail |"
+    echo "|---|---|---|"
+    for i in "${!CHECKS[@]}"; do echo "| ${CHECKS[$i]} | ${OUTCOMES[$i]} | ${DETAILS[$i]} |"; done
+    echo
+    echo "| timing | runs | median | min | max |"
+    echo "|---|---|---|---|---|"
+    for t in "${TIMINGS[@]}"; do
+      IFS='|' read -r name runs m lo hi unit <<<"$t"
+      echo "| $name | $runs | $m $unit | $lo $unit | $hi $unit |"
+    done
+    echo
+    echo "$SUMMARY."
+  } >"$RESULTS"
+  FAILED=$failed
+}
 
 # ---- numbers ----
 now_ms() { local t=${EPOCHREALTIME:-}; [ -n "$t" ] || t=$(date +%s.%N); printf '%s' "${t/,/.}"; }
@@ -135,7 +191,7 @@ timing() { # name runs "median min max" [unit]
 detect_driver_root() {
   local r
   for r in /usr/local/nvidia /home/kubernetes/bin/nvidia; do
-    [ -e "$r/lib64/libnvidia-ml.so.1" ] && { echo "$r"; return; }
+    compgen -G "$r/lib64/libnvidia-ml.so.*" >/dev/null && { echo "$r"; return; }
   done
   echo /
 }
@@ -147,10 +203,6 @@ find_in_root() {
     [ -e "$p" ] && { echo "$p"; return 0; }
   done
   return 1
-}
-# kit_exec runs a program of the kit's rootfs on the host, through the kit's loader and glibc.
-kit_exec() {
-  "$KIT/rootfs/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$KIT/rootfs/lib/x86_64-linux-gnu" "$@"
 }
 json_field() { # file key: the first string or number value of "key" in gpu-ctk's JSON
   sed -n -E "s/^ *\"$2\": \"?([^\",]*)\"?,?\$/\\1/p" "$1" | head -1
@@ -195,7 +247,13 @@ else
   : >"$WORK/nvml.ms"
   first="" failed=""
   for i in $(seq 0 "$RUNS"); do
-    out="$(kit_exec "$PROBE" nvml "$NVML" 2>&1)"
+    if [ "$i" -gt 0 ] && [ $((SECONDS - START)) -ge $((DEADLINE / 4)) ]; then
+      log "NVML timing stopped after $((i - 1)) runs: it has used its share of the time limit"
+      break
+    fi
+    # gpu-probe runs on the host through the kit's loader and glibc, whatever the host's are.
+    out="$(timeout --kill-after=5 60 "$KIT/rootfs/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" \
+      --library-path "$KIT/rootfs/lib/x86_64-linux-gnu" "$PROBE" nvml "$NVML" 2>&1)" || [ -n "$out" ] || out="timed out or failed with status $?"
     log "$out"
     ms="$(sed -n -E 's/.* init_ms=([0-9.]+).*/\1/p' <<<"$out")"
     if [ -z "$ms" ]; then failed="$(grep -m1 'result=' <<<"$out")"; failed="${failed:-$out}"; break; fi
@@ -205,9 +263,10 @@ else
     record "NVML initialisation" FAIL "$NVML: ${failed:0:200}"
   else
     NVML_OK=true
-    record "NVML initialisation" pass "$NVML: first ${first} ms, then median $(stats <"$WORK/nvml.ms" | awk '{print $1}') ms over $RUNS fresh processes"
+    n="$(grep -c . "$WORK/nvml.ms")"
+    record "NVML initialisation" pass "$NVML: first ${first} ms, then median $(stats <"$WORK/nvml.ms" | awk '{print $1}') ms over $n fresh processes"
     timing "NVML init, first in this run" 1 "$first $first $first"
-    timing "NVML init, a fresh process each" "$RUNS" "$(stats <"$WORK/nvml.ms")"
+    timing "NVML init, a fresh process each" "$n" "$(stats <"$WORK/nvml.ms")"
   fi
 fi
 
@@ -232,7 +291,7 @@ export GPU_RUNTIME_CONFIG="$CONFIG"
 
 DRIVER="" CUDA="" GPUS=0 GPU0_UUID="" GPU0_MINOR="" GPU0_NAME=""
 log "\$ gpu-ctk info"
-if "$CTK" info >"$WORK/info.txt" 2>&1 && "$CTK" info --json >"$WORK/info.json" 2>>"$LOG"; then
+if timeout --kill-after=5 60 "$CTK" info >"$WORK/info.txt" 2>&1 && timeout --kill-after=5 60 "$CTK" info --json >"$WORK/info.json" 2>>"$LOG"; then
   cat "$WORK/info.txt" >>"$LOG"
   DRIVER="$(json_field "$WORK/info.json" driver_version)"
   CUDA="$(json_field "$WORK/info.json" cuda_version)"
@@ -264,13 +323,13 @@ fi
 MIG_UUID=""
 if [ -n "$SMI" ]; then
   log "\$ $SMI -L"
-  "$SMI" -L >"$WORK/smi-L.txt" 2>&1
+  timeout --kill-after=5 60 "$SMI" -L >"$WORK/smi-L.txt" 2>&1
   cat "$WORK/smi-L.txt" >>"$LOG"
   MIG_UUID="$(sed -n -E 's/^ *MIG .*\(UUID: (MIG-[^)]*)\).*/\1/p' "$WORK/smi-L.txt" | head -1)"
   if ! $FAKE; then # read-only queries; the fake nvidia-smi knows only -L
-    q="$("$SMI" --query-gpu=name,persistence_mode,mig.mode.current,compute_mode --format=csv,noheader 2>&1 | head -1)"
+    q="$(timeout --kill-after=5 60 "$SMI" --query-gpu=name,persistence_mode,mig.mode.current,compute_mode --format=csv,noheader 2>&1 | head -1)"
     fact "nvidia-smi (GPU 0)" "name, persistence, MIG, compute mode: $q"
-    logged "$SMI"
+    logged timeout --kill-after=5 60 "$SMI"
   fi
 fi
 
@@ -335,9 +394,15 @@ run_container() {
   [ "$tool" = runc ] && bin="$RUNC"
   CASE_OUT="$WORK/cases/$SEQ-$name.out"
   log "--- container $name ($tool): env $*"
-  timeout --kill-after=5 120 "$bin" --root "$STATE" --log "$CASE_OUT.log" run --bundle "$BUNDLE" "$id" >"$CASE_OUT" 2>&1
+  if [ $((SECONDS - START)) -ge "$DEADLINE" ]; then
+    echo "run.sh: not run: the run is near its 10-minute limit" >"$CASE_OUT"
+    RC=$NOT_STARTED
+    log "$(cat "$CASE_OUT")"
+    return
+  fi
+  timeout --kill-after=5 90 "$bin" --root "$STATE" --log "$CASE_OUT.log" run --bundle "$BUNDLE" "$id" >"$CASE_OUT" 2>&1
   RC=$?
-  [ "$RC" -eq 124 ] && echo "run.sh: the container did not end within 120 s" >>"$CASE_OUT"
+  [ "$RC" -eq 124 ] && echo "run.sh: the container did not end within 90 s" >>"$CASE_OUT"
   "$RUNC" --root "$STATE" delete --force "$id" >/dev/null 2>&1
   [ -s "$CASE_OUT.log" ] && grep -E 'level=(error|warning)|"level":"(error|warning)"' "$CASE_OUT.log" >>"$CASE_OUT"
   log "exit status $RC"
@@ -347,6 +412,14 @@ run_container() {
 GPU_SCRIPT='echo "realgpu: devices $(ls /dev | grep "^nvidia" | tr "\n" " ")"
 if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; echo "realgpu: nvidia-smi exit=$?"; else echo "realgpu: nvidia-smi absent"; fi
 gpu-probe; echo "realgpu: probe exit=$?"'
+# run_failed says why the last container failed.
+run_failed() {
+  if [ "$RC" -eq "$NOT_STARTED" ]; then
+    echo "not run: the run is near its 10-minute limit"
+  else
+    echo "gpu-runtime run failed (exit $RC): $(failure_line "$CASE_OUT")"
+  fi
+}
 devices_of() { sed -n 's/^realgpu: devices //p' "$1" | sed 's/ *$//'; }
 probe_result() { grep -m1 '^gpu-probe: result=' "$1" | sed 's/^gpu-probe: //'; }
 has_line() { grep -qE "$2" "$1"; }
@@ -380,9 +453,14 @@ if [ "$RC" -eq 0 ] && has_line "$CASE_OUT" '^realgpu: baseline ok$'; then
   BASELINE_OK=true
   record "plain runc container" pass "busybox ran through the kit's runc"
 else
-  record "plain runc container" FAIL "runc cannot run a container on this host: $(first_line "$CASE_OUT" 'rror|denied|not permitted|no such')"
+  if [ "$RC" -eq "$NOT_STARTED" ]; then
+    record "plain runc container" FAIL "$(run_failed)"
+  else
+    record "plain runc container" FAIL "runc cannot run a container on this host: $(first_line "$CASE_OUT" 'rror|denied|not permitted|no such')"
+  fi
 fi
 NOT_RUN="skipped: the plain runc container failed, so no container can run here"
+[ "$RC" -eq "$NOT_STARTED" ] && NOT_RUN="skipped: not run: the run is near its 10-minute limit"
 
 if $BASELINE_OK; then
   run_container passthrough gpu-runtime 'echo "realgpu: devices $(ls /dev | grep "^nvidia" | tr "\n" " ")"'
@@ -403,7 +481,7 @@ elif [ -z "$GPU0_UUID" ]; then
 else
   run_container gpu0 gpu-runtime "$GPU_SCRIPT" NVIDIA_VISIBLE_DEVICES=0
   if [ "$RC" -ne 0 ]; then
-    record "GPU 0: device nodes" FAIL "gpu-runtime run failed (exit $RC): $(failure_line "$CASE_OUT")"
+    record "GPU 0: device nodes" FAIL "$(run_failed)"
     record "GPU 0: nvidia-smi -L" skip "skipped: the container did not run"
     record "GPU 0: CUDA probe" skip "skipped: the container did not run"
   else
@@ -438,7 +516,7 @@ if ! $BASELINE_OK; then
 else
   run_container none gpu-runtime "$GPU_SCRIPT" NVIDIA_VISIBLE_DEVICES=none
   if [ "$RC" -ne 0 ]; then
-    record "none: no GPU device node" FAIL "gpu-runtime run failed (exit $RC): $(failure_line "$CASE_OUT")"
+    record "none: no GPU device node" FAIL "$(run_failed)"
   else
     nodes="$(gpu_nodes "$CASE_OUT")"
     if [ -z "$nodes" ]; then record "none: no GPU device node" pass "devices: $(devices_of "$CASE_OUT")"
@@ -457,7 +535,7 @@ if ! $BASELINE_OK; then
 else
   run_container utility gpu-runtime "$GPU_SCRIPT" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_DRIVER_CAPABILITIES=utility
   if [ "$RC" -ne 0 ]; then
-    record "utility: nvidia-smi works" FAIL "gpu-runtime run failed (exit $RC): $(failure_line "$CASE_OUT")"
+    record "utility: nvidia-smi works" FAIL "$(run_failed)"
   else
     if has_line "$CASE_OUT" '^realgpu: nvidia-smi exit=0$' && grep -qF "(UUID: $GPU0_UUID)" "$CASE_OUT"; then
       record "utility: nvidia-smi works" pass "$(grep -m1 '^GPU 0:' "$CASE_OUT")"
@@ -502,7 +580,7 @@ else
   if [ "$RC" -ne 0 ] && has_line "$CASE_OUT" 'MIG devices are not supported yet'; then
     record "MIG device" skip "skipped: this build refuses MIG devices: $(first_line "$CASE_OUT" 'MIG devices are not supported yet')"
   elif [ "$RC" -ne 0 ]; then
-    record "MIG device" FAIL "$MIG_UUID: exit $RC: $(failure_line "$CASE_OUT")"
+    record "MIG device" FAIL "$MIG_UUID: $(run_failed)"
   elif ! grep -qF "(UUID: $MIG_UUID)" "$CASE_OUT"; then
     record "MIG device" FAIL "$MIG_UUID: nvidia-smi -L in the container does not list it"
   else
@@ -524,7 +602,7 @@ else
   result="$(probe_result "$CASE_OUT")" cuda="$(probe_result "$CASE_OUT")"
   $FAKE && [[ "$result" == result=missing-symbol* ]] && cuda="CUDA skipped: fake host"
   if [ "$RC" -ne 0 ]; then
-    record "$ALT" FAIL "gpu-runtime run failed (exit $RC): $(failure_line "$CASE_OUT")"
+    record "$ALT" FAIL "$(run_failed)"
   elif [ "$path" = /usr/local/nvidia/lib64/libcuda.so.1 ] && has_line "$CASE_OUT" '^realgpu: nvidia-smi exit=0$' &&
     { [[ "$result" == result=ok* ]] || [ "$cuda" = "CUDA skipped: fake host" ]; }; then
     record "$ALT" pass "libcuda from $path; nvidia-smi ran; $cuda"
@@ -538,7 +616,7 @@ time_create() { # NAME: times `gpu-runtime create` of a GPU 0 container; sets MS
   new_bundle "$1" 'sleep 1' NVIDIA_VISIBLE_DEVICES=0
   local id="realgpu-$$-$SEQ" t0 t1 rc
   t0="$(now_ms)"
-  "$RUNTIME" --root "$STATE" --log "$WORK/create.log" create --bundle "$BUNDLE" "$id" >"$WORK/create.out" 2>&1 </dev/null
+  timeout --kill-after=5 60 "$RUNTIME" --root "$STATE" --log "$WORK/create.log" create --bundle "$BUNDLE" "$id" >"$WORK/create.out" 2>&1 </dev/null
   rc=$?
   t1="$(now_ms)"
   MS="$(elapsed_ms "$t0" "$t1")"
@@ -558,7 +636,7 @@ else
   : >"$WORK/hit.ms"
   wrong="" CREATE_ERROR="" done_runs=0
   for i in $(seq 1 "$RUNS"); do
-    if [ $((SECONDS - START)) -gt "$DEADLINE" ]; then
+    if [ $((SECONDS - START)) -ge "$DEADLINE" ]; then
       log "timings stopped after $done_runs pairs: the run is near its time limit"
       break
     fi
@@ -589,30 +667,8 @@ else
 fi
 
 # ---- 5. the tables ----
-passed=0 failed=0 skipped=0
-for o in "${OUTCOMES[@]}"; do
-  case "$o" in pass) passed=$((passed + 1)) ;; FAIL) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
-done
-{
-  echo "## gpu-runtime real-GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)$($FAKE && echo ' (fake host)')"
-  echo
-  echo "| | |"
-  echo "|---|---|"
-  for f in "${FACTS[@]}"; do echo "| ${f%%|*} | ${f#*|} |"; done
-  echo
-  echo "| check | outcome | detail |"
-  echo "|---|---|---|"
-  for i in "${!CHECKS[@]}"; do echo "| ${CHECKS[$i]} | ${OUTCOMES[$i]} | ${DETAILS[$i]} |"; done
-  echo
-  echo "| timing | runs | median | min | max |"
-  echo "|---|---|---|---|---|"
-  for t in "${TIMINGS[@]}"; do
-    IFS='|' read -r name runs m lo hi unit <<<"$t"
-    echo "| $name | $runs | $m $unit | $lo $unit | $hi $unit |"
-  done
-  echo
-  echo "$passed passed, $failed failed, $skipped skipped in $((SECONDS - START)) s."
-} >"$RESULTS"
+FINISHED=true
+write_results
 log "$(cat "$RESULTS")"
 echo
 echo "== results ($RESULTS; full log $LOG)"
@@ -624,5 +680,5 @@ for t in "${TIMINGS[@]}"; do
   IFS='|' read -r name runs m lo hi unit <<<"$t"
   printf '%-34s runs %-3s median %10s %s  (min %s, max %s)\n' "$name" "$runs" "$m" "$unit" "$lo" "$hi"
 done
-echo "$passed passed, $failed failed, $skipped skipped in $((SECONDS - START)) s"
-[ "$failed" -eq 0 ]
+echo "$SUMMARY"
+[ "$FAILED" -eq 0 ]
