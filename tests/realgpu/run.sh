@@ -219,7 +219,13 @@ log "$(cat "$KIT/KIT.txt")"
 runtime_kind="$(uname -r)"
 dmesg 2>/dev/null | head -3 | grep -q gVisor && runtime_kind="$runtime_kind, gVisor"
 fact "kernel" "$runtime_kind"
-fact "driver root" "$DRIVER_ROOT$($AUTO_ROOT && echo ' (found: it holds lib64/libnvidia-ml.so.1)')"
+if ! $AUTO_ROOT; then
+  fact "driver root" "$DRIVER_ROOT"
+elif [ "$DRIVER_ROOT" = / ]; then
+  fact "driver root" "/ (no /usr/local/nvidia or /home/kubernetes/bin/nvidia with lib64/libnvidia-ml.so.*)"
+else
+  fact "driver root" "$DRIVER_ROOT (found: it has lib64/libnvidia-ml.so.*)"
+fi
 fact "dev root" "$DEV_ROOT"
 fact "cgroups" "$(cgroup_mode)${CGROUP_NOTE:+ ($CGROUP_NOTE)}"
 fact "runc" "$("$RUNC" --version 2>&1 | head -1 | awk '{print $3}') (kit: static, libseccomp $("$RUNC" --version 2>&1 | awk '/libseccomp/ {print $2}') linked in)"
@@ -240,7 +246,6 @@ NVML="$(find_in_root lib64/libnvidia-ml.so.1 usr/lib/x86_64-linux-gnu/libnvidia-
 SMI="$(find_in_root bin/nvidia-smi usr/bin/nvidia-smi usr/local/nvidia/bin/nvidia-smi)"
 
 # ---- 1. NVML initialisation, before anything else here touches the GPU ----
-NVML_OK=false
 if [ -z "$NVML" ]; then
   record "NVML initialisation" FAIL "no libnvidia-ml.so.1 under $DRIVER_ROOT (lib64, usr/lib/x86_64-linux-gnu, lib/x86_64-linux-gnu, usr/lib64, usr/local/nvidia/lib64)"
 else
@@ -253,7 +258,7 @@ else
     fi
     # gpu-probe runs on the host through the kit's loader and glibc, whatever the host's are.
     out="$(timeout --kill-after=5 60 "$KIT/rootfs/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" \
-      --library-path "$KIT/rootfs/lib/x86_64-linux-gnu" "$PROBE" nvml "$NVML" 2>&1)" || [ -n "$out" ] || out="timed out or failed with status $?"
+      --library-path "$KIT/rootfs/lib/x86_64-linux-gnu" "$PROBE" nvml "$NVML" 2>&1)" || [ -n "$out" ] || out="gpu-probe printed nothing: it timed out (60 s) or crashed"
     log "$out"
     ms="$(sed -n -E 's/.* init_ms=([0-9.]+).*/\1/p' <<<"$out")"
     if [ -z "$ms" ]; then failed="$(grep -m1 'result=' <<<"$out")"; failed="${failed:-$out}"; break; fi
@@ -262,7 +267,6 @@ else
   if [ -n "$failed" ]; then
     record "NVML initialisation" FAIL "$NVML: ${failed:0:200}"
   else
-    NVML_OK=true
     n="$(grep -c . "$WORK/nvml.ms")"
     record "NVML initialisation" pass "$NVML: first ${first} ms, then median $(stats <"$WORK/nvml.ms" | awk '{print $1}') ms over $n fresh processes"
     timing "NVML init, first in this run" 1 "$first $first $first"
