@@ -89,6 +89,7 @@ type row struct{ check, outcome, detail string }
 type result struct {
 	status  int
 	stdout  string
+	stderr  string
 	checks  []row
 	facts   map[string]string
 	timings map[string][]string // name => runs, median, min, max
@@ -106,7 +107,7 @@ func runScript(t *testing.T, wrap []string, args ...string) result {
 	start := time.Now()
 	err := cmd.Run()
 	var exitErr *exec.ExitError
-	res := result{stdout: stdout.String(), facts: map[string]string{}, timings: map[string][]string{}}
+	res := result{stdout: stdout.String(), stderr: stderr.String(), facts: map[string]string{}, timings: map[string][]string{}}
 	if errors.As(err, &exitErr) {
 		res.status = exitErr.ExitCode()
 	} else if err != nil {
@@ -331,6 +332,44 @@ func TestRunMountsCgroups(t *testing.T) {
 	checkGoodRun(t, r, "skip", "/usr/lib/x86_64-linux-gnu", v["DRIVER_ROOT"]+"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", 2)
 	if got, want := r.facts["cgroups"], "v2 (mounted at /sys/fs/cgroup in a private mount namespace)"; got != want {
 		t.Errorf("cgroups fact %q, want %q", got, want)
+	}
+	if want := "run.sh: /sys/fs/cgroup has no usable cgroup hierarchy: going on in a private mount namespace to mount one\n"; r.stderr != want {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+}
+
+// TestBuildKitRefuses: the kit build replaces only a kit, and says how it was misused.
+func TestBuildKitRefuses(t *testing.T) {
+	requireE2E(t)
+	script := filepath.Join(repoRoot(t), "scripts/build-realgpu-kit.sh")
+	notKit := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notKit, "precious"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testCases := []struct {
+		description string
+		args        []string
+		status      int
+		want        string
+	}{
+		{"a folder that is no kit", []string{"--out", notKit}, 1, "build-realgpu-kit: " + notKit + " is not empty and is no kit (no KIT.txt): refusing to replace it\n"},
+		{"--out without a folder", []string{"--out"}, 2, "build-realgpu-kit: --out needs a directory\n"},
+		{"an unknown argument", []string{"--kit"}, 2, "build-realgpu-kit: unknown argument --kit (see --help)\n"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			cmd := exec.Command(script, tc.args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			if !errors.As(err, &exitErr) || exitErr.ExitCode() != tc.status || stderr.String() != tc.want {
+				t.Errorf("build-realgpu-kit %q: %v, stderr %q; want exit status %d and %q", tc.args, err, stderr.String(), tc.status, tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(notKit, "precious")); err != nil {
+		t.Errorf("the folder that is no kit was touched: %v", err)
 	}
 }
 
