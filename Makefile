@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=
 PREFIX ?= /usr/local
 BIN := bin
 
-.PHONY: help build test unit e2e fuzz deps demo bench lint install clean
+.PHONY: help build test unit e2e fuzz deps demo bench lint install clean realgpu-kit
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ install: build ## install binaries, docker's hook name, the RuntimeClass and the
 	ln -sf gpu-hook $(DESTDIR)$(PREFIX)/bin/nvidia-container-runtime-hook
 	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml
 	test -e $(DESTDIR)/etc/gpu-runtime/config.toml || install -D -m 0644 config.toml $(DESTDIR)/etc/gpu-runtime/config.toml
+
+realgpu-kit: ## build the real-GPU check's kit into .realgpu-kit/ (static runc, rootfs, gpu-probe; see tests/realgpu/README.md)
+	./scripts/build-realgpu-kit.sh --out $(or $(KIT),.realgpu-kit)
 
 clean: ## remove build outputs
 	rm -rf $(BIN)

@@ -127,6 +127,9 @@ type Options struct {
 	// NVMLEventsPath is the file the fake NVML reads events from (see events.go); empty means
 	// <Dir>/nvml-events. Build creates it, empty, when it does not exist.
 	NVMLEventsPath string
+	// Layout says where the driver libraries and binaries go; the zero value is the
+	// distribution's layout.
+	Layout Layout
 }
 
 // Host is a fake host built by Build.
@@ -134,7 +137,8 @@ type Host struct {
 	Dir        string // the directory passed to Build, made absolute
 	DriverRoot string // Dir/driver: plays the role of "/" for driver files
 	DevRoot    string // Dir/devroot: holds dev/nvidia0, dev/nvidiactl, ...
-	LibDir     string // DriverRoot/usr/lib/x86_64-linux-gnu
+	LibDir     string // DriverRoot/usr/lib/x86_64-linux-gnu, or DriverRoot/lib64 (Options.Layout)
+	BinDir     string // DriverRoot/usr/bin, or DriverRoot/bin (Options.Layout)
 	// ProcRoot is Dir/procroot: it holds proc/devices and the nvidia driver's proc files, as
 	// "/" holds /proc on a real host (see procfs.go).
 	ProcRoot string
@@ -237,6 +241,9 @@ func (opts *Options) validate() error {
 				errs = append(errs, fmt.Errorf("nvidia-caps major %d is not a free major in 1-511", opts.CapsMajor))
 			}
 		}
+	}
+	if !opts.Layout.valid() {
+		errs = append(errs, fmt.Errorf("layout %q is not %q or %q", opts.Layout, LayoutDistribution, LayoutLib64))
 	}
 	if strings.ContainsRune(opts.NVMLEventsPath, 0) {
 		errs = append(errs, fmt.Errorf("NVML events path %q contains a NUL byte", opts.NVMLEventsPath))
@@ -356,7 +363,8 @@ func Build(dir string, opts Options) (*Host, error) {
 		Dir:        dir,
 		DriverRoot: driverRoot,
 		DevRoot:    filepath.Join(dir, "devroot"),
-		LibDir:     filepath.Join(driverRoot, LibDirRel),
+		LibDir:     filepath.Join(driverRoot, opts.Layout.LibDir()),
+		BinDir:     filepath.Join(driverRoot, opts.Layout.BinDir()),
 		ProcRoot:   filepath.Join(dir, "procroot"),
 		NVMLEvents: opts.NVMLEventsPath,
 		Options:    opts,
@@ -493,14 +501,14 @@ func (h *Host) writeLibraries() error {
 		switch {
 		case l.Prefix == "libnvidia-ml":
 			eventsPath := h.NVMLEvents
-			if eventsPath == filepath.Join(h.Dir, defaultEventsFile) {
-				eventsPath = ""
+			if eventsPath == filepath.Join(h.Dir, defaultEventsFile) && opts.Layout == LayoutDistribution {
+				eventsPath = "" // the library finds it from its own place (see fakenvml.c)
 			}
 			build = func() ([]byte, error) { return nvmlLibrary(nvmlConfig(opts, eventsPath)) }
 		case l.Prefix == "libcuda" && l.Capability != "":
 			build = func() ([]byte, error) { return cudaLibrary(soname, opts.CUDAVersion) }
 		}
-		jobs = append(jobs, job{l.RelPath, build})
+		jobs = append(jobs, job{opts.Layout.Path(l.RelPath), build})
 	}
 
 	errs := make([]error, len(jobs))
@@ -525,19 +533,26 @@ func (h *Host) writeLibraries() error {
 }
 
 // runLDConfig writes the driver root's ld.so.conf and has the host's ldconfig build its
-// ld.so.cache (and the SONAME symlinks) as if the driver root were "/".
+// ld.so.cache (and the SONAME symlinks) as if the driver root were "/". For LayoutLib64 it
+// makes the SONAME symlinks only (ldconfig -n), leaving no ld.so.conf or ld.so.cache.
 func (h *Host) runLDConfig() error {
-	conf := "/" + LibDirRel + "\n/" + LibDirRel + "/vdpau\n"
-	if err := installFile(filepath.Join(h.DriverRoot, LDSOConfRel), []byte(conf), 0o644); err != nil {
-		return err
-	}
 	ldconfig, err := findLDConfig()
 	if err != nil {
 		return err
 	}
-	out, err := exec.Command(ldconfig, "-r", h.DriverRoot).CombinedOutput()
+	libDir := "/" + h.Options.Layout.LibDir()
+	args := []string{"-r", h.DriverRoot}
+	if h.Options.Layout == LayoutLib64 {
+		args = append(args, "-n", libDir, libDir+"/vdpau")
+	} else {
+		conf := libDir + "\n" + libDir + "/vdpau\n"
+		if err := installFile(filepath.Join(h.DriverRoot, LDSOConfRel), []byte(conf), 0o644); err != nil {
+			return err
+		}
+	}
+	out, err := exec.Command(ldconfig, args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("run %s -r %s: %w: %s", ldconfig, h.DriverRoot, err, out)
+		return fmt.Errorf("run %s %s: %w: %s", ldconfig, strings.Join(args, " "), err, out)
 	}
 	return nil
 }

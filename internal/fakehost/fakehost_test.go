@@ -120,6 +120,28 @@ func TestLibraries(t *testing.T) {
 	}
 }
 
+func TestLayoutPath(t *testing.T) {
+	testCases := []struct {
+		description string
+		layout      Layout
+		rel, want   string
+	}{
+		{"default layout, library", LayoutDistribution, "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"},
+		{"lib64, library", LayoutLib64, "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "lib64/libcuda.so.550.54.15"},
+		{"lib64, vdpau", LayoutLib64, "usr/lib/x86_64-linux-gnu/vdpau/libvdpau_nvidia.so.1", "lib64/vdpau/libvdpau_nvidia.so.1"},
+		{"lib64, binary", LayoutLib64, "usr/bin/nvidia-smi", "bin/nvidia-smi"},
+		{"lib64, firmware unchanged", LayoutLib64, "lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", "lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
+		{"lib64, a name that only starts like usr/bin", LayoutLib64, "usr/binaries/x", "usr/binaries/x"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := tc.layout.Path(tc.rel); got != tc.want {
+				t.Errorf("Layout(%q).Path(%q) = %q, want %q", tc.layout, tc.rel, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestDecoys(t *testing.T) {
 	testCases := []struct {
 		description   string
@@ -170,6 +192,10 @@ func TestBuild(t *testing.T) {
 	noSocket.WithPersistencedSocket = false
 	excluded := Default(3)
 	excluded.GPUs[1].Excluded = true
+	lib64 := Default(2)
+	lib64.Layout = LayoutLib64
+	lib64MIG := migHost(t)
+	lib64MIG.Layout = LayoutLib64
 
 	testCases := []struct {
 		description string
@@ -186,6 +212,8 @@ func TestBuild(t *testing.T) {
 		{description: "socket path longer than sockaddr_un", opts: Default(1), subdir: strings.Repeat("d", 120), wantCUDA: "12.4"},
 		{description: "MIG devices", opts: migHost(t), wantCUDA: "12.4"},
 		{description: "an excluded GPU", opts: excluded, wantCUDA: "12.4"},
+		{description: "lib64 layout", opts: lib64, wantCUDA: "12.4"},
+		{description: "lib64 layout with MIG devices", opts: lib64MIG, wantCUDA: "12.4"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
@@ -308,7 +336,7 @@ func checkLibraries(t *testing.T, h *Host) {
 	t.Helper()
 	libs := append(Libraries(h.Options.DriverVersion), Decoys(h.Options.DriverVersion)...)
 	for _, l := range libs {
-		p := filepath.Join(h.DriverRoot, l.RelPath)
+		p := filepath.Join(h.DriverRoot, h.Options.Layout.Path(l.RelPath))
 		fi, err := os.Lstat(p)
 		if err != nil || !fi.Mode().IsRegular() {
 			t.Errorf("library %s: want a regular file, got %v, %v", l.RelPath, fi, err)
@@ -330,9 +358,28 @@ func checkLibraries(t *testing.T, h *Host) {
 	}
 }
 
-// checkLDCache checks the driver root's ld.so.cache with the host's ldconfig -p.
+// checkLDCache checks the driver root's ld.so.cache with the host's ldconfig -p; for
+// LayoutLib64, that there is none and that the SONAME links are there all the same.
 func checkLDCache(t *testing.T, h *Host) {
 	t.Helper()
+	if h.Options.Layout == LayoutLib64 {
+		for _, rel := range []string{LDSOCacheRel, LDSOConfRel} {
+			if _, err := os.Lstat(filepath.Join(h.DriverRoot, rel)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("lib64 layout: %s exists (%v), want none", rel, err)
+			}
+		}
+		for _, l := range Libraries(h.Options.DriverVersion) {
+			rel := h.Options.Layout.Path(l.RelPath)
+			if l.SONAME == path.Base(rel) {
+				continue
+			}
+			link, err := os.Readlink(filepath.Join(h.DriverRoot, path.Dir(rel), l.SONAME))
+			if err != nil || link != path.Base(rel) {
+				t.Errorf("lib64 layout: %s -> %q (%v), want %q", path.Join(path.Dir(rel), l.SONAME), link, err, path.Base(rel))
+			}
+		}
+		return
+	}
 	ldconfig, err := findLDConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -365,12 +412,13 @@ func checkLDCache(t *testing.T, h *Host) {
 func checkBinaries(t *testing.T, h *Host, wantCUDA string) {
 	t.Helper()
 	for _, rel := range Binaries() {
+		rel = h.Options.Layout.Path(rel)
 		fi, err := os.Stat(filepath.Join(h.DriverRoot, rel))
 		if err != nil || fi.Mode().Perm() != 0o755 {
 			t.Errorf("binary %s: want mode 0755, got %v, %v", rel, fi, err)
 		}
 	}
-	smi := filepath.Join(h.DriverRoot, BinDirRel, "nvidia-smi")
+	smi := filepath.Join(h.BinDir, "nvidia-smi")
 	out, err := exec.Command(smi).Output()
 	if err != nil {
 		t.Fatalf("run nvidia-smi: %v", err)
@@ -444,6 +492,8 @@ func TestBuildRejects(t *testing.T) {
 	badDriver.DriverVersion = "550"
 	noCUDA := Default(1)
 	noCUDA.CUDAVersion = 0
+	badLayout := Default(1)
+	badLayout.Layout = "usr/local/nvidia"
 	testCases := []struct {
 		description string
 		opts        Options
@@ -451,6 +501,7 @@ func TestBuildRejects(t *testing.T) {
 	}{
 		{"driver version without dots", badDriver, `driver version "550"`},
 		{"no CUDA version", noCUDA, "CUDA version 0"},
+		{"unknown layout", badLayout, `layout "usr/local/nvidia" is not "" or "lib64"`},
 		{"index gap", withGPUs(func(g []GPU) { g[1].Index = 2 }), "index 2 is not in 0-1"},
 		{"repeated minor", withGPUs(func(g []GPU) { g[1].Minor = 0 }), "minor 0 is used twice"},
 		{"minor of nvidiactl", withGPUs(func(g []GPU) { g[1].Minor = 255 }), "minor 255 is not in 0-253"},

@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// Binaries returns the driver binaries of a fake host, relative to its driver root. They are
-// "#!/bin/sh" scripts, so they run in any container with a shell.
+// Binaries returns the driver binaries of a fake host, relative to its driver root in the
+// default layout (Layout.Path maps them to another). They are "#!/bin/sh" scripts, so they
+// run in any container with a shell.
 func Binaries() []string {
 	var bins []string
 	for _, name := range []string{
@@ -263,7 +264,7 @@ func (h *Host) writeBinaries() error {
 		if name == "nvidia-smi" {
 			script = nvidiaSMI(&h.Options)
 		}
-		if err := installFile(filepath.Join(h.DriverRoot, rel), []byte(script), 0o755); err != nil {
+		if err := installFile(filepath.Join(h.DriverRoot, h.Options.Layout.Path(rel)), []byte(script), 0o755); err != nil {
 			return err
 		}
 	}

@@ -14,8 +14,57 @@ const (
 	CapabilityNGX      = "ngx"
 )
 
-// LibDirRel is the library directory of a fake host, relative to its driver root.
+// LibDirRel is the library directory of a fake host of the default layout, relative to its
+// driver root (see Layout for the other).
 const LibDirRel = "usr/lib/x86_64-linux-gnu"
+
+// Layout says where a fake host keeps its driver libraries and binaries.
+type Layout string
+
+// The layouts of a fake host's driver root.
+const (
+	// LayoutDistribution, the default, is where a distribution's driver packages install:
+	// libraries in usr/lib/x86_64-linux-gnu (LibDirRel), binaries in usr/bin (BinDirRel),
+	// and an etc/ld.so.cache that lists the libraries.
+	LayoutDistribution Layout = ""
+	// LayoutLib64 is a self-contained driver folder: libraries in lib64 (vdpau in
+	// lib64/vdpau), binaries in bin, the libraries' SONAME links made, and no etc/ld.so.conf
+	// or etc/ld.so.cache. GKE and COS nodes install the driver so, in
+	// /home/kubernetes/bin/nvidia, and GPU VMs mount it so at /usr/local/nvidia.
+	LayoutLib64 Layout = "lib64"
+)
+
+// LibDir is the layout's library directory, relative to the driver root.
+func (l Layout) LibDir() string {
+	if l == LayoutLib64 {
+		return "lib64"
+	}
+	return LibDirRel
+}
+
+// BinDir is the layout's binary directory, relative to the driver root.
+func (l Layout) BinDir() string {
+	if l == LayoutLib64 {
+		return "bin"
+	}
+	return BinDirRel
+}
+
+// Path maps a path relative to the driver root of the default layout — a Library's RelPath,
+// an entry of Binaries — to where the layout keeps that file; other paths are unchanged.
+func (l Layout) Path(rel string) string {
+	for _, dir := range []string{LibDirRel, BinDirRel} {
+		if rest, ok := strings.CutPrefix(rel, dir+"/"); ok {
+			if dir == LibDirRel {
+				return path.Join(l.LibDir(), rest)
+			}
+			return path.Join(l.BinDir(), rest)
+		}
+	}
+	return rel
+}
+
+func (l Layout) valid() bool { return l == LayoutDistribution || l == LayoutLib64 }
 
 // DecoyDriverVersion is the version of the leftover libcuda of an older driver that Build places
 // next to the real one.
@@ -23,9 +72,11 @@ const DecoyDriverVersion = "470.57.02"
 
 // Library is one shared library of the fake driver.
 type Library struct {
-	Prefix     string // file name up to ".so", e.g. "libcuda"
-	SONAME     string // DT_SONAME, e.g. "libcuda.so.1"
-	RelPath    string // path relative to the driver root, e.g. "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+	Prefix string // file name up to ".so", e.g. "libcuda"
+	SONAME string // DT_SONAME, e.g. "libcuda.so.1"
+	// RelPath is the path relative to the driver root in the default layout, e.g.
+	// "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"; Layout.Path maps it to another.
+	RelPath    string
 	Capability string // one of the Capability constants; empty for decoys
 }
 
