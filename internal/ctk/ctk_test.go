@@ -287,6 +287,65 @@ func TestRuntimePath(t *testing.T) {
 	})
 }
 
+// TestUnconfigureRestores: unconfigure after configure says that daemon.json is back as it was,
+// from which backup, or that it was removed because configure created it.
+func TestUnconfigureRestores(t *testing.T) {
+	testCases := []struct {
+		description string
+		before      string // daemon.json before configure; "" for none
+		wantStdout  []string
+	}{
+		{
+			description: "restored from the backup",
+			before:      `{"debug":true}`,
+			wantStdout: []string{
+				`unconfigured docker: runtime "gpu" removed`,
+				"  restored DIR/daemon.json as it was before configure, from DIR/daemon.json.bak.20250304T050607Z (removed)\n",
+				"next: restart dockerd: systemctl restart docker",
+			},
+		},
+		{
+			description: "created by configure: removed",
+			wantStdout: []string{
+				"  removed DIR/daemon.json\n",
+				"note: DIR/daemon.json held only what configure wrote (configure created it): removed\n",
+			},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "daemon.json")
+			if tc.before != "" {
+				if err := os.WriteFile(path, []byte(tc.before), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := fakeHost(dir)
+			var stdout, stderr bytes.Buffer
+			if err := runtimeCommand([]string{"configure", "--runtime=docker", "--config", path, "--runtime-path=/opt/gpu/gpu-runtime"}, &stdout, &stderr, h); err != nil {
+				t.Fatal(err)
+			}
+			stdout.Reset()
+			if err := runtimeCommand([]string{"unconfigure", "--runtime=docker", "--config", path}, &stdout, &stderr, h); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.wantStdout {
+				if s = strings.ReplaceAll(s, "DIR", dir); !strings.Contains(stdout.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout.String())
+				}
+			}
+			got, err := os.ReadFile(path)
+			if tc.before == "" && !errors.Is(err, fs.ErrNotExist) || tc.before != "" && string(got) != tc.before {
+				t.Errorf("daemon.json after unconfigure: %q (err %v), want %q", got, err, tc.before)
+			}
+			if names, _ := filepath.Glob(path + ".bak.*"); len(names) != 0 {
+				t.Errorf("backups left: %v", names)
+			}
+		})
+	}
+}
+
 func TestRegisterRefusesDuplicates(t *testing.T) {
 	defer func() {
 		if recover() == nil {

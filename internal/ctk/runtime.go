@@ -209,9 +209,12 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 				backup = " (previous content: " + b + ")"
 			}
 		}
-		if c.Remove {
+		switch {
+		case c.Remove:
 			fmt.Fprintf(report, "  removed %s\n", c.Path)
-		} else {
+		case c.RestoredFrom != "":
+			fmt.Fprintf(report, "  restored %s as it was before configure, from %s (removed)\n", c.Path, c.RestoredFrom)
+		default:
 			fmt.Fprintf(report, "  wrote %s%s\n", c.Path, backup)
 		}
 	}
