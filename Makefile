@@ -1,7 +1,12 @@
 # gpu-runtime — see README.md. Every target is phony; `make help` lists them.
 SHELL := /bin/bash
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version `make build` stamps (--version) and `make package` names the packages with, from
+# scripts/version.sh: 1.2.3 on tag v1.2.3, 1.2.3+git7.<hash> after it, 0.0.0~git<commits>.<hash>
+# before any tag. `VERSION=1.2.3 make package` sets it.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell scripts/version.sh)
+endif
 LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=$(VERSION)
 PREFIX ?= /usr/local
 BIN := bin
