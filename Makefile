@@ -21,7 +21,7 @@ build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need (apt: runc, crun, busybox-static, gcc, docker.io, containerd, podman; crictl); idempotent
+deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm; docker.io, containerd, podman only where no engine of that kind is installed; crictl into .cache/)
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
@@ -48,7 +48,9 @@ fuzz: ## run each fuzz target briefly (execution counts, not durations: a durati
 	$(GO) test -run='^$$' -fuzz=FuzzCheckKeys -fuzztime=100000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
 
-demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
+demo: ## build everything and run a busybox container that gets 2 fake GPUs (installs only what is missing of runc, busybox-static and gcc, saying so)
+	./scripts/install-deps.sh --demo
+	$(MAKE) build
 	./scripts/demo.sh
 
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
