@@ -9,12 +9,13 @@ VERSION := $(shell scripts/version.sh)
 endif
 LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=$(VERSION)
 PREFIX ?= /usr/local
-BIN := bin
+BIN ?= bin
+DIST ?= dist
 
-.PHONY: help build test unit e2e fuzz deps demo bench lint install clean
+.PHONY: help build test unit e2e fuzz deps demo bench lint package install uninstall clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
@@ -25,7 +26,7 @@ deps: ## install what the tests need, saying what before installing it (apt: run
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
-test: deps build ## install deps, then run unit and end-to-end tests (needs root)
+test: deps build ## install what is missing (saying what), then unit and end-to-end tests and brief fuzzing (root)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m ./...
@@ -56,19 +57,35 @@ demo: ## build everything and run a busybox container that gets 2 fake GPUs (ins
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
 	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
 	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
-
-lint: ## gofmt, go vet, go mod tidy check
+lint: ## gofmt, go vet, go mod tidy check, shell syntax (and shellcheck where installed)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
+	@for f in scripts/*.sh packaging/scripts/*; do bash -n "$$f" || exit 1; done
+	@for f in packaging/scripts/*; do dash -n "$$f" || exit 1; done
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh packaging/scripts/*; else echo "lint: shellcheck is not installed: shell scripts only syntax-checked"; fi
 
-install: build ## install binaries, docker's hook name, the RuntimeClass and the default config
+package: build ## build dist/gpu-runtime_<version>_<arch>.deb and dist/gpu-runtime-<version>-1.<arch>.rpm with nfpm (built once into .cache/nfpm)
+	VERSION=$(VERSION) BIN=$(BIN) DIST=$(DIST) ./scripts/package.sh
+
+install: ## install what make build built, building nothing (so sudo make install works without Go): binaries, config, RuntimeClass, docker's hook link where safe
+	@for b in gpu-runtime gpu-hook gpu-ctk; do test -x $(BIN)/$$b || { echo "make install: $(BIN)/$$b is missing: run make build first (as yourself; then sudo make install)" >&2; exit 1; }; done
 	install -D -m 0755 $(BIN)/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-runtime
 	install -D -m 0755 $(BIN)/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-hook
 	install -D -m 0755 $(BIN)/gpu-ctk $(DESTDIR)$(PREFIX)/bin/gpu-ctk
-	ln -sf gpu-hook $(DESTDIR)$(PREFIX)/bin/nvidia-container-runtime-hook
-	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml
+	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes/runtimeclass.yaml
 	test -e $(DESTDIR)/etc/gpu-runtime/config.toml || install -D -m 0644 config.toml $(DESTDIR)/etc/gpu-runtime/config.toml
+	@if [ -n "$(DESTDIR)" ]; then echo "make install: DESTDIR is set: no nvidia-container-runtime-hook link (whether one is safe is for the target host to tell: packaging/scripts/host-setup link-hook)"; \
+	else packaging/scripts/host-setup link-hook $(PREFIX)/bin && packaging/scripts/host-setup hint; fi
 
-clean: ## remove build outputs
-	rm -rf $(BIN)
+uninstall: ## remove what make install installed, first unregistering the runtime "gpu" from the engines as package removal does; an edited /etc/gpu-runtime/config.toml stays
+	@if [ -z "$(DESTDIR)" ] && [ -x $(PREFIX)/bin/gpu-ctk ]; then packaging/scripts/host-setup unregister $(PREFIX)/bin; fi
+	packaging/scripts/host-setup unlink-hook $(DESTDIR)$(PREFIX)/bin
+	rm -f $(DESTDIR)$(PREFIX)/bin/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-ctk
+	rm -f $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes/runtimeclass.yaml
+	-@rmdir $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes $(DESTDIR)$(PREFIX)/share/gpu-runtime 2>/dev/null
+	@if cmp -s config.toml $(DESTDIR)/etc/gpu-runtime/config.toml; then rm -f $(DESTDIR)/etc/gpu-runtime/config.toml; rmdir $(DESTDIR)/etc/gpu-runtime 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)/etc/gpu-runtime/config.toml ]; then echo "make uninstall: kept $(DESTDIR)/etc/gpu-runtime/config.toml: it differs from the default (remove it by hand when you are done with it)"; fi
+
+clean: ## remove build outputs (bin/, dist/)
+	rm -rf $(BIN) $(DIST)
