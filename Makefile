@@ -12,7 +12,7 @@ PREFIX ?= /usr/local
 BIN ?= bin
 DIST ?= dist
 
-.PHONY: help build test unit e2e fuzz deps demo bench lint package install uninstall clean
+.PHONY: help build test unit e2e test-packages fuzz deps demo bench lint package install uninstall clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -26,11 +26,17 @@ deps: ## install what the tests need, saying what before installing it (apt: run
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
-test: deps build ## install what is missing (saying what), then unit and end-to-end tests and brief fuzzing (root)
+test: deps build ## install what is missing (saying what), then unit, end-to-end and package tests and brief fuzzing (root)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) test-packages
 	$(MAKE) fuzz
+
+# After `go test ./...`, never beside it: these tests install gpu-runtime into /usr/bin, which
+# the other suites must not see (go test runs packages in parallel).
+test-packages: package ## build the packages, then install, upgrade, remove and purge them here, with a private dockerd running a GPU container (root; leaves the machine as it was)
+	GPU_RUNTIME_E2E=1 GPU_RUNTIME_PACKAGES=$(abspath $(DIST)) $(GO) test -count=1 -timeout 15m ./tests/packaging/
 
 unit: ## unit tests only (no root needed for most)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests/)

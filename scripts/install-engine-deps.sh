@@ -30,8 +30,13 @@ install_packages() {
   local need=() missing=()
   # dockerd: Debian's docker.io ships /usr/sbin/dockerd, docker-ce /usr/bin/dockerd; both ship
   # the client as /usr/bin/docker (another docker earlier on PATH may not match the daemon).
-  if [ -x /usr/sbin/dockerd ] || [ -x /usr/bin/dockerd ]; then
-    [ -x /usr/bin/docker ] || missing+=("/usr/bin/docker (the docker client of your dockerd)")
+  # (Tests point DOCKERD_CANDIDATES and DOCKER_CLIENT elsewhere.)
+  local dockerd="" candidate client="${DOCKER_CLIENT:-/usr/bin/docker}"
+  for candidate in ${DOCKERD_CANDIDATES:-/usr/sbin/dockerd /usr/bin/dockerd}; do
+    [ -x "$candidate" ] && dockerd="$candidate"
+  done
+  if [ -n "$dockerd" ]; then
+    [ -x "$client" ] || missing+=("$client (the docker client of your dockerd)")
   else
     need+=(docker.io)
   fi
