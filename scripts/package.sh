@@ -59,15 +59,18 @@ build_nfpm() {
 for b in gpu-runtime gpu-hook gpu-ctk; do
   [ -x "$bin/$b" ] || die "$bin/$b is missing: run make build first (make package does)"
 done
-stamped="$("$bin/gpu-runtime" --version | head -n1)"
+stamped="$("$bin/gpu-runtime" --version)" || die "$bin/gpu-runtime --version failed"
+stamped="${stamped%%$'\n'*}" # the first line
 [ "$stamped" = "gpu-runtime version $version" ] ||
   die "$bin/gpu-runtime says \"$stamped\", but the packages would be version $version: build with the same VERSION (make package VERSION=$version)"
 
 command -v objdump >/dev/null || die "objdump is needed to read the glibc version gpu-ctk needs (apt-get install binutils)"
-GLIBC="$(objdump -T "$bin/gpu-ctk" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n1)"
+GLIBC="$(objdump -T "$bin/gpu-ctk" | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/^GLIBC_//' | sort -uV | tail -n1)"
 [ -n "$GLIBC" ] || die "no glibc symbol version found in $bin/gpu-ctk"
 export GLIBC VERSION="$version" BIN="$bin"
-ARCH="$(go env GOARCH 2>/dev/null || dpkg --print-architecture)"
+# Go's name for the architecture, as make build built for; nfpm turns it into dpkg's and rpm's.
+ARCH="${ARCH:-$(go env GOARCH 2>/dev/null || true)}"
+[ -n "$ARCH" ] || die "Go is needed to tell the architecture (or set ARCH: amd64, arm64)"
 export ARCH
 # Reproducible: every file's time is the commit's, unless the caller chose one.
 if [ -z "${SOURCE_DATE_EPOCH:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
@@ -83,7 +86,9 @@ for packager in deb rpm; do
     { cat "$dist/nfpm-$packager.log" >&2; die "nfpm $packager failed"; }
   rm -f "$dist/nfpm-$packager.log"
 done
-deb="$dist/gpu-runtime_${version}_$(dpkg --print-architecture 2>/dev/null || echo "$ARCH").deb"
-[ -f "$deb" ] || die "nfpm did not write $deb: $(ls "$dist")"
+built=("$dist"/gpu-runtime_"$version"_*.deb "$dist"/gpu-runtime-"$version"-1.*.rpm)
+for f in "${built[@]}"; do
+  [ -f "$f" ] || die "nfpm wrote no $f"
+done
 say "built version $version (glibc >= $GLIBC, nfpm $NFPM_VERSION):"
-printf '  %s\n' "$dist"/gpu-runtime_*.deb "$dist"/gpu-runtime-*.rpm
+printf '  %s\n' "${built[@]}"

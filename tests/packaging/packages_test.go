@@ -707,7 +707,10 @@ func (m *machine) buildPrevious(t *testing.T) packages {
 		t.Fatalf("%s does not sort before %s", prev.version, m.p.version)
 	}
 	start := time.Now()
-	mustRun(t, nil, "make", "-C", m.repo, "--no-print-directory", "package", "VERSION="+prev.version, "BIN="+filepath.Join(prev.dir, "bin"), "DIST="+prev.dir)
+	out := mustRun(t, nil, "make", "-C", m.repo, "--no-print-directory", "package", "VERSION="+prev.version, "BIN="+filepath.Join(prev.dir, "bin"), "DIST="+prev.dir)
+	if !regexp.MustCompile(`(?m)^package: built version ` + regexp.QuoteMeta(prev.version) + ` \(glibc >= 2\.[0-9]+, nfpm v[0-9.]+\):$`).MatchString(out) {
+		t.Errorf("make package does not say what it built:\n%s", out)
+	}
 	t.Logf("built the previous version's packages in %v", time.Since(start).Round(100*time.Millisecond))
 	prev.deb = filepath.Join(prev.dir, fmt.Sprintf("gpu-runtime_%s_%s.deb", prev.version, debArch(t)))
 	return prev

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -166,9 +167,135 @@ func TestPackageRefusesMismatchedBinaries(t *testing.T) {
 	if code != 1 || out != want {
 		t.Errorf("another version: %q (exit %d), want %q", out, code, want)
 	}
+	writeFile(t, filepath.Join(bin, "gpu-runtime"), "#!/bin/sh\nexit 3\n", 0o755)
+	out, code = run(t, repo, []string{"VERSION=1.2.3", "BIN=" + bin, "DIST=" + t.TempDir()}, "scripts/package.sh")
+	if want := "package: " + bin + "/gpu-runtime --version failed\n"; code != 1 || out != want {
+		t.Errorf("a binary that fails: %q (exit %d), want %q", out, code, want)
+	}
 	out, code = run(t, repo, []string{"VERSION=v1", "BIN=" + bin}, "scripts/package.sh")
 	if !strings.Contains(out, `version.sh: "v1" is not a package version`) || code != 1 {
 		t.Errorf("a bad VERSION: %q (exit %d)", out, code)
+	}
+}
+
+// TestPackageScript: what scripts/package.sh says and does on the way to nfpm, with fake tools
+// (objdump, go, nfpm) in a sandbox; the real build is make package's, under TestDeb and TestRPM.
+func TestPackageScript(t *testing.T) {
+	const glibc = `echo "0000000000000000      DF *UND*  0000000000000000 (GLIBC_2.34) pthread_create"; echo "(GLIBC_2.2.5) free"`
+	testCases := []struct {
+		description string
+		objdump     string // the fake objdump's body; "" for none
+		goBody      string // the fake go's; "" for none
+		nfpm        string // the fake nfpm's (NFPM); "" to build one
+		stale       bool   // the older package that lies in DIST is removed (once nfpm runs)
+		wantCode    int
+		want        []string // lines of output, in order; DIR is the sandbox, DIST the packages' directory
+		wantNfpm    string   // what the fake nfpm was given
+	}{
+		{
+			description: "no objdump",
+			wantCode:    1,
+			want:        []string{"package: objdump is needed to read the glibc version gpu-ctk needs (apt-get install binutils)"},
+		},
+		{
+			description: "gpu-ctk needs no glibc symbol",
+			objdump:     "true",
+			wantCode:    1,
+			want:        []string{"package: no glibc symbol version found in DIR/bin/gpu-ctk"},
+		},
+		{
+			description: "no Go to build nfpm with",
+			objdump:     glibc,
+			wantCode:    1,
+			want:        []string{"package: Go is needed to tell the architecture (or set ARCH: amd64, arm64)"},
+		},
+		{
+			description: "the module proxy refuses",
+			objdump:     glibc,
+			goBody:      `case "$1" in env) echo amd64 ;; get) echo "go: proxy refused"; exit 1 ;; esac`,
+			wantCode:    1,
+			want: []string{
+				"package: building nfpm v2.44.0 from the Go module proxy into DIR/.cache/nfpm (once; about a minute)",
+				"go: proxy refused",
+				"package: building nfpm v2.44.0 failed",
+			},
+		},
+		{
+			description: "nfpm fails",
+			objdump:     glibc,
+			goBody:      `echo amd64`,
+			nfpm:        `echo "nfpm: boom"; exit 1`,
+			stale:       true,
+			wantCode:    1,
+			want:        []string{"nfpm: boom", "package: nfpm deb failed"},
+		},
+		{
+			description: "nfpm writes nothing",
+			objdump:     glibc,
+			goBody:      `echo amd64`,
+			nfpm:        `true`,
+			stale:       true,
+			wantCode:    1,
+			want:        []string{"package: nfpm wrote no DIST/gpu-runtime_1.2.3_*.deb"},
+		},
+		{
+			description: "built: stale packages removed, nfpm given the version, arch, binaries and glibc",
+			objdump:     glibc,
+			goBody:      `echo amd64`,
+			nfpm: `echo "$* VERSION=$VERSION ARCH=$ARCH BIN=$BIN GLIBC=$GLIBC MAINTAINER=$MAINTAINER" >>"$NFPM_LOG"
+case "$5" in deb) : >"$7/gpu-runtime_${VERSION}_amd64.deb" ;; rpm) : >"$7/gpu-runtime-${VERSION}-1.x86_64.rpm" ;; esac`,
+			stale: true,
+			want: []string{
+				"package: built version 1.2.3 (glibc >= 2.34, nfpm v2.44.0):",
+				"  DIST/gpu-runtime_1.2.3_amd64.deb",
+				"  DIST/gpu-runtime-1.2.3-1.x86_64.rpm",
+			},
+			wantNfpm: "package --config packaging/nfpm.yaml --packager deb --target DIST/ VERSION=1.2.3 ARCH=amd64 BIN=DIR/bin GLIBC=2.34 MAINTAINER=gpu-runtime developers <dev@gpu-runtime.local>\n" +
+				"package --config packaging/nfpm.yaml --packager rpm --target DIST/ VERSION=1.2.3 ARCH=amd64 BIN=DIR/bin GLIBC=2.34 MAINTAINER=gpu-runtime developers <dev@gpu-runtime.local>\n",
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			s := newSandbox(t, "sort", "tail", "mktemp")
+			writeFile(t, filepath.Join(s.dir, "scripts", "version.sh"), readFile(t, filepath.Join(repoRoot(t), "scripts", "version.sh")), 0o755)
+			fakeBinaries(t, filepath.Join(s.dir, "bin"), "1.2.3")
+			dist := filepath.Join(s.dir, "dist")
+			writeFile(t, filepath.Join(dist, "gpu-runtime_1.2.2_amd64.deb"), "", 0o644)
+			if tc.objdump != "" {
+				s.fake(t, "objdump", tc.objdump)
+			}
+			if tc.goBody != "" {
+				s.fake(t, "go", tc.goBody)
+			}
+			env := []string{"VERSION=1.2.3", "BIN=" + filepath.Join(s.dir, "bin"), "DIST=" + dist, "NFPM_LOG=" + filepath.Join(s.dir, "nfpm.log")}
+			if tc.nfpm != "" {
+				s.fake(t, "nfpm", tc.nfpm)
+				env = append(env, "NFPM="+filepath.Join(s.bin, "nfpm"))
+			}
+			out, code := s.exec(t, env, "scripts/package.sh")
+			subst := strings.NewReplacer("DIR", s.dir, "DIST", dist)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d\n%s", code, tc.wantCode, out)
+			}
+			at := 0
+			for _, w := range tc.want {
+				w = subst.Replace(w) + "\n"
+				i := strings.Index(out[at:], w)
+				if i < 0 {
+					t.Errorf("output lacks %q (in order):\n%s", w, out)
+					break
+				}
+				at += i + len(w)
+			}
+			if tc.wantNfpm != "" {
+				if got := readFile(t, filepath.Join(s.dir, "nfpm.log")); got != subst.Replace(tc.wantNfpm) {
+					t.Errorf("nfpm ran as\n%s\nwant\n%s", got, subst.Replace(tc.wantNfpm))
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dist, "gpu-runtime_1.2.2_amd64.deb")); (err == nil) == tc.stale {
+				t.Errorf("the older package in DIST: %v; want it removed: %v", err, tc.stale)
+			}
+		})
 	}
 }
 
@@ -446,7 +573,13 @@ func newSandbox(t *testing.T, realTools ...string) *sandbox {
 	t.Helper()
 	dir := t.TempDir()
 	s := &sandbox{dir: dir, bin: filepath.Join(dir, "bin"), log: filepath.Join(dir, "log")}
-	for _, tool := range append([]string{"bash", "env", "cat", "sed", "awk", "head", "grep", "dirname", "mkdir", "mv", "rm", "sh"}, realTools...) {
+	tools := []string{"bash", "env", "cat", "sed", "awk", "head", "grep", "dirname", "mkdir", "mv", "rm", "sh"}
+	for _, tool := range realTools {
+		if !slices.Contains(tools, tool) {
+			tools = append(tools, tool)
+		}
+	}
+	for _, tool := range tools {
 		p, err := exec.LookPath(tool)
 		if err != nil {
 			t.Skipf("SKIPPED: %s is not installed", tool)
@@ -466,9 +599,9 @@ func (s *sandbox) fake(t *testing.T, name, body string) {
 	writeFile(t, filepath.Join(s.bin, name), "#!/bin/sh\n"+body+"\n", 0o755)
 }
 
-// run runs a copy of the repository's script (under dir/scripts, so that it finds dir as the
-// repository) with PATH the sandbox.
-func (s *sandbox) run(t *testing.T, env []string, script string, args ...string) (string, string) {
+// exec runs a copy of the repository's script (under dir/scripts, so that it finds dir as the
+// repository) with PATH the sandbox, and returns its output and exit code.
+func (s *sandbox) exec(t *testing.T, env []string, script string, args ...string) (string, int) {
 	t.Helper()
 	copyPath := filepath.Join(s.dir, "scripts", filepath.Base(script))
 	writeFile(t, copyPath, readFile(t, filepath.Join(repoRoot(t), script)), 0o755)
@@ -476,11 +609,23 @@ func (s *sandbox) run(t *testing.T, env []string, script string, args ...string)
 	cmd.Env = append([]string{"PATH=" + s.bin}, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", script, args, err, out.String())
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%s %v: %v", script, args, err)
+	}
+	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// run is exec for a script that must succeed; it also returns what apt-get was asked.
+func (s *sandbox) run(t *testing.T, env []string, script string, args ...string) (string, string) {
+	t.Helper()
+	out, code := s.exec(t, env, script, args...)
+	if code != 0 {
+		t.Fatalf("%s %v: exit %d\n%s", script, args, code, out)
 	}
 	log, _ := os.ReadFile(s.log)
-	return out.String(), string(log)
+	return out, string(log)
 }
 
 // TestInstallDepsSaysWhatItInstalls: what scripts/install-deps.sh installs for make test and
@@ -547,6 +692,17 @@ func TestInstallDepsSaysWhatItInstalls(t *testing.T) {
 	}
 }
 
+func TestInstallDepsArguments(t *testing.T) {
+	for _, script := range []string{"scripts/install-deps.sh", "scripts/install-engine-deps.sh"} {
+		s := newSandbox(t)
+		out, code := s.exec(t, nil, script, "--bogus")
+		name := strings.TrimSuffix(filepath.Base(script), ".sh")
+		if want := name + ": unknown argument --bogus (see --help)\n"; code != 2 || out != want {
+			t.Errorf("%s --bogus: %q (exit %d), want %q", script, out, code, want)
+		}
+	}
+}
+
 // TestInstallEngineDepsKeepsTheHostsEngines: an engine is installed from Debian only where no
 // engine of its kind is; docker-ce's /usr/bin/dockerd and containerd.io's containerd count.
 func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
@@ -557,6 +713,7 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 		present     []string // fake commands
 		wantOut     string
 		wantApt     string
+		wantAfter   string // said after apt-get
 	}{
 		{
 			description: "docker-ce and containerd.io, podman: nothing installed",
@@ -568,6 +725,7 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 			description: "a bare host: Debian's engines",
 			wantOut:     "install-engine-deps: no engine of these kinds here; installing with apt-get (with recommends): docker.io containerd podman runc\n",
 			wantApt:     "apt-get update -qq\napt-get install -y -qq docker.io containerd podman runc\n",
+			wantAfter:   "install-engine-deps: installed docker.io containerd podman runc\n",
 		},
 		{
 			description: "docker-ce without its client, containerd without ctr: reported, not replaced",
@@ -596,6 +754,9 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 			out, apt := s.run(t, env, "scripts/install-engine-deps.sh")
 			if want := strings.ReplaceAll(tc.wantOut, "DIR", engines); !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+			if !strings.Contains(out, tc.wantAfter) {
+				t.Errorf("output lacks %q:\n%s", tc.wantAfter, out)
 			}
 			if apt != tc.wantApt {
 				t.Errorf("apt-get ran as\n%s\nwant\n%s", apt, tc.wantApt)
