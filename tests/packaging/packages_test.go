@@ -49,19 +49,19 @@ type packages struct {
 	dir, deb, rpm, version string
 }
 
-// requirePackages finds the packages in $GPU_RUNTIME_PACKAGES, skipping without it. With root,
-// the test must run as root: a failure under GPU_RUNTIME_E2E=1, else a loud skip.
+// requirePackages finds the packages in $GPU_RUNTIME_PACKAGES, skipping without it. With root
+// (a test that installs them) it also skips unless GPU_RUNTIME_E2E=1, and then fails unless root.
 func requirePackages(t *testing.T, root bool) packages {
 	t.Helper()
 	dir := os.Getenv("GPU_RUNTIME_PACKAGES")
 	if dir == "" {
 		t.Skip("SKIPPED: GPU_RUNTIME_PACKAGES names no directory of packages. `make test-packages` (part of make test) builds them and runs these tests, as root, after go test ./... and never beside it: they install gpu-runtime into /usr/bin")
 	}
+	if root && os.Getenv("GPU_RUNTIME_E2E") != "1" {
+		t.Skip("SKIPPED: this test installs packages on this machine: it runs only under GPU_RUNTIME_E2E=1, as root (make test-packages)")
+	}
 	if root && os.Geteuid() != 0 {
-		if os.Getenv("GPU_RUNTIME_E2E") == "1" {
-			t.Fatal("the package tests install packages: run them as root (make test-packages)")
-		}
-		t.Skip("SKIPPED: the package tests install packages: run them as root (make test-packages)")
+		t.Fatal("this test installs packages: run it as root (make test-packages)")
 	}
 	for _, tool := range []string{"dpkg-deb", "rpm", "dash"} {
 		if _, err := exec.LookPath(tool); err != nil {
