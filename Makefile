@@ -9,8 +9,9 @@ VERSION := $(shell scripts/version.sh)
 endif
 LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=$(VERSION)
 PREFIX ?= /usr/local
-BIN ?= bin
-DIST ?= dist
+# Set on the command line only (make package BIN=… DIST=…), never from the environment.
+BIN := bin
+DIST := dist
 
 .PHONY: help build test unit e2e test-packages fuzz deps demo bench lint package install uninstall clean
 
@@ -63,6 +64,7 @@ demo: ## build everything and run a busybox container that gets 2 fake GPUs (ins
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
 	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
 	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
+
 lint: ## gofmt, go vet, go mod tidy check, shell syntax (and shellcheck where installed)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
