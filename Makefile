@@ -1,30 +1,43 @@
 # gpu-runtime — see README.md. Every target is phony; `make help` lists them.
 SHELL := /bin/bash
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version `make build` stamps (--version) and `make package` names the packages with, from
+# scripts/version.sh: 1.2.3 on tag v1.2.3, 1.2.3+git7.<hash> after it, 0.0.0~git<commits>.<hash>
+# before any tag. `VERSION=1.2.3 make package` sets it.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell scripts/version.sh)
+endif
 LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=$(VERSION)
 PREFIX ?= /usr/local
+# Set on the command line only (make package BIN=… DIST=…), never from the environment.
 BIN := bin
+DIST := dist
 
-.PHONY: help build test unit e2e fuzz deps demo bench lint install clean realgpu-kit
+.PHONY: help build test unit e2e test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need (apt: runc, crun, busybox-static, gcc, docker.io, containerd, podman; crictl); idempotent
+deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm; docker.io, containerd, podman only where no engine of that kind is installed; crictl into .cache/)
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
-test: deps build ## install deps, then run unit and end-to-end tests (needs root)
+test: deps build ## install what is missing (saying what), then unit, end-to-end and package tests and brief fuzzing (root)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) test-packages
 	$(MAKE) fuzz
+
+# After `go test ./...`, never beside it: these tests install gpu-runtime into /usr/bin, which
+# the other suites must not see (go test runs packages in parallel).
+test-packages: package ## build the packages, then install, upgrade, remove and purge them here, with a private dockerd running a GPU container (root; leaves the machine as it was)
+	GPU_RUNTIME_E2E=1 GPU_RUNTIME_PACKAGES=$(abspath $(DIST)) $(GO) test -count=1 -timeout 15m ./tests/packaging/
 
 unit: ## unit tests only (no root needed for most)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests/)
@@ -43,28 +56,47 @@ fuzz: ## run each fuzz target briefly (execution counts, not durations: a durati
 	$(GO) test -run='^$$' -fuzz=FuzzCheckKeys -fuzztime=100000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
 
-demo: deps build ## build everything and run a busybox container that gets 2 fake GPUs
+demo: ## build everything and run a busybox container that gets 2 fake GPUs (installs only what is missing of runc, busybox-static and gcc, saying so)
+	./scripts/install-deps.sh --demo
+	$(MAKE) build
 	./scripts/demo.sh
 
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
 	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
 	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
 
-lint: ## gofmt, go vet, go mod tidy check
+lint: ## gofmt, go vet, go mod tidy check, shell syntax (and shellcheck where installed)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
+	@for f in scripts/*.sh packaging/scripts/*; do bash -n "$$f" || exit 1; done
+	@for f in packaging/scripts/*; do dash -n "$$f" || exit 1; done
+	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh packaging/scripts/*; else echo "lint: shellcheck is not installed: shell scripts only syntax-checked"; fi
 
-install: build ## install binaries, docker's hook name, the RuntimeClass and the default config
+package: build ## build dist/gpu-runtime_<version>_<arch>.deb and dist/gpu-runtime-<version>-1.<arch>.rpm with nfpm (built once into .cache/nfpm)
+	VERSION=$(VERSION) BIN=$(BIN) DIST=$(DIST) ./scripts/package.sh
+
+install: ## install what make build built, building nothing (so sudo make install works without Go): binaries, config, RuntimeClass, docker's hook link where safe
+	@for b in gpu-runtime gpu-hook gpu-ctk; do test -x $(BIN)/$$b || { echo "make install: $(BIN)/$$b is missing: run make build first (as yourself; then sudo make install)" >&2; exit 1; }; done
 	install -D -m 0755 $(BIN)/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-runtime
 	install -D -m 0755 $(BIN)/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-hook
 	install -D -m 0755 $(BIN)/gpu-ctk $(DESTDIR)$(PREFIX)/bin/gpu-ctk
-	ln -sf gpu-hook $(DESTDIR)$(PREFIX)/bin/nvidia-container-runtime-hook
-	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml
+	install -D -m 0644 packaging/kubernetes/runtimeclass.yaml $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes/runtimeclass.yaml
 	test -e $(DESTDIR)/etc/gpu-runtime/config.toml || install -D -m 0644 config.toml $(DESTDIR)/etc/gpu-runtime/config.toml
+	@if [ -n "$(DESTDIR)" ]; then echo "make install: DESTDIR is set: no nvidia-container-runtime-hook link (whether one is safe is for the target host to tell: packaging/scripts/host-setup link-hook)"; \
+	else packaging/scripts/host-setup link-hook $(PREFIX)/bin && packaging/scripts/host-setup hint; fi
+
+uninstall: ## remove what make install installed, first unregistering the runtime "gpu" from the engines as package removal does; an edited /etc/gpu-runtime/config.toml stays
+	@if [ -z "$(DESTDIR)" ] && [ -x $(PREFIX)/bin/gpu-ctk ]; then packaging/scripts/host-setup unregister $(PREFIX)/bin; fi
+	packaging/scripts/host-setup unlink-hook $(DESTDIR)$(PREFIX)/bin
+	rm -f $(DESTDIR)$(PREFIX)/bin/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-ctk
+	rm -f $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes/runtimeclass.yaml
+	-@rmdir $(DESTDIR)$(PREFIX)/share/gpu-runtime/kubernetes $(DESTDIR)$(PREFIX)/share/gpu-runtime 2>/dev/null
+	@if cmp -s config.toml $(DESTDIR)/etc/gpu-runtime/config.toml; then rm -f $(DESTDIR)/etc/gpu-runtime/config.toml; rmdir $(DESTDIR)/etc/gpu-runtime 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)/etc/gpu-runtime/config.toml ]; then echo "make uninstall: kept $(DESTDIR)/etc/gpu-runtime/config.toml: it differs from the default (remove it by hand when you are done with it)"; fi
+
+clean: ## remove build outputs (bin/, dist/)
+	rm -rf $(BIN) $(DIST)
 
 realgpu-kit: ## build the real-GPU check's kit into .realgpu-kit/ (static runc, rootfs, gpu-probe; see tests/realgpu/README.md)
 	./scripts/build-realgpu-kit.sh --out $(or $(KIT),.realgpu-kit)
-
-clean: ## remove build outputs
-	rm -rf $(BIN)

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (mknod, runc)" >&2; exit 1; }
-[ -x bin/gpu-runtime ] && [ -x bin/gpu-hook ] || make build
+if [ ! -x bin/gpu-runtime ] || [ ! -x bin/gpu-hook ]; then make build; fi
 
 work=$(mktemp -d /tmp/gpu-runtime-demo.XXXXXX)
 trap 'runc --root "$work/state" delete --force demo >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
-# Installs what building and testing gpu-runtime needs on Debian/Ubuntu. Idempotent: does
-# nothing when everything is present. Needs root (or sudo) for apt-get.
+# Installs, with apt-get on Debian/Ubuntu, what building and testing gpu-runtime needs, and
+# says what it installs before installing it. Idempotent: does nothing when everything is there.
+#
+#   scripts/install-deps.sh          what make test needs: runc, crun, busybox-static, gcc,
+#                                    libc6-dev, file, binutils (objdump), rpm (Debian's, to inspect
+#                                    the .rpm), dash
+#   scripts/install-deps.sh --demo   only what make demo needs: runc, busybox-static, gcc, libc6-dev
+#
+# The container engines (docker.io, containerd, podman) are scripts/install-engine-deps.sh's.
+# Needs root (or sudo) for apt-get.
 set -euo pipefail
 
-need=()
-command -v runc >/dev/null || need+=(runc)
-command -v crun >/dev/null || need+=(crun)
-[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && file -L /bin/busybox 2>/dev/null | grep -q static || need+=(busybox-static)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v file >/dev/null || need+=(file)
-command -v ldconfig >/dev/null || [ -x /sbin/ldconfig ] || need+=(libc-bin)
+demo=false
+case "${1:-}" in
+  "") ;;
+  --demo) demo=true ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  *) echo "install-deps: unknown argument $1 (see --help)" >&2; exit 2 ;;
+esac
 
 if ! command -v go >/dev/null; then
   echo "install-deps: Go is not installed; install Go >= 1.24 (https://go.dev/dl/)" >&2
   exit 1
 fi
 
+need=()
+command -v runc >/dev/null || need+=(runc)
+[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && file -L /bin/busybox 2>/dev/null | grep -q static || need+=(busybox-static)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v file >/dev/null || need+=(file) # the busybox check above
+if ! $demo; then
+  command -v crun >/dev/null || need+=(crun)
+  command -v ldconfig >/dev/null || [ -x /sbin/ldconfig ] || need+=(libc-bin)
+  command -v objdump >/dev/null || need+=(binutils) # make package: the glibc gpu-ctk needs
+  command -v rpm >/dev/null || need+=(rpm)          # tests/packaging: rpm -qp on the .rpm
+  command -v dash >/dev/null || need+=(dash)        # tests/packaging: the scripts under Debian's sh
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "install-deps: installing ${need[*]}"
+  echo "install-deps: installing with apt-get (no recommends): ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" file
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+  echo "install-deps: installed ${need[*]}"
 fi
 echo "install-deps: ok (runc $(runc --version | head -1 | awk '{print $3}'), busybox static, gcc)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the engine end-to-end tests (tests/engines) need on Debian/Ubuntu: docker.io,
-# containerd (with ctr), podman, and crictl built from the Go module proxy into
-# .cache/crictl/crictl. Idempotent: installs only what is missing and says what it did.
+# Installs what the engine end-to-end tests (tests/engines, tests/packaging) need on
+# Debian/Ubuntu: docker.io, containerd (with ctr) and podman where no engine of that kind is
+# installed, and crictl built from the Go module proxy into .cache/crictl/crictl. Idempotent:
+# says what it installs before installing it, and installs only what is missing.
 #
 #   scripts/install-engine-deps.sh            # apt packages and crictl
 #   scripts/install-engine-deps.sh --crictl   # crictl only (the tests run this when it is missing)
@@ -18,29 +19,55 @@ only_crictl=false
 case "${1:-}" in
   "") ;;
   --crictl) only_crictl=true ;;
-  -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
   *) echo "install-engine-deps: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
+# An engine of each kind is installed from Debian only where the host has none: a GPU node's
+# engines (docker-ce's /usr/bin/dockerd, containerd.io's containerd) are never replaced. An
+# engine that is there but lacks a tool the tests need is reported, not replaced.
 install_packages() {
-  local need=()
-  # dockerd: /usr/bin/docker is Debian's client matching it; another docker on PATH does not count.
-  { [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ]; } || need+=(docker.io)
-  { command -v containerd >/dev/null && command -v ctr >/dev/null && command -v containerd-shim-runc-v2 >/dev/null; } || need+=(containerd)
-  { command -v podman >/dev/null && command -v conmon >/dev/null; } || need+=(podman)
+  local need=() missing=()
+  # dockerd: Debian's docker.io ships /usr/sbin/dockerd, docker-ce /usr/bin/dockerd; both ship
+  # the client as /usr/bin/docker (another docker earlier on PATH may not match the daemon).
+  # (Tests point DOCKERD_CANDIDATES and DOCKER_CLIENT elsewhere.)
+  local dockerd="" candidate client="${DOCKER_CLIENT:-/usr/bin/docker}"
+  for candidate in ${DOCKERD_CANDIDATES:-/usr/sbin/dockerd /usr/bin/dockerd}; do
+    [ -x "$candidate" ] && dockerd="$candidate"
+  done
+  if [ -n "$dockerd" ]; then
+    [ -x "$client" ] || missing+=("$client (the docker client of your dockerd)")
+  else
+    need+=(docker.io)
+  fi
+  if command -v containerd >/dev/null; then
+    command -v ctr >/dev/null || missing+=("ctr (containerd's client)")
+    command -v containerd-shim-runc-v2 >/dev/null || missing+=("containerd-shim-runc-v2")
+  else
+    need+=(containerd)
+  fi
+  if command -v podman >/dev/null; then
+    command -v conmon >/dev/null || missing+=("conmon (podman's monitor)")
+  else
+    need+=(podman)
+  fi
   command -v runc >/dev/null || need+=(runc)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-engine-deps: an engine is installed without what its tests need, and is left as it is: ${missing[*]}" >&2
+  fi
   if [ ${#need[@]} -eq 0 ]; then
-    echo "install-engine-deps: packages present: docker.io, containerd, podman, runc"
+    echo "install-engine-deps: engines present: dockerd, containerd, podman, runc"
     return
   fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "install-engine-deps: installing ${need[*]}"
+  # With recommends: the configuration the engine suite is validated on. The tests start the
+  # engines themselves; packaged services are not started for us here (no systemd), and are
+  # left as installed.
+  echo "install-engine-deps: no engine of these kinds here; installing with apt-get (with recommends): ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  # With recommends: the configuration the engine suite is validated on. The tests start the engines themselves.
   $sudo apt-get install -y -qq "${need[@]}"
-  # Packaged services must not start the host's default engines for us; leave them as installed.
   echo "install-engine-deps: installed ${need[*]}"
 }
 

@@ -122,7 +122,7 @@ func TestRuntimeCommand(t *testing.T) {
 				`note: docker default-runtime was "runc"; now "gpu"`,
 				"next: restart dockerd: systemctl restart docker",
 				"nvidia-container-runtime-hook is not on PATH",
-				"ln -s /opt/gpu/gpu-hook /usr/local/bin/nvidia-container-runtime-hook",
+				"link it to gpu-hook with: ln -s gpu-hook /opt/gpu/nvidia-container-runtime-hook, then restart dockerd",
 			},
 			wantFiles: map[string]string{
 				"daemon.json":                      `"default-runtime": "gpu"`,
@@ -285,6 +285,117 @@ func TestRuntimePath(t *testing.T) {
 			t.Errorf("got %q (err %v)", got, err)
 		}
 	})
+}
+
+// TestDockerHookNote: what configure --runtime=docker says about --gpus for each kind of
+// nvidia-container-runtime-hook on PATH: none, gpu-runtime's link, or another (NVIDIA's).
+func TestDockerHookNote(t *testing.T) {
+	dir := t.TempDir()
+	gpuHook := filepath.Join(dir, "bin", "gpu-hook")
+	ours := filepath.Join(dir, "bin", "nvidia-container-runtime-hook")
+	nvidia := filepath.Join(dir, "usr", "bin", "nvidia-container-runtime-hook")
+	for _, f := range []string{gpuHook, nvidia} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("gpu-hook", ours); err != nil {
+		t.Fatal(err)
+	}
+	const always = "note: docker --gpus works only when an executable named nvidia-container-runtime-hook is on dockerd's PATH when dockerd starts; gpu-runtime drops that hook from the spec and injects the GPUs itself\n"
+	testCases := []struct {
+		description string
+		onPath      string // "" for none
+		want        string
+	}{
+		{
+			description: "none on PATH: how to link it",
+			want: always + "warning: nvidia-container-runtime-hook is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; " +
+				"link it to gpu-hook with: ln -s gpu-hook " + filepath.Join(dir, "bin", "nvidia-container-runtime-hook") + ", then restart dockerd\n",
+		},
+		{description: "gpu-runtime's link: nothing more to say", onPath: ours, want: always},
+		{
+			description: "another executable (NVIDIA's): left alone, and how the two work together",
+			onPath:      nvidia,
+			want: always + "note: " + nvidia + " is not gpu-hook (NVIDIA Container Toolkit's?); leave it: dockerd accepts --gpus with it, " +
+				"containers of the gpu runtime get their GPUs from gpu-runtime, and containers of runc keep NVIDIA's hook\n",
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			h := fakeHost(dir)
+			if tc.onPath != "" {
+				h.lookPath = func(string) (string, error) { return tc.onPath, nil }
+			}
+			var out bytes.Buffer
+			dockerHookNote(&out, filepath.Join(dir, "bin", "gpu-runtime"), h)
+			if out.String() != tc.want {
+				t.Errorf("got:\n%s\nwant:\n%s", out.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestUnconfigureRestores: unconfigure after configure says that daemon.json is back as it was,
+// from which backup, or that it was removed because configure created it.
+func TestUnconfigureRestores(t *testing.T) {
+	testCases := []struct {
+		description string
+		before      string // daemon.json before configure; "" for none
+		wantStdout  []string
+	}{
+		{
+			description: "restored from the backup",
+			before:      `{"debug":true}`,
+			wantStdout: []string{
+				`unconfigured docker: runtime "gpu" removed`,
+				"  restored DIR/daemon.json as it was before configure, from DIR/daemon.json.bak.20250304T050607Z (removed)\n",
+				"next: restart dockerd: systemctl restart docker",
+			},
+		},
+		{
+			description: "created by configure: removed",
+			wantStdout: []string{
+				"  removed DIR/daemon.json\n",
+				"note: DIR/daemon.json held only what configure wrote (configure created it): removed\n",
+			},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "daemon.json")
+			if tc.before != "" {
+				if err := os.WriteFile(path, []byte(tc.before), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := fakeHost(dir)
+			var stdout, stderr bytes.Buffer
+			if err := runtimeCommand([]string{"configure", "--runtime=docker", "--config", path, "--runtime-path=/opt/gpu/gpu-runtime"}, &stdout, &stderr, h); err != nil {
+				t.Fatal(err)
+			}
+			stdout.Reset()
+			if err := runtimeCommand([]string{"unconfigure", "--runtime=docker", "--config", path}, &stdout, &stderr, h); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.wantStdout {
+				if s = strings.ReplaceAll(s, "DIR", dir); !strings.Contains(stdout.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout.String())
+				}
+			}
+			got, err := os.ReadFile(path)
+			if tc.before == "" && !errors.Is(err, fs.ErrNotExist) || tc.before != "" && string(got) != tc.before {
+				t.Errorf("daemon.json after unconfigure: %q (err %v), want %q", got, err, tc.before)
+			}
+			if names, _ := filepath.Glob(path + ".bak.*"); len(names) != 0 {
+				t.Errorf("backups left: %v", names)
+			}
+		})
+	}
 }
 
 func TestRegisterRefusesDuplicates(t *testing.T) {

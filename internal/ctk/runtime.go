@@ -209,9 +209,12 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 				backup = " (previous content: " + b + ")"
 			}
 		}
-		if c.Remove {
+		switch {
+		case c.Remove:
 			fmt.Fprintf(report, "  removed %s\n", c.Path)
-		} else {
+		case c.RestoredFrom != "":
+			fmt.Fprintf(report, "  restored %s as it was before configure, from %s (removed)\n", c.Path, c.RestoredFrom)
+		default:
 			fmt.Fprintf(report, "  wrote %s%s\n", c.Path, backup)
 		}
 	}
@@ -278,13 +281,21 @@ func containerdConfigVersion(h host) int {
 	return v
 }
 
-// dockerHookNote explains what docker --gpus needs, and whether this host has it.
+// dockerHookNote explains what docker --gpus needs, and whether this host has it. The hook
+// found on PATH may be NVIDIA's (nvidia-container-toolkit ships a binary of that name); it is
+// never to be replaced, and works alongside gpu-runtime.
 func dockerHookNote(w io.Writer, runtimePath string, h host) {
 	fmt.Fprintf(w, "note: docker --gpus works only when an executable named %s is on dockerd's PATH when dockerd starts; gpu-runtime drops that hook from the spec and injects the GPUs itself\n", hookName)
-	if _, err := h.lookPath(hookName); err != nil {
-		hook := filepath.Join(filepath.Dir(runtimePath), "gpu-hook")
-		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; install it with: ln -s %s /usr/local/bin/%s, then restart dockerd\n", hookName, hook, hookName)
+	found, err := h.lookPath(hookName)
+	if err != nil {
+		dir := filepath.Dir(runtimePath)
+		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; link it to gpu-hook with: ln -s gpu-hook %s, then restart dockerd\n", hookName, filepath.Join(dir, hookName))
+		return
 	}
+	if target, err := filepath.EvalSymlinks(found); err == nil && filepath.Base(target) == "gpu-hook" {
+		return
+	}
+	fmt.Fprintf(w, "note: %s is not gpu-hook (NVIDIA Container Toolkit's?); leave it: dockerd accepts --gpus with it, containers of the gpu runtime get their GPUs from gpu-runtime, and containers of runc keep NVIDIA's hook\n", found)
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {

@@ -17,6 +17,12 @@
 //     `<file>.bak.<UTC timestamp>` before it changes. Drop-in files are generated whole by
 //     gpu-ctk, marked by their first line, and never backed up: a backup in a drop-in directory
 //     would itself be loaded (cri-o reads every file of crio.conf.d).
+//   - Unconfigure undoes configure: the file ends as it was before configure where gpu-ctk can
+//     tell that. A backup holding the same settings as unconfigure's result (differing only in
+//     layout) is written back byte for byte and then removed; a file that held nothing but what
+//     configure wrote into it (an empty daemon.json object, containerd's bare `version` line) is
+//     removed, configure having created it; containerd's drop-in directory goes when left empty.
+//     Anything the user changed after configure is kept, and the file is then backed up first.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
 package engine

@@ -2,12 +2,18 @@ package engine
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
@@ -24,6 +30,11 @@ type Change struct {
 	Backup   bool        // copy the previous content to <Path>.bak.<UTC timestamp> first
 	Previous []byte      // the content planned from; nil when the file did not exist
 	Mode     fs.FileMode // the existing file's permissions, or 0644 for a new file
+	// RestoredFrom is the backup Content was read from (unconfigure putting a file back as it
+	// was before configure); Apply removes it once Content is written. Empty otherwise.
+	RestoredFrom string
+	// RemoveEmptyDir: after removing the file, remove its directory too if that is left empty.
+	RemoveEmptyDir bool
 }
 
 // A Plan is what configure or unconfigure changes, in the order it must happen, and what the
@@ -47,11 +58,11 @@ func PlanConfigure(engine Engine, opts Options) (*Plan, error) {
 	}
 	switch engine {
 	case Docker:
-		return planSingleFile(dockerFile, opts, configureDocker)
+		return planSingleFile(dockerFile, opts, configureDocker, nil)
 	case Containerd:
 		return planContainerdConfigure(opts)
 	case CRIO:
-		return planSingleFile(crioFile, opts, configureCRIO)
+		return planSingleFile(crioFile, opts, configureCRIO, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
@@ -64,14 +75,14 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	}
 	switch engine {
 	case Docker:
-		return planSingleFile(dockerFile, opts, unconfigureDocker)
+		return planSingleFile(dockerFile, opts, unconfigureDocker, &dockerUndo)
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
 		return planSingleFile(crioFile, opts, func(current []byte, opts Options) (edit, error) {
 			content, changed, err := UnconfigureCRIO(current, opts)
 			return edit{content: content, changed: changed}, err
-		})
+		}, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
@@ -88,7 +99,9 @@ var (
 	crioFile   = singleFile{engine: CRIO, backup: false, next: "restart cri-o: systemctl restart crio"}
 )
 
-func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit, error)) (*Plan, error) {
+// planSingleFile plans fn's edit of the engine's one file; undo, when not nil, is how
+// unconfigure tells the file as it was before configure.
+func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit, error), undo *undoRule) (*Plan, error) {
 	f, err := readConfig(opts.ConfigPath)
 	if err != nil {
 		return nil, err
@@ -99,7 +112,15 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 	}
 	p := &Plan{Engine: sf.engine, Files: []string{f.path}, Notes: e.notes}
 	if e.changed {
-		p.Changes = append(p.Changes, f.change(e.content, sf.backup))
+		c := f.change(e.content, sf.backup)
+		if undo != nil {
+			var note string
+			c, note = f.undo(e.content, *undo)
+			if note != "" {
+				p.Notes = append(p.Notes, note)
+			}
+		}
+		p.Changes = append(p.Changes, c)
 		p.Next = []string{sf.next}
 	}
 	return p, nil
@@ -170,7 +191,11 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 			return nil, withPath(err, main.path)
 		}
 		if e.changed {
-			p.Changes = append(p.Changes, main.change(e.content, true)) // the import first
+			c, note := main.undo(e.content, containerdUndo) // the import first
+			p.Changes = append(p.Changes, c)
+			if note != "" {
+				p.Notes = append(p.Notes, note)
+			}
 		}
 		p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
 	}
@@ -178,7 +203,11 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 		if !owned(drop.content) {
 			return nil, fmt.Errorf("%s: %w: it does not start with %q; remove our runtime from it by hand", drop.path, ErrNotOurs, dropInMarker)
 		}
-		p.Changes = append(p.Changes, drop.change(nil, false))
+		c := drop.change(nil, false)
+		// The drop-in directory is gpu-ctk's choice (containerd has none): configure created it
+		// when it was missing.
+		c.RemoveEmptyDir = true
+		p.Changes = append(p.Changes, c)
 	}
 	if p.Changed() {
 		p.Next = []string{"restart containerd: systemctl restart containerd"}
@@ -248,6 +277,143 @@ func (f configFile) change(content []byte, backup bool) Change {
 	}
 }
 
+// undoRule says, for one engine's main file, when unconfigure's result is that file as it was
+// before configure.
+type undoRule struct {
+	// same reports whether a backup holds the same settings as the planned content: the two
+	// differ at most in layout (whitespace, comments, quoting).
+	same func(backup, planned []byte) bool
+	// bare reports whether the planned content is exactly what configure writes into a file it
+	// creates, less the runtime: such a file did not exist before configure.
+	bare func(planned []byte) bool
+}
+
+// dockerUndo: daemon.json objects with the same members in the same order, each value the
+// same JSON; bare is an object with no member (dockerd reads a missing daemon.json so).
+var dockerUndo = undoRule{
+	same: func(backup, planned []byte) bool {
+		a, err := parseJSONObject(backup)
+		if err != nil {
+			return false
+		}
+		b, err := parseJSONObject(planned)
+		if err != nil || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			var va, vb bytes.Buffer
+			if a[i].Key != b[i].Key || json.Compact(&va, a[i].Value) != nil || json.Compact(&vb, b[i].Value) != nil || !bytes.Equal(va.Bytes(), vb.Bytes()) {
+				return false
+			}
+		}
+		return true
+	},
+	bare: func(planned []byte) bool {
+		obj, err := parseJSONObject(planned)
+		return err == nil && len(obj) == 0
+	},
+}
+
+// containerdUndo: TOML documents with the same keys and values, or a backup with no settings
+// (comments only) against a planned config holding only the version configure added; bare is
+// the "version = N" line configure writes into a config it creates.
+var containerdUndo = undoRule{
+	same: func(backup, planned []byte) bool {
+		a, err := parseTOML(backup)
+		if err != nil {
+			return false
+		}
+		b, err := parseTOML(planned)
+		if err != nil {
+			return false
+		}
+		if _, ok := b["version"]; ok && len(a) == 0 && len(b) == 1 {
+			return true
+		}
+		return reflect.DeepEqual(a, b)
+	},
+	bare: func(planned []byte) bool {
+		s := string(planned)
+		return s == "version = 2\n" || s == "version = 3\n"
+	},
+}
+
+// undo plans writing content, unconfigure's result, to f, a file holding the user's settings,
+// so that f ends as it was before configure where that can be told:
+//   - the newest backup gpu-ctk made of f (<path>.bak.<UTC time>) holding the same settings
+//     as content is written back byte for byte — the user's layout and comments return — and
+//     then removed, being the file itself again. f's current content needs no backup: it is
+//     the backup's plus our runtime.
+//   - otherwise, content that is bare removes f: configure created it.
+//   - otherwise content is written, after a backup of f.
+//
+// It returns the change and, for a removal, a note saying why.
+func (f configFile) undo(content []byte, rule undoRule) (Change, string) {
+	for _, b := range backupsOf(f.path) {
+		data, err := readBackup(b)
+		if err == nil && rule.same(data, content) {
+			c := f.change(data, false)
+			c.RestoredFrom = b
+			return c, ""
+		}
+	}
+	if rule.bare(content) {
+		return f.change(nil, false), fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path)
+	}
+	return f.change(content, true), ""
+}
+
+// backupRE matches the names writeBackup gives: <UTC timestamp>[.N] after "<file>.bak.".
+var backupRE = regexp.MustCompile(`^([0-9]{8}T[0-9]{6}Z)(?:\.([0-9]{1,2}))?$`)
+
+// backupsOf returns the backups writeBackup made of path, newest first.
+func backupsOf(path string) []string {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return nil
+	}
+	type backup struct {
+		name, stamp string
+		n           int
+	}
+	prefix := filepath.Base(path) + ".bak."
+	var found []backup
+	for _, e := range entries {
+		m := backupRE.FindStringSubmatch(strings.TrimPrefix(e.Name(), prefix))
+		if !strings.HasPrefix(e.Name(), prefix) || m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
+		found = append(found, backup{name: e.Name(), stamp: m[1], n: n})
+	}
+	sort.Slice(found, func(i, j int) bool {
+		if found[i].stamp != found[j].stamp {
+			return found[i].stamp > found[j].stamp
+		}
+		return found[i].n > found[j].n
+	})
+	names := make([]string, len(found))
+	for i, b := range found {
+		names[i] = filepath.Join(filepath.Dir(path), b.name)
+	}
+	return names
+}
+
+// maxBackupSize bounds what undo reads of a backup: configuration files are small.
+const maxBackupSize = 1 << 20
+
+// readBackup reads a backup that is a regular file of at most maxBackupSize bytes.
+func readBackup(path string) ([]byte, error) {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() || info.Size() > maxBackupSize {
+		return nil, fmt.Errorf("%w: %s is not a regular file of at most %d bytes", ErrInvalidOptions, path, maxBackupSize)
+	}
+	return os.ReadFile(path) // #nosec G304 -- a backup gpu-ctk wrote next to the engine's config
+}
+
 // Apply makes the plan's changes in order. For each it first checks that the file still has
 // the content planned from (ErrChanged otherwise), then copies it to a backup where Backup is
 // set, then replaces it atomically or removes it. It returns the backups made. now names them.
@@ -272,6 +438,9 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 			if err := os.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return backups, fmt.Errorf("remove %s: %w", c.Path, err)
 			}
+			if c.RemoveEmptyDir {
+				_ = os.Remove(filepath.Dir(c.Path)) // fails, as it should, when anything else is there
+			}
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil { // #nosec G301 -- /etc/<engine> directories are world-readable
@@ -279,6 +448,11 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 		}
 		if err := atomicfile.Write(c.Path, c.Content, c.Mode, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {
 			return backups, err
+		}
+		if c.RestoredFrom != "" {
+			if err := os.Remove(c.RestoredFrom); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return backups, fmt.Errorf("remove the restored backup %s: %w", c.RestoredFrom, err)
+			}
 		}
 	}
 	return backups, nil
@@ -323,9 +497,12 @@ func writeBackup(path string, content []byte, mode fs.FileMode, now time.Time) (
 func (p *Plan) WriteDryRun(w io.Writer) error {
 	for _, c := range p.Changes {
 		var err error
-		if c.Remove {
+		switch {
+		case c.Remove:
 			_, err = fmt.Fprintf(w, "--- %s: would be removed\n", c.Path)
-		} else {
+		case c.RestoredFrom != "":
+			_, err = fmt.Fprintf(w, "--- %s: would be restored from %s (mode %04o)\n%s", c.Path, c.RestoredFrom, c.Mode, c.Content)
+		default:
 			_, err = fmt.Fprintf(w, "--- %s: would be written (mode %04o)\n%s", c.Path, c.Mode, c.Content)
 		}
 		if err != nil {

@@ -143,17 +143,22 @@ func TestDockerFiles(t *testing.T) {
 		t.Errorf("the file changed")
 	}
 
-	// Unconfigure in the same second: a second backup beside the first.
+	// A key added after configure: unconfigure keeps it, so the file is not the backup; it
+	// backs the file up first, in the same second: a second backup beside the first.
+	edited := bytes.Replace(configured, []byte(`"log-level": "warn",`), []byte(`"log-level": "warn", "debug": true,`), 1)
+	writeFile(t, path, string(edited), 0o600)
 	p = mustPlan(t, false, Docker, opts)
 	backups = mustApply(t, p, testNow)
 	if len(backups) != 1 || backups[0] != wantBackup+".1" {
 		t.Fatalf("backups %v, want [%s.1]", backups, wantBackup)
 	}
-	if got := readFile(t, wantBackup+".1"); !bytes.Equal(got, configured) {
+	if got := readFile(t, wantBackup+".1"); !bytes.Equal(got, edited) {
 		t.Errorf("second backup content:\n%s", got)
 	}
-	if got, want := decodeJSON(t, readFile(t, path)), decodeJSON(t, []byte(otherDaemonJSON)); !reflect.DeepEqual(got, want) {
-		t.Errorf("unconfigure did not restore the keys:\n%s", readFile(t, path))
+	want := decodeJSON(t, []byte(otherDaemonJSON))
+	want["debug"] = true
+	if got := decodeJSON(t, readFile(t, path)); !reflect.DeepEqual(got, want) {
+		t.Errorf("unconfigure did not keep the keys:\n%s", readFile(t, path))
 	}
 	if p := mustPlan(t, false, Docker, opts); p.Changed() {
 		t.Errorf("unconfiguring twice plans %d changes", len(p.Changes))
@@ -328,15 +333,23 @@ func TestContainerdFiles(t *testing.T) {
 	if len(p.Changes) != 2 || p.Changes[0].Path != mainPath || !p.Changes[1].Remove {
 		t.Fatalf("changes %+v: want the main config, then removing the drop-in", p.Changes)
 	}
-	mustApply(t, p, testNow.Add(time.Second))
+	if p.Changes[0].RestoredFrom != backups[0] {
+		t.Errorf("unconfigure restores from %q, want the backup %s", p.Changes[0].RestoredFrom, backups[0])
+	}
+	if backups := mustApply(t, p, testNow.Add(time.Second)); len(backups) != 0 {
+		t.Errorf("unconfigure made backups %v of a file it restores", backups)
+	}
 	if got := readFileString(t, mainPath); got != mainV2 {
 		t.Errorf("main config after unconfigure:\n%s", got)
 	}
-	if _, err := os.Stat(dropIn); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("drop-in still there: %v", err)
+	if info, err := os.Stat(mainPath); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("main config mode %v (err %v), want 0600", info.Mode(), err)
 	}
-	if names := listDir(t, dir); !slices.Equal(names, []string{"config.toml", "config.toml.bak.20250304T050607Z", "config.toml.bak.20250304T050608Z"}) {
-		t.Errorf("files %v", names)
+	if _, err := os.Stat(filepath.Dir(dropIn)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("drop-in directory still there: %v", err)
+	}
+	if names := listDir(t, dir); !slices.Equal(names, []string{"config.toml"}) {
+		t.Errorf("files %v, want only config.toml: the restored backup is removed", names)
 	}
 	if p := mustPlan(t, false, Containerd, opts); p.Changed() {
 		t.Errorf("unconfiguring twice plans %+v", p.Changes)
@@ -357,9 +370,186 @@ func TestContainerdNoMainConfig(t *testing.T) {
 	if got := readFileString(t, opts.ConfigPath); got != want {
 		t.Errorf("main config:\n%s\nwant:\n%s", got, want)
 	}
-	mustApply(t, mustPlan(t, false, Containerd, opts), testNow)
-	if got := readFileString(t, opts.ConfigPath); got != "version = 3\n" {
-		t.Errorf("main config after unconfigure: %q", got)
+	p = mustPlan(t, false, Containerd, opts)
+	if len(p.Notes) != 1 || p.Notes[0] != opts.ConfigPath+" held only what configure wrote (configure created it): removed" {
+		t.Errorf("notes %q", p.Notes)
+	}
+	mustApply(t, p, testNow)
+	if names, _ := os.ReadDir(dir); len(names) != 0 {
+		t.Errorf("unconfigure left %v: configure created the main config and conf.d", names)
+	}
+}
+
+// TestUnconfigureRestoresBeforeConfigure: after configure and unconfigure, the engine's file
+// is as it was before configure, byte for byte, where gpu-ctk can tell that: from the backup
+// configure made, or, for a file configure created, by removing it. Anything the user changed
+// in between is kept.
+func TestUnconfigureRestoresBeforeConfigure(t *testing.T) {
+	const compactJSON = `{"log-level":"warn",  "labels": [ "a" ]}`
+	testCases := []struct {
+		description string
+		engine      Engine
+		before      map[string]string // files under the test dir; "" content is an empty file
+		// between runs after configure: the user's edits, a second configure.
+		between   func(t *testing.T, dir string, opts Options)
+		wantFiles map[string]string // every file afterwards, with its content; "*" any content
+		wantNote  string
+	}{
+		{
+			description: "docker: no daemon.json before",
+			engine:      Docker,
+			wantFiles:   map[string]string{},
+			wantNote:    "DIR/daemon.json held only what configure wrote (configure created it): removed",
+		},
+		{
+			description: "docker: the user's layout comes back",
+			engine:      Docker,
+			before:      map[string]string{"daemon.json": compactJSON},
+			wantFiles:   map[string]string{"daemon.json": compactJSON},
+		},
+		{
+			description: "docker: an empty daemon.json stays empty",
+			engine:      Docker,
+			before:      map[string]string{"daemon.json": ""},
+			wantFiles:   map[string]string{"daemon.json": ""},
+		},
+		{
+			description: "docker: configured twice, the older backup matches",
+			engine:      Docker,
+			before:      map[string]string{"daemon.json": compactJSON},
+			between: func(t *testing.T, dir string, opts Options) {
+				opts.SetAsDefault = true
+				mustApply(t, mustPlan(t, true, Docker, opts), testNow.Add(time.Minute))
+			},
+			wantFiles: map[string]string{"daemon.json": compactJSON, "daemon.json.bak.20250304T050707Z": "*"},
+		},
+		{
+			description: "docker: a user's edit after configure is kept",
+			engine:      Docker,
+			before:      map[string]string{"daemon.json": compactJSON},
+			between: func(t *testing.T, dir string, opts Options) {
+				path := filepath.Join(dir, "daemon.json")
+				writeFile(t, path, strings.Replace(readFileString(t, path), `"warn"`, `"debug"`, 1), 0o644)
+			},
+			wantFiles: map[string]string{
+				"daemon.json":                      "{\n    \"log-level\": \"debug\",\n    \"labels\": [\n        \"a\"\n    ]\n}\n",
+				"daemon.json.bak.20250304T050607Z": compactJSON,
+				"daemon.json.bak.20250304T050608Z": "*",
+			},
+		},
+		{
+			description: "docker: a backup that is a symlink is not read",
+			engine:      Docker,
+			before:      map[string]string{"daemon.json": compactJSON},
+			between: func(t *testing.T, dir string, opts Options) {
+				backup := filepath.Join(dir, "daemon.json.bak.20250304T050607Z")
+				if err := os.Rename(backup, backup+".real"); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(backup+".real", backup); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantFiles: map[string]string{
+				"daemon.json":                           "{\n    \"log-level\": \"warn\",\n    \"labels\": [\n        \"a\"\n    ]\n}\n",
+				"daemon.json.bak.20250304T050607Z":      "*",
+				"daemon.json.bak.20250304T050607Z.real": compactJSON,
+				"daemon.json.bak.20250304T050608Z":      "*",
+			},
+		},
+		{
+			description: "containerd: no config before",
+			engine:      Containerd,
+			wantFiles:   map[string]string{},
+			wantNote:    "DIR/config.toml held only what configure wrote (configure created it): removed",
+		},
+		{
+			description: "containerd: a config of comments only comes back",
+			engine:      Containerd,
+			before:      map[string]string{"config.toml": "# nothing yet\n"},
+			wantFiles:   map[string]string{"config.toml": "# nothing yet\n"},
+		},
+		{
+			description: "containerd: imports of the user's keep their text",
+			engine:      Containerd,
+			before:      map[string]string{"config.toml": "version = 2\nimports = [ 'a.toml' ,\n  \"b.toml\" ]\n", "a.toml": "", "b.toml": ""},
+			wantFiles:   map[string]string{"config.toml": "version = 2\nimports = [ 'a.toml' ,\n  \"b.toml\" ]\n", "a.toml": "", "b.toml": ""},
+		},
+		{
+			description: "containerd: conf.d holding another file stays",
+			engine:      Containerd,
+			before:      map[string]string{"config.toml": mainV2, "conf.d/other.toml": "# the user's\n"},
+			wantFiles:   map[string]string{"config.toml": mainV2, "conf.d/other.toml": "# the user's\n"},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, content := range tc.before {
+				writeFile(t, filepath.Join(dir, name), content, 0o644)
+			}
+			opts := testOptions()
+			opts.ConfigPath = filepath.Join(dir, "daemon.json")
+			if tc.engine == Containerd {
+				opts.ConfigPath = filepath.Join(dir, "config.toml")
+				opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+			}
+			mustApply(t, mustPlan(t, true, tc.engine, opts), testNow)
+			if tc.between != nil {
+				tc.between(t, dir, opts)
+			}
+			p := mustPlan(t, false, tc.engine, opts)
+			mustApply(t, p, testNow.Add(time.Second))
+
+			got := map[string]string{}
+			for _, name := range listDir(t, dir) {
+				got[name] = readFileString(t, filepath.Join(dir, name))
+			}
+			for name, want := range tc.wantFiles {
+				if want == "*" {
+					want = got[name]
+				}
+				if content, ok := got[name]; !ok || content != want {
+					t.Errorf("%s: got %q (present %v), want %q", name, content, ok, want)
+				}
+			}
+			for name := range got {
+				if _, ok := tc.wantFiles[name]; !ok {
+					t.Errorf("%s left behind", name)
+				}
+			}
+			if _, other := tc.before["conf.d/other.toml"]; tc.engine == Containerd && !other {
+				if _, err := os.Stat(filepath.Join(dir, "conf.d")); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("conf.d left behind: %v", err)
+				}
+			}
+			var wantNotes []string
+			if tc.wantNote != "" {
+				wantNotes = []string{strings.ReplaceAll(tc.wantNote, "DIR", dir)}
+			}
+			if !slices.Equal(p.Notes, wantNotes) {
+				t.Errorf("notes %q, want %q", p.Notes, wantNotes)
+			}
+		})
+	}
+}
+
+func TestBackupsOfNewestFirst(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon.json")
+	for _, name := range []string{
+		"daemon.json.bak.20250304T050607Z", "daemon.json.bak.20250304T050607Z.2", "daemon.json.bak.20250304T050607Z.10",
+		"daemon.json.bak.20250101T000000Z", "daemon.json.bak.20250304T050607Z.x", "daemon.json.bak.manual", "other.json.bak.20260101T000000Z",
+	} {
+		writeFile(t, filepath.Join(dir, name), "{}", 0o644)
+	}
+	want := []string{"daemon.json.bak.20250304T050607Z.10", "daemon.json.bak.20250304T050607Z.2", "daemon.json.bak.20250304T050607Z", "daemon.json.bak.20250101T000000Z"}
+	var got []string
+	for _, b := range backupsOf(path) {
+		got = append(got, filepath.Base(b))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("backupsOf = %v, want %v", got, want)
 	}
 }
 

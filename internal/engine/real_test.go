@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,8 +130,15 @@ func TestRealContainerdConfigDump(t *testing.T) {
 				}
 			}
 
-			// Unconfigured, containerd sees no gpu runtime and still loads.
+			// Unconfigured, containerd sees no gpu runtime and still loads; a config configure
+			// created is gone again.
 			mustApply(t, mustPlan(t, false, Containerd, opts), testNow.Add(time.Second))
+			if tc.main == "" {
+				if _, err := os.Stat(opts.ConfigPath); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("the config configure created is still there after unconfigure: %v", err)
+				}
+				return
+			}
 			dump = containerdDump(t, opts.ConfigPath)
 			if _, ok, _ := subTable(dump, "plugins", plugin, "containerd", "runtimes", "gpu"); ok {
 				t.Errorf("runtime gpu still configured after unconfigure")

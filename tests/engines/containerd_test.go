@@ -92,7 +92,7 @@ func startContainerd() (*containerd, error) {
 	if err != nil {
 		return nil, err
 	}
-	daemon.beforeStop = c.removeAll
+	daemon.BeforeStop = c.removeAll
 	for _, ns := range []string{"k8s.io", ctrNamespace} {
 		if err := c.quiet(60*time.Second, "-n", ns, "images", "import", imageArchive); err != nil {
 			return nil, fmt.Errorf("import the images: %w", err)
@@ -225,15 +225,15 @@ func TestContainerdCRI(t *testing.T) {
 			id := cri.container(t, tc.handler, tc.env)
 			r := cri.runCode(t, "start", id)
 			if tc.wantErr != "" {
-				if r.code == 0 {
+				if r.Code == 0 {
 					t.Fatalf("crictl start succeeded, want %q: %s", tc.wantErr, r)
 				}
-				if !strings.Contains(r.stderr, tc.wantErr) {
-					t.Errorf("crictl start's error lacks %q:\n%s", tc.wantErr, r.stderr)
+				if !strings.Contains(r.Stderr, tc.wantErr) {
+					t.Errorf("crictl start's error lacks %q:\n%s", tc.wantErr, r.Stderr)
 				}
 				return
 			}
-			if r.code != 0 {
+			if r.Code != 0 {
 				logRuntimeTail(t)
 				t.Fatalf("crictl start: %s", r)
 			}
@@ -259,11 +259,11 @@ func (cri *criClient) runCode(t *testing.T, args ...string) result {
 func (cri *criClient) run(t *testing.T, args ...string) string {
 	t.Helper()
 	r := cri.runCode(t, args...)
-	if r.code != 0 {
+	if r.Code != 0 {
 		logRuntimeTail(t)
 		t.Fatalf("crictl %s: %s", strings.Join(args, " "), r)
 	}
-	return strings.TrimSpace(r.stdout)
+	return strings.TrimSpace(r.Stdout)
 }
 
 // writeJSON writes v to a file under the containerd's directory and returns its path.
@@ -321,7 +321,7 @@ func (cri *criClient) pod(t *testing.T, handler string) string {
 func (cri *criClient) removePods(t *testing.T) {
 	for _, id := range cri.pods {
 		for _, verb := range []string{"stopp", "rmp"} {
-			if r := cri.runCode(t, verb, id); r.code != 0 {
+			if r := cri.runCode(t, verb, id); r.Code != 0 {
 				t.Errorf("crictl %s %s: %s", verb, id, r)
 			}
 		}

@@ -11,13 +11,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 )
 
-// Debian's docker.io: /usr/bin/docker is the client matching dockerd 20.10. It is named by
-// path because another docker client may come first on PATH.
-const (
-	dockerdBin = "/usr/sbin/dockerd"
-	dockerBin  = "/usr/bin/docker"
+// dockerd (Debian's docker.io or docker-ce) and its client, named by path (enginetest).
+var (
+	dockerdBin = enginetest.Dockerd()
+	dockerBin  = enginetest.DockerClient
 )
 
 // dockerd is a private dockerd: its own daemon.json, data root, exec root, pid file and
@@ -75,7 +76,7 @@ func startDockerd(name string, setAsDefault bool) (*dockerd, error) {
 	if err != nil {
 		return nil, err
 	}
-	daemon.beforeStop = func() {
+	daemon.BeforeStop = func() {
 		out, _ := exec.Command(dockerBin, append(d.globalArgs(), "ps", "-aq")...).Output()
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
 			_ = d.quiet(30*time.Second, "", append([]string{"rm", "-f"}, ids...)...)
@@ -137,8 +138,8 @@ func (d *dockerd) runProbe(t *testing.T, flags ...string) result {
 func (d *dockerd) info(t *testing.T) (map[string]struct{ Path string }, string) {
 	t.Helper()
 	r := d.docker(t, "info", "--format", "{{json .Runtimes}}\n{{.DefaultRuntime}}")
-	lines := strings.SplitN(strings.TrimSpace(r.stdout), "\n", 2)
-	if r.code != 0 || len(lines) != 2 {
+	lines := strings.SplitN(strings.TrimSpace(r.Stdout), "\n", 2)
+	if r.Code != 0 || len(lines) != 2 {
 		t.Fatalf("docker info: %s", r)
 	}
 	var runtimes map[string]struct{ Path string }

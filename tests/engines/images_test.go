@@ -1,18 +1,10 @@
 package engines
 
 import (
-	"archive/tar"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 )
 
 // Images. Every engine gets the same busybox root filesystem:
@@ -25,22 +17,12 @@ const (
 	imageName        = "img:1"
 	containerdImage  = "docker.io/library/img:1"
 	containerdPause  = "docker.io/library/pause:1"
-	imagePath        = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	busyboxSource    = "/bin/busybox"
 	sandboxSleepSecs = "2147483647"
 )
 
 // writeImages writes rootfsTar and imageArchive under workDir.
 func writeImages() error {
-	out, err := exec.Command(busyboxSource, "--list").Output()
-	if err != nil {
-		return fmt.Errorf("%s --list (apt-get install busybox-static): %w", busyboxSource, err)
-	}
-	busybox, err := os.ReadFile(busyboxSource)
-	if err != nil {
-		return err
-	}
-	layer, err := rootfsLayer(busybox, strings.Fields(string(out)))
+	layer, err := enginetest.BusyboxLayer()
 	if err != nil {
 		return err
 	}
@@ -48,7 +30,7 @@ func writeImages() error {
 	if err := os.WriteFile(rootfsTar, layer, 0o644); err != nil {
 		return err
 	}
-	archive, err := dockerArchive(layer, map[string][]string{
+	archive, err := enginetest.DockerArchive(layer, map[string][]string{
 		"img:1":   {"/bin/sh"},
 		"pause:1": {"/bin/sleep", sandboxSleepSecs},
 	})
@@ -57,101 +39,4 @@ func writeImages() error {
 	}
 	imageArchive = filepath.Join(workDir, "images.tar")
 	return os.WriteFile(imageArchive, archive, 0o644)
-}
-
-// rootfsLayer returns a tar of a busybox root filesystem: /bin/busybox, a symlink per applet,
-// the directories a container needs, and a root user.
-func rootfsLayer(busybox []byte, applets []string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Unix(1700000000, 0)
-	add := func(h *tar.Header, data []byte) error {
-		h.ModTime, h.Format = mtime, tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	for _, d := range []string{"bin", "dev", "etc", "proc", "root", "sbin", "sys", "usr", "usr/bin", "usr/lib", "usr/sbin", "var", "var/run"} {
-		if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}, nil); err != nil {
-			return nil, err
-		}
-	}
-	if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777}, nil); err != nil {
-		return nil, err
-	}
-	if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(busybox))}, busybox); err != nil {
-		return nil, err
-	}
-	for _, a := range applets {
-		if a == "busybox" || strings.Contains(a, "/") {
-			continue
-		}
-		if err := add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777}, nil); err != nil {
-			return nil, err
-		}
-	}
-	for name, content := range map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\n",
-		"etc/group":  "root:x:0:\n",
-	} {
-		if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(content))}, []byte(content)); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// dockerArchive returns a `docker save`-format archive of one-layer images, one per tag, each
-// with its CMD.
-func dockerArchive(layer []byte, cmds map[string][]string) ([]byte, error) {
-	sum := sha256.Sum256(layer)
-	diffID := "sha256:" + hex.EncodeToString(sum[:])
-	type manifestEntry struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	files := map[string][]byte{"layer.tar": layer}
-	var manifest []manifestEntry
-	for tag, cmd := range cmds {
-		config, err := json.Marshal(map[string]any{
-			"architecture": runtime.GOARCH,
-			"os":           "linux",
-			"created":      "2023-11-14T22:13:20Z",
-			"config":       map[string]any{"Cmd": cmd, "Env": []string{imagePath}},
-			"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		})
-		if err != nil {
-			return nil, err
-		}
-		cs := sha256.Sum256(config)
-		name := hex.EncodeToString(cs[:]) + ".json"
-		files[name] = config
-		manifest = append(manifest, manifestEntry{Config: name, RepoTags: []string{tag}, Layers: []string{"layer.tar"}})
-	}
-	m, err := json.Marshal(manifest)
-	if err != nil {
-		return nil, err
-	}
-	files["manifest.json"] = m
-
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for name, data := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(1700000000, 0)}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

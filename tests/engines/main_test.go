@@ -44,6 +44,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/testbin"
 )
@@ -92,11 +93,11 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	leftovers := recordHostLeftovers()
+	leftovers := enginetest.RecordLeftovers(hostLeftoverPaths(), filepath.Join(workDir, hostLeftoversFile))
 	defer func() {
 		stopAll()
-		leftovers.remove()
-		if err := reap(workDir); err != nil {
+		leftovers.Remove()
+		if err := enginetest.Reap(workDir); err != nil {
 			fmt.Fprintf(os.Stderr, "engines: cleanup of %s: %v\n", workDir, err)
 		}
 	}()

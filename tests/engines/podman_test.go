@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 )
 
 // podman is a private podman setup: storage root, run root, libpod tmp dir, volumes, events
@@ -60,7 +62,7 @@ network_config_dir = %q
 		"--tmpdir", filepath.Join(dir, "tmp"), "--cgroup-manager", "cgroupfs", "--events-backend", "file"}
 	atExit(func() {
 		_ = p.quiet(60*time.Second, "rm", "--all", "--force", "--time", "0")
-		if err := release(dir); err != nil {
+		if err := enginetest.Release(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "engines: clean up after podman: %v\n", err)
 		}
 	})
@@ -144,7 +146,7 @@ func TestPodmanCleanup(t *testing.T) {
 		t.Run(name+" deletes runc's state", func(t *testing.T) {
 			var cidFile string
 			r := p.runProbeCid(t, &cidFile, "--runtime", runtime, "-e", "NVIDIA_VISIBLE_DEVICES=0")
-			if r.code != 0 {
+			if r.Code != 0 {
 				t.Fatalf("podman run: %s", r)
 			}
 			cid, err := os.ReadFile(cidFile)

@@ -1,0 +1,23 @@
+#!/bin/sh
+# gpu-runtime package: before its files are removed. The same script serves dpkg and rpm:
+#   dpkg prerm: remove | upgrade <new version> | deconfigure ... | failed-upgrade <old version>
+#   rpm %preun: 0 (erase) | 1 (upgrade: the old package's script, the new package in place)
+# On removal, and only then, it unregisters the runtime "gpu" from every engine (gpu-ctk
+# runtime unconfigure puts each engine's file back as it was before configure) and removes the
+# hook link it made. If an engine cannot be unconfigured the removal stops, rather than leave
+# that engine pointing at a missing binary. An upgrade keeps everything.
+set -e
+setup=/usr/lib/gpu-runtime/host-setup
+
+case "$1" in
+remove | 0)
+  "$setup" unregister /usr/bin
+  "$setup" unlink-hook /usr/bin
+  ;;
+upgrade | deconfigure | failed-upgrade | 1) ;;
+*)
+  echo "gpu-runtime prerm: unknown argument \"$1\"" >&2
+  exit 1
+  ;;
+esac
+exit 0

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds gpu-runtime's packages from what `make build` built, with nfpm and packaging/nfpm.yaml:
+#   $DIST/gpu-runtime_<version>_<arch>.deb      (Debian's arch names: amd64, arm64)
+#   $DIST/gpu-runtime-<version>-1.<arch>.rpm    (RPM's: x86_64, aarch64)
+# `make package` runs it after `make build`. Earlier gpu-runtime packages in $DIST are removed.
+#
+#   VERSION     the packages' version; default scripts/version.sh. bin/ must carry the same
+#               (gpu-runtime --version), which make package ensures by building with it.
+#   BIN, DIST   the binaries (default bin) and where the packages go (default dist)
+#   MAINTAINER  the packages' Maintainer/Packager field
+#   NFPM        an nfpm to use instead of the one built here
+#
+# nfpm is built once, at NFPM_VERSION, from the Go module proxy into .cache/nfpm/ (inside a
+# throwaway module, so that gpu-runtime's go.mod does not grow nfpm's dependencies; about a
+# minute on 2 cores the first time).
+set -euo pipefail
+
+NFPM_VERSION="${NFPM_VERSION:-v2.44.0}"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+bin="${BIN:-bin}"
+dist="${DIST:-dist}"
+export MAINTAINER="${MAINTAINER:-gpu-runtime developers <dev@gpu-runtime.local>}"
+
+say() { echo "package: $*"; }
+die() { echo "package: $*" >&2; exit 1; }
+
+version="$(scripts/version.sh)" || exit 1
+
+build_nfpm() {
+  local cache="$repo/.cache/nfpm" out="$repo/.cache/nfpm/nfpm-$NFPM_VERSION"
+  if [ -x "$out" ]; then
+    echo "$out"
+    return
+  fi
+  command -v go >/dev/null || die "Go is needed to build nfpm (or set NFPM to an nfpm binary)"
+  say "building nfpm $NFPM_VERSION from the Go module proxy into $cache (once; about a minute)" >&2
+  local tmp
+  tmp="$(mktemp -d)"
+  # As scripts/install-engine-deps.sh builds crictl: `go install …@version` may be refused by
+  # the proxy; getting the command's package into a throwaway module and building it works.
+  if ! (
+    cd "$tmp"
+    export GOFLAGS=-mod=mod GOWORK=off
+    go mod init nfpm-build >/dev/null 2>&1
+    go get "github.com/goreleaser/nfpm/v2/cmd/nfpm@$NFPM_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
+    CGO_ENABLED=0 go build -trimpath -o "$tmp/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm
+  ); then
+    rm -rf "$tmp"
+    die "building nfpm $NFPM_VERSION failed"
+  fi
+  mkdir -p "$cache"
+  mv -f "$tmp/nfpm" "$out.new"
+  mv -f "$out.new" "$out"
+  rm -rf "$tmp"
+  echo "$out"
+}
+
+for b in gpu-runtime gpu-hook gpu-ctk; do
+  [ -x "$bin/$b" ] || die "$bin/$b is missing: run make build first (make package does)"
+done
+stamped="$("$bin/gpu-runtime" --version)" || die "$bin/gpu-runtime --version failed"
+stamped="${stamped%%$'\n'*}" # the first line
+[ "$stamped" = "gpu-runtime version $version" ] ||
+  die "$bin/gpu-runtime says \"$stamped\", but the packages would be version $version: build with the same VERSION (make package VERSION=$version)"
+
+command -v objdump >/dev/null || die "objdump is needed to read the glibc version gpu-ctk needs (apt-get install binutils)"
+GLIBC="$(objdump -T "$bin/gpu-ctk" | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/^GLIBC_//' | sort -uV | tail -n1)"
+[ -n "$GLIBC" ] || die "no glibc symbol version found in $bin/gpu-ctk"
+export GLIBC VERSION="$version" BIN="$bin"
+# Go's name for the architecture, as make build built for; nfpm turns it into dpkg's and rpm's.
+ARCH="${ARCH:-$(go env GOARCH 2>/dev/null || true)}"
+[ -n "$ARCH" ] || die "Go is needed to tell the architecture (or set ARCH: amd64, arm64)"
+export ARCH
+# Reproducible: every file's time is the commit's, unless the caller chose one.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
+  SOURCE_DATE_EPOCH="$(git log -1 --format=%ct)"
+  export SOURCE_DATE_EPOCH
+fi
+
+nfpm="${NFPM:-$(build_nfpm)}"
+mkdir -p "$dist"
+rm -f "$dist"/gpu-runtime_*.deb "$dist"/gpu-runtime-*.rpm
+for packager in deb rpm; do
+  "$nfpm" package --config packaging/nfpm.yaml --packager "$packager" --target "$dist/" >"$dist/nfpm-$packager.log" 2>&1 ||
+    { cat "$dist/nfpm-$packager.log" >&2; die "nfpm $packager failed"; }
+  rm -f "$dist/nfpm-$packager.log"
+done
+built=("$dist"/gpu-runtime_"$version"_*.deb "$dist"/gpu-runtime-"$version"-1.*.rpm)
+for f in "${built[@]}"; do
+  [ -f "$f" ] || die "nfpm wrote no $f"
+done
+say "built version $version (glibc >= $GLIBC, nfpm $NFPM_VERSION):"
+printf '  %s\n' "${built[@]}"
