@@ -85,7 +85,7 @@ build_runc() {
 library_path() {
   local p
   p="$(/sbin/ldconfig -p | awk -v n="$1" '$1 == n && /x86-64/ { print $NF; exit }')"
-  [ -n "$p" ] && [ -e "$p" ] || die "library $1 not found in the host's ld.so.cache"
+  if [ -z "$p" ] || [ ! -e "$p" ]; then die "library $1 not found in the host's ld.so.cache"; fi
   echo "$p"
 }
 
