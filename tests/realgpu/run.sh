@@ -2,13 +2,14 @@
 # The real-GPU check (tests/realgpu/README.md): runs containers through gpu-runtime and the
 # kit's runc on this host's GPU and driver, and times NVML and the create path.
 #
-#   bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--runs N] [--fake]
+#   bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--proc-root DIR] [--runs N] [--fake]
 #   bash KIT/run.sh KIT OUT ...      (the kit carries a copy of this script)
 #
 # KIT is a folder built by `make realgpu-kit`; OUT receives run.log (everything), results.md
 # (the tables) and gpu-runtime.log. The driver root is /usr/local/nvidia or
 # /home/kubernetes/bin/nvidia when it holds lib64/libnvidia-ml.so.1, else "/"; --runs is the
-# number of runs of each timing (default 20). --fake says the host is one built by
+# number of runs of each timing (default 20); --proc-root is where the driver's /proc files are
+# read (MIG capabilities; a fake host's procroot). --fake says the host is one built by
 # tests/cmd/fakehost: its libcuda has no device API, so the CUDA checks are skipped.
 # REALGPU_DEADLINE (seconds, default 480) is when it stops starting containers.
 #
@@ -18,16 +19,17 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--runs N] [--fake]" >&2
+  echo "usage: bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--proc-root DIR] [--runs N] [--fake]" >&2
   exit 2
 }
 
-KIT="" OUT="" DRIVER_ROOT="" DEV_ROOT="/" RUNS=20 FAKE=false
+KIT="" OUT="" DRIVER_ROOT="" DEV_ROOT="/" PROC_ROOT="/" RUNS=20 FAKE=false
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --driver-root) [ $# -ge 2 ] || usage; DRIVER_ROOT="$2"; shift 2 ;;
     --dev-root) [ $# -ge 2 ] || usage; DEV_ROOT="$2"; shift 2 ;;
+    --proc-root) [ $# -ge 2 ] || usage; PROC_ROOT="$2"; shift 2 ;;
     --runs) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage; RUNS="$2"; shift 2 ;;
     --fake) FAKE=true; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -227,6 +229,7 @@ else
   fact "driver root" "$DRIVER_ROOT (found: it has lib64/libnvidia-ml.so.*)"
 fi
 fact "dev root" "$DEV_ROOT"
+fact "proc root" "$PROC_ROOT"
 fact "cgroups" "$(cgroup_mode)${CGROUP_NOTE:+ ($CGROUP_NOTE)}"
 fact "runc" "$("$RUNC" --version 2>&1 | head -1 | awk '{print $3}') (kit: static, libseccomp $("$RUNC" --version 2>&1 | awk '/libseccomp/ {print $2}') linked in)"
 fact "gpu-runtime" "$("$RUNTIME" --version 2>&1 | head -1)"
@@ -283,6 +286,7 @@ log-file = "$WORK/gpu-runtime.log"
 [driver]
 root = "$DRIVER_ROOT"
 dev-root = "$DEV_ROOT"
+proc-root = "$PROC_ROOT"
 [hook]
 path = "$KIT/bin/gpu-hook"
 ldconfig = "$LDCONFIG"
