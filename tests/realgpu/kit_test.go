@@ -473,7 +473,7 @@ func TestRunUsage(t *testing.T) {
 	}
 	script := filepath.Join(repoRoot(t), "tests/realgpu/run.sh")
 	notKit := t.TempDir()
-	usage := "usage: bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--runs N] [--fake]\n"
+	usage := "usage: bash tests/realgpu/run.sh KIT OUT [--driver-root DIR] [--dev-root DIR] [--proc-root DIR] [--runs N] [--fake]\n"
 	testCases := []struct {
 		description string
 		args        []string
