@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -121,6 +122,10 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	if *output == "" {
 		_, err = stdout.Write(data)
+		return err
+	}
+	// /var/run/cdi is on a tmpfs: at boot it does not exist yet.
+	if err := os.MkdirAll(filepath.Dir(*output), 0o755); err != nil {
 		return err
 	}
 	if err := atomicfile.Write(*output, data, 0o644, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {

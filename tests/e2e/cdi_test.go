@@ -232,3 +232,36 @@ func TestCDIMixedLoaderCache(t *testing.T) {
 		t.Errorf("development link of a CDI-only library: %q, %v", target, err)
 	}
 }
+
+// TestCDIBootUnit: the packaged gpu-runtime-cdi.service runs gpu-ctk cdi generate with
+// arguments this gpu-ctk accepts, into a directory that need not exist yet (/var/run/cdi is on
+// a tmpfs), and the spec it writes resolves. The unit's ExecStart is run with the fake host's
+// config and its output path moved under a temporary directory.
+func TestCDIBootUnit(t *testing.T) {
+	e := newMIGEnv(t)
+	unit, err := os.ReadFile("../../packaging/systemd/gpu-runtime-cdi.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var argv []string
+	for _, line := range strings.Split(string(unit), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			argv = strings.Fields(rest)
+		}
+	}
+	if len(argv) < 2 || argv[0] != "/usr/bin/gpu-ctk" || argv[len(argv)-2] != "--output" || argv[len(argv)-1] != "/var/run/cdi/nvidia.yaml" {
+		t.Fatalf("ExecStart = %q, want /usr/bin/gpu-ctk … --output /var/run/cdi/nvidia.yaml", argv)
+	}
+	dir := filepath.Join(t.TempDir(), "run", "cdi")
+	argv[len(argv)-1] = filepath.Join(dir, "nvidia.yaml")
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), argv[1:]...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the unit's command: %v\n%s", err, out)
+	}
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+	out, code := gpuCTK(t, e, "cdi", "list")
+	if code != 0 || !strings.Contains(out, "nvidia.com/gpu=0:1\n") || !strings.Contains(out, "nvidia.com/gpu=all\n") {
+		t.Errorf("gpu-ctk cdi list: exit %d\n%s", code, out)
+	}
+}

@@ -116,7 +116,7 @@ type entry struct {
 }
 
 // sharedDirs are directories of the system that the .deb lists and the .rpm does not own.
-var sharedDirs = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/share", "/usr/share/doc"}
+var sharedDirs = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/systemd", "/usr/lib/systemd/system", "/usr/share", "/usr/share/doc"}
 
 // wantEntries is every path of the .deb (the .rpm: all but sharedDirs).
 var wantEntries = []entry{
@@ -131,6 +131,9 @@ var wantEntries = []entry{
 	{"/usr/lib", "drwxr-xr-x", "root/root"},
 	{"/usr/lib/gpu-runtime", "drwxr-xr-x", "root/root"},
 	{"/usr/lib/gpu-runtime/host-setup", "-rwxr-xr-x", "root/root"},
+	{"/usr/lib/systemd", "drwxr-xr-x", "root/root"},
+	{"/usr/lib/systemd/system", "drwxr-xr-x", "root/root"},
+	{"/usr/lib/systemd/system/gpu-runtime-cdi.service", "-rw-r--r--", "root/root"},
 	{"/usr/share", "drwxr-xr-x", "root/root"},
 	{"/usr/share/doc", "drwxr-xr-x", "root/root"},
 	{"/usr/share/doc/gpu-runtime", "drwxr-xr-x", "root/root"},
