@@ -94,7 +94,7 @@ type ExplainedHostSummary struct {
 func runExplain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { _, _ = io.WriteString(stderr, explainUsage) }
+	fs.Usage = func() {} // --help prints the usage to stdout below; errors say to run --help
 	bundle := fs.String("bundle", "", "the container's bundle directory (its config.json is read, never written)")
 	var envs, annotations listFlag
 	fs.Var(&envs, "env", "VAR=VALUE of the container's environment (repeatable)")
@@ -106,7 +106,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 			_, err = io.WriteString(stdout, explainUsage)
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return fmt.Errorf("%w: %w (gpu-ctk explain --help)", ErrUsage, err)
 	}
 	switch {
 	case fs.NArg() > 0:

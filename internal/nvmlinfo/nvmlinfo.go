@@ -96,6 +96,13 @@ func queryGPU(lib nvml.Interface, i int) (discover.GPU, error) {
 		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get PCI info of GPU %d", i), ret)
 	}
 	g.BusID = cString(pci.BusId[:])
+	// Persistence mode only informs (gpu-ctk doctor); a driver that cannot say is not an error.
+	switch pm, ret := dev.GetPersistenceMode(); {
+	case ret == nvml.SUCCESS && pm == nvml.FEATURE_ENABLED:
+		g.Persistence = "enabled"
+	case ret == nvml.SUCCESS:
+		g.Persistence = "disabled"
+	}
 	if err := queryMIG(lib, dev, &g); err != nil {
 		return discover.GPU{}, err
 	}

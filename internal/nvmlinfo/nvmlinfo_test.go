@@ -19,6 +19,7 @@ func TestQuery(t *testing.T) {
 	if err := opts.GPUs[0].AddMIGDevices("1c.3g.40gb", "2c.3g.40gb", "2g.20gb", "1g.10gb"); err != nil {
 		t.Fatal(err)
 	}
+	opts.GPUs[1].PersistenceDisabled = true
 	h := fakehost.BuildT(t, opts)
 	opts = h.Options
 	d, err := Query(h.DriverRoot)
@@ -38,7 +39,8 @@ func TestQuery(t *testing.T) {
 		o := opts.GPUs[i]
 		want := discover.GPU{Index: o.Index, Minor: o.Minor, UUID: o.UUID, Name: o.Name, BusID: o.BusID,
 			ComputeCapability: map[int]string{8: "8.0", 9: "9.0"}[o.CCMajor], Brand: map[int]string{fakehost.BrandTesla: "tesla", fakehost.BrandNVIDIA: "nvidia"}[o.Brand],
-			MIGCapable: o.MIGCapable, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending}
+			MIGCapable: o.MIGCapable, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
+			Persistence: map[bool]string{false: "enabled", true: "disabled"}[o.PersistenceDisabled]}
 		for _, m := range h.MIGDevices() {
 			if m.GPU == o.Index {
 				want.MIGDevices = append(want.MIGDevices, discover.MIGDevice{Index: m.Index, UUID: m.UUID, GI: m.GI, CI: m.CI,

@@ -121,6 +121,29 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	return res, nil
 }
 
+// The states CheckCache reports.
+const (
+	CacheFresh    = "fresh"    // it answers for the host as it is: the next create costs no NVML call
+	CacheStale    = "stale"    // the host changed since it was written: the next create re-queries NVML
+	CacheMissing  = "missing"  // none yet: the next create writes it
+	CacheUnusable = "unusable" // it cannot be trusted or read (the error says why): it is rebuilt
+)
+
+// CheckCache says what the cache at opts.CacheFile would do for the next create, without
+// querying NVML or writing anything (gpu-ctk doctor). The error explains CacheUnusable.
+func CheckCache(opts Options, devices DeviceNodes) (string, error) {
+	c, problem := readCache(opts.CacheFile)
+	switch {
+	case errors.Is(problem, fs.ErrNotExist):
+		return CacheMissing, nil
+	case problem != nil:
+		return CacheUnusable, problem
+	case fingerprint(opts, devices, c.Inputs) != c.Fingerprint:
+		return CacheStale, nil
+	}
+	return CacheFresh, nil
+}
+
 func queryWithTimeout(opts Options) (Driver, error) {
 	if opts.Query == nil {
 		return Driver{}, errors.New("discover: no NVML query configured")

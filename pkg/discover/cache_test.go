@@ -440,3 +440,28 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestCheckCache(t *testing.T) {
+	e := newDiscoverEnv(t)
+	check := func(want string) {
+		t.Helper()
+		got, err := CheckCache(e.opts, DeviceNodes{})
+		if got != want || (err != nil) != (want == CacheUnusable) {
+			t.Errorf("CheckCache = %q, %v; want %q", got, err, want)
+		}
+	}
+	check(CacheMissing)
+	e.discover(t)
+	check(CacheFresh)
+	if err := os.WriteFile(filepath.Join(e.opts.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.560.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(CacheStale)
+	if e.queries != 1 {
+		t.Errorf("CheckCache queried NVML: %d queries", e.queries)
+	}
+	if err := os.Chmod(e.opts.CacheFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(CacheUnusable)
+}

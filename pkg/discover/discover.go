@@ -16,6 +16,9 @@ type GPU struct {
 	Brand             string `json:"brand"`
 	BusID             string `json:"bus_id"`
 	ComputeCapability string `json:"compute_capability"`
+	// Persistence is NVML's persistence mode, "enabled" or "disabled" ("" when the driver
+	// cannot say). It is not cached: only gpu-ctk doctor reads it.
+	Persistence string `json:"persistence_mode,omitempty"`
 	// MIGCapable says the GPU can be partitioned with MIG; MIGCurrent and MIGPending are
 	// its current mode and the mode it takes at the next reset (enabled = true).
 	MIGCapable bool `json:"mig_capable,omitempty"`

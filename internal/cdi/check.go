@@ -1,0 +1,98 @@
+package cdi
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	specsgo "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+// SpecCheck is what CheckSpecs found for one kind.
+type SpecCheck struct {
+	// Files are the spec files of the kind, in the order the CDI library reads them.
+	Files []string
+	// Problems say, one each, why a spec no longer describes the host; none when current.
+	Problems []string
+}
+
+// CheckSpecs checks the specs of kind (vendor/class) in the resolver's directories against
+// host, whoever wrote them (gpu-ctk, nvidia-ctk, a device plugin): every host path they name
+// still exists (a driver upgrade renames the libraries), each device of the host is named by
+// its index or UUID, and no name but "all" is for a device the host no longer has (a MIG
+// reconfiguration replaces MIG devices and their UUIDs).
+func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
+	var out SpecCheck
+	vendor, class, _ := strings.Cut(kind, "/")
+	devices := plan.Devices(host.Driver.GPUs)
+	known := map[string]bool{"all": true}
+	for _, d := range devices {
+		known[d.Index], known[d.UUID] = true, true
+	}
+	for _, s := range r.cache.GetVendorSpecs(vendor) {
+		if s.GetClass() != class {
+			continue
+		}
+		path := s.GetPath()
+		out.Files = append(out.Files, path)
+		named := map[string]bool{}
+		var missing []string
+		checkEdits := func(e specsgo.ContainerEdits) {
+			for _, n := range e.DeviceNodes {
+				if n.Major != 0 {
+					continue // the node is made from its numbers; a missing host node is the device check's to report
+				}
+				p := n.HostPath
+				if p == "" {
+					p = n.Path
+				}
+				missing = appendMissing(missing, p)
+			}
+			for _, m := range e.Mounts {
+				missing = appendMissing(missing, m.HostPath)
+			}
+			for _, h := range e.Hooks {
+				missing = appendMissing(missing, h.Path)
+			}
+		}
+		checkEdits(s.ContainerEdits)
+		for _, d := range s.Devices {
+			named[d.Name] = true
+			checkEdits(d.ContainerEdits)
+			if !known[d.Name] {
+				out.Problems = append(out.Problems, fmt.Sprintf("%s: device %s: this host has no such device now (a MIG reconfiguration, a GPU removed, or a GPU put in MIG mode)", path, d.Name))
+			}
+		}
+		for _, d := range devices {
+			if !named[d.Index] && !named[d.UUID] {
+				out.Problems = append(out.Problems, fmt.Sprintf("%s: no device for %s", path, d))
+			}
+		}
+		sort.Strings(missing)
+		if len(missing) > 3 {
+			missing = append(missing[:3:3], fmt.Sprintf("and %d more", len(missing)-3))
+		}
+		if len(missing) > 0 {
+			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, strings.Join(missing, ", ")))
+		}
+	}
+	return out
+}
+
+func appendMissing(list []string, p string) []string {
+	if p == "" {
+		return list
+	}
+	if _, err := os.Stat(p); err != nil {
+		for _, x := range list {
+			if x == p {
+				return list
+			}
+		}
+		return append(list, p)
+	}
+	return list
+}

@@ -1,0 +1,537 @@
+package ctk
+
+import (
+	"bufio"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+func init() {
+	Register("doctor", "check this host for GPU containers, one line per check, each with its fix", runDoctor)
+}
+
+const doctorUsage = `usage:
+  gpu-ctk doctor [--json] [--engine-root DIR]
+
+doctor checks what GPU containers need on this host, one check a line, each starting with ok,
+warn or fail, and a failing or warning check ends with its fix: the configuration (the file
+gpu-runtime reads: GPU_RUNTIME_CONFIG or /etc/gpu-runtime/config.toml), the driver, NVML and
+how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
+persistence mode, MIG, gpu-hook and ldconfig, the low-level runtime, the discovery cache,
+the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
+is registered, docker's --gpus hook, the cgroup version, and the CDI spec. The exit status is
+1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
+--engine-root looks for the engines' files and programs under DIR instead of / (a host
+mounted elsewhere, tests).
+`
+
+// Check is one line of gpu-ctk doctor.
+type Check struct {
+	Check  string `json:"check"`
+	Status string `json:"status"` // ok, warn or fail
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// The statuses of a check.
+const (
+	statusOK   = "ok"
+	statusWarn = "warn"
+	statusFail = "fail"
+)
+
+func runDoctor(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // --help prints the usage to stdout below; errors say to run --help
+	asJSON := fs.Bool("json", false, "print the checks as JSON")
+	engineRoot := fs.String("engine-root", "/", "look for the engines' files and programs under DIR")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, err = io.WriteString(stdout, doctorUsage)
+			return err
+		}
+		return fmt.Errorf("%w: %w (gpu-ctk doctor --help)", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: doctor takes no arguments, got %q (gpu-ctk doctor --help)", ErrUsage, fs.Args())
+	}
+	d := &doctor{engineRoot: *engineRoot}
+	d.run()
+	if *asJSON {
+		data, err := json.MarshalIndent(d.checks, "", "  ")
+		if err != nil {
+			return err
+		}
+		if _, err := stdout.Write(append(data, '\n')); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		for _, c := range d.checks {
+			fmt.Fprintf(&b, "%-4s %s: %s", c.Status, c.Check, c.Detail)
+			if c.Fix != "" {
+				b.WriteString(" — fix: " + c.Fix)
+			}
+			b.WriteString("\n")
+		}
+		if _, err := io.WriteString(stdout, b.String()); err != nil {
+			return err
+		}
+	}
+	for _, c := range d.checks {
+		if c.Status == statusFail {
+			return ErrReported
+		}
+	}
+	return nil
+}
+
+// doctor runs the checks in order; later checks use what earlier ones found.
+type doctor struct {
+	engineRoot string
+	checks     []Check
+	cfg        config.Config
+	driver     *discover.Driver // nil when NVML did not answer
+	devices    discover.DeviceNodes
+	host       *plan.Host // nil when it could not be assembled
+}
+
+func (d *doctor) add(check, status, detail, fix string) {
+	d.checks = append(d.checks, Check{Check: check, Status: status, Detail: detail, Fix: fix})
+}
+
+func (d *doctor) run() {
+	d.checkConfig()
+	d.checkDriver()
+	d.checkNVML()
+	d.checkDeviceNodes()
+	d.checkGPUs()
+	d.checkHook()
+	d.checkRuntime()
+	d.checkCache()
+	d.checkEngines()
+	d.checkCgroups()
+	d.checkCDI()
+}
+
+func (d *doctor) checkConfig() {
+	path := config.Path(os.Getenv)
+	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
+	switch {
+	case err != nil:
+		d.cfg = config.Default()
+		d.add("config", statusFail, err.Error()+"; the checks below use the defaults",
+			"correct "+path+" (gpu-ctk config prints what gpu-runtime reads): until then every GPU container fails to start")
+		return
+	case len(warnings) > 0:
+		d.add("config", statusWarn, path+": "+strings.Join(warnings, "; "), "remove or correct the keys named")
+	default:
+		if _, serr := os.Stat(path); serr != nil {
+			d.add("config", statusOK, "no "+path+": the built-in defaults apply", "")
+		} else {
+			d.add("config", statusOK, path+" parses", "")
+		}
+	}
+	d.cfg = cfg
+}
+
+func (d *doctor) checkDriver() {
+	p := filepath.Join(d.cfg.Driver.ProcRoot, "proc/driver/nvidia/version")
+	f, err := os.Open(p)
+	if err != nil {
+		d.add("driver", statusFail, fmt.Sprintf("the NVIDIA kernel module is not loaded: %v", err), "install the NVIDIA driver, or load its module (modprobe nvidia)")
+		return
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(io.LimitReader(f, 4096)).ReadString('\n')
+	version := "unknown version"
+	if i := strings.Index(line, "Kernel Module"); i >= 0 {
+		if fields := strings.Fields(line[i+len("Kernel Module"):]); len(fields) > 0 {
+			version = fields[0]
+		}
+	}
+	d.add("driver", statusOK, "kernel module "+version+" loaded ("+p+")", "")
+}
+
+func (d *doctor) checkNVML() {
+	timeout := d.cfg.Discovery.TimeoutDuration()
+	type answer struct {
+		driver discover.Driver
+		err    error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		drv, err := nvmlinfo.Query(d.cfg.Driver.Root)
+		done <- answer{drv, err}
+	}()
+	var timer <-chan time.Time
+	if timeout > 0 {
+		timer = time.After(timeout)
+	}
+	select {
+	case a := <-done:
+		took := time.Since(start).Round(time.Millisecond)
+		if a.err != nil {
+			d.add("NVML", statusFail, a.err.Error(), "install the driver's user-space libraries, or set driver.root to where they are (the GPU operator's: /run/nvidia/driver)")
+			return
+		}
+		d.driver = &a.driver
+		d.add("NVML", statusOK, fmt.Sprintf("%s answered in %s: driver %s, CUDA %s, %d GPU(s)", a.driver.NVMLPath, took, a.driver.Version, a.driver.CUDAVersion, len(a.driver.GPUs)), "")
+	case <-timer:
+		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),
+			"check nvidia-smi and the kernel log (dmesg) for Xid errors; enable persistence mode (nvidia-smi -pm 1)")
+	}
+}
+
+func (d *doctor) checkDeviceNodes() {
+	nodes, err := discover.FindDeviceNodes(d.cfg.Driver.DevRoot)
+	if err != nil {
+		d.add("device nodes", statusFail, err.Error(), "check driver.dev-root")
+		return
+	}
+	d.devices = nodes
+	root := d.cfg.Driver.DevRoot
+	check := func(p, what, fix string, required bool) bool {
+		if _, ok := nodes.Nodes[p]; ok {
+			return true
+		}
+		status := statusWarn
+		if required {
+			status = statusFail
+		}
+		why := "missing"
+		if err := nodes.Invalid[p]; err != nil {
+			why = err.Error()
+		}
+		d.add("device nodes", status, fmt.Sprintf("%s (%s) under dev root %q: %s", p, what, root, why), fix)
+		return false
+	}
+	ok := check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
+	uvm := check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
+	uvm = check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false) && uvm
+	ok = ok && uvm
+	if d.driver != nil {
+		for _, g := range d.driver.GPUs {
+			p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+			n, found := nodes.Nodes[p]
+			switch {
+			case !found:
+				check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
+				ok = false
+			case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
+				d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
+					fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
+				ok = false
+			}
+		}
+	}
+	if ok {
+		count := 0
+		if d.driver != nil {
+			count = len(d.driver.GPUs)
+		}
+		d.add("device nodes", statusOK, fmt.Sprintf("nvidiactl, nvidia-uvm, nvidia-uvm-tools and the %d GPU node(s) under dev root %q", count, root), "")
+	}
+}
+
+// checkGPUs: persistence mode and MIG, per GPU, and the MIG capabilities.
+func (d *doctor) checkGPUs() {
+	if d.driver == nil {
+		return
+	}
+	var off []string
+	for _, g := range d.driver.GPUs {
+		if g.Persistence == "disabled" {
+			off = append(off, fmt.Sprintf("%d (%s)", g.Index, g.UUID))
+		}
+	}
+	if len(off) > 0 {
+		d.add("persistence mode", statusWarn, "off on GPU "+strings.Join(off, ", ")+": the driver tears down and re-initialises the GPU between users, so NVML and CUDA start slowly",
+			"run nvidia-persistenced (the driver's service), or nvidia-smi -pm 1")
+	} else {
+		d.add("persistence mode", statusOK, "on for every GPU (or not reported)", "")
+	}
+
+	var migs []string
+	var pending []string
+	migDevices := 0
+	for _, g := range d.driver.GPUs {
+		switch {
+		case g.MIGCurrent != g.MIGPending:
+			pending = append(pending, fmt.Sprintf("%d (%s): current %s, pending %s", g.Index, g.UUID, onOff(g.MIGCurrent), onOff(g.MIGPending)))
+		case g.MIGEnabled():
+			migs = append(migs, fmt.Sprintf("GPU %d: %d MIG device(s)", g.Index, len(g.MIGDevices)))
+			migDevices += len(g.MIGDevices)
+		}
+	}
+	switch {
+	case len(pending) > 0:
+		d.add("MIG", statusWarn, "MIG mode change pending on GPU "+strings.Join(pending, "; ")+": such a GPU is given to no container",
+			"reset the GPU (nvidia-smi -r -i <index>, with nothing running on it) or reboot")
+	case len(migs) == 0:
+		d.add("MIG", statusOK, "no GPU in MIG mode", "")
+	default:
+		caps, err := discover.ReadMIGCaps(d.cfg.Driver.ProcRoot, d.driver.GPUs)
+		if err != nil {
+			d.add("MIG", statusFail, err.Error(), "check driver.proc-root; the driver's MIG capabilities must be readable")
+			return
+		}
+		host := plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps, ProcRoot: d.cfg.Driver.ProcRoot}
+		var problems []string
+		for _, dev := range plan.Devices(d.driver.GPUs) {
+			if !dev.IsMIG() {
+				continue
+			}
+			if _, err := dev.Edits(host); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+		if len(problems) > 0 {
+			d.add("MIG", statusFail, strings.Join(problems, "; "), "recreate the capability nodes: nvidia-modprobe -f /proc/driver/nvidia/capabilities/…, or reload the driver")
+			return
+		}
+		how := fmt.Sprintf("capability nodes /dev/nvidia-caps (major %d)", caps.Major)
+		if caps.Major == 0 {
+			how = "the driver's /proc capability interface"
+		}
+		d.add("MIG", statusOK, strings.Join(migs, ", ")+"; "+how+" in place for all "+fmt.Sprint(migDevices), "")
+	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// checkHook: gpu-hook, and the host's ldconfig it runs, which must be static.
+func (d *doctor) checkHook() {
+	self, _ := os.Executable()
+	hookPath, err := runtime.HookPath(d.cfg.Hook.Path, self)
+	if err != nil {
+		d.add("hook", statusFail, err.Error(), "install gpu-hook next to gpu-runtime, or set hook.path")
+		return
+	}
+	ld := d.cfg.Hook.LDConfig
+	f, err := elf.Open(ld)
+	if err != nil && !strings.HasSuffix(ld, ".real") {
+		// Ubuntu's /sbin/ldconfig is a shell script in front of ldconfig.real.
+		if g, gerr := elf.Open(ld + ".real"); gerr == nil {
+			f, err, ld = g, nil, ld+".real"
+		}
+	}
+	if err != nil {
+		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s: %v", hookPath, d.cfg.Hook.LDConfig, err), "install the C library's ldconfig (glibc), or set hook.ldconfig")
+		return
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s is dynamically linked: it cannot run confined to a container root", hookPath, ld), "set hook.ldconfig to a static ldconfig (glibc's is)")
+			return
+		}
+	}
+	d.add("hook", statusOK, fmt.Sprintf("gpu-hook %s; ldconfig %s (static)", hookPath, ld), "")
+}
+
+func (d *doctor) checkRuntime() {
+	self, _ := os.Executable()
+	p, err := runtime.LowLevelRuntime(d.cfg.Runtime.Runtimes, self)
+	if err != nil {
+		d.add("low-level runtime", statusFail, err.Error(), "install runc (apt-get install runc), or set runtime.runtimes")
+		return
+	}
+	d.add("low-level runtime", statusOK, p, "")
+}
+
+func (d *doctor) checkCache() {
+	if !d.cfg.Discovery.Cache {
+		d.add("discovery cache", statusWarn, "off (discovery.cache = false): every GPU container queries NVML", "set discovery.cache = true unless you are debugging discovery")
+		return
+	}
+	opts := discover.Options{DriverRoot: d.cfg.Driver.Root, DevRoot: d.cfg.Driver.DevRoot, ProcRoot: d.cfg.Driver.ProcRoot, CacheFile: d.cfg.Discovery.CacheFile}
+	state, err := discover.CheckCache(opts, d.devices)
+	file := d.cfg.Discovery.CacheFile
+	switch state {
+	case discover.CacheFresh:
+		d.add("discovery cache", statusOK, "fresh: "+file+" answers for this host; GPU containers start without NVML", "")
+	case discover.CacheMissing:
+		d.add("discovery cache", statusOK, "none yet at "+file+": the next GPU container writes it", "")
+	case discover.CacheStale:
+		d.add("discovery cache", statusOK, "stale: the host changed since "+file+" was written (a driver upgrade, MIG, device nodes); the next GPU container re-reads it", "")
+	default:
+		d.add("discovery cache", statusWarn, fmt.Sprintf("%s: %v", state, err), "remove "+file+"; gpu-runtime rewrites it, root-owned with mode 0600")
+	}
+}
+
+// engines are the container engines doctor looks for, with the programs that say one is installed.
+var engines = []struct {
+	name     string
+	engine   engine.Engine // "" for podman, which takes no registration
+	programs []string
+	restart  string
+}{
+	{"docker", engine.Docker, []string{"dockerd"}, "systemctl restart docker"},
+	{"containerd", engine.Containerd, []string{"containerd"}, "systemctl restart containerd"},
+	{"cri-o", engine.CRIO, []string{"crio"}, "systemctl restart crio"},
+	{"podman", "", []string{"podman"}, ""},
+}
+
+// systemPATH is where doctor looks for programs, under the engine root: the PATH systemd gives
+// services such as dockerd.
+var systemPATH = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+func (d *doctor) findProgram(name string) string {
+	for _, dir := range systemPATH {
+		p := filepath.Join(d.engineRoot, dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+func (d *doctor) checkEngines() {
+	self, _ := os.Executable()
+	runtimePath, err := runtimePath("", realHost)
+	if err != nil {
+		runtimePath = filepath.Join(filepath.Dir(self), "gpu-runtime")
+	}
+	found := 0
+	for _, e := range engines {
+		prog := d.findProgram(e.programs[0])
+		if prog == "" {
+			continue
+		}
+		found++
+		check := "engine " + e.name
+		if e.engine == "" {
+			d.add(check, statusOK, fmt.Sprintf("installed (%s): it takes no registration; run podman run --runtime %s, or with a CDI spec podman run --device nvidia.com/gpu=0", prog, runtimePath), "")
+			continue
+		}
+		opts := engine.Options{RuntimePath: runtimePath}
+		switch e.engine {
+		case engine.Docker:
+			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultDockerConfig)
+		case engine.Containerd:
+			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultContainerdConfig)
+			opts.DropInPath = filepath.Join(d.engineRoot, engine.DefaultContainerdDropIn)
+		case engine.CRIO:
+			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultCRIODropIn)
+		}
+		configure := fmt.Sprintf("gpu-ctk runtime configure --runtime=%s && %s", e.engine, e.restart)
+		registered, err := engine.PlanUnconfigure(e.engine, opts)
+		if err != nil {
+			d.add(check, statusFail, fmt.Sprintf("installed (%s); its configuration cannot be read: %v", prog, err), "correct the file named; the engine itself fails on it too")
+			continue
+		}
+		if !registered.Changed() {
+			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", ")), configure)
+			continue
+		}
+		current, err := engine.PlanConfigure(e.engine, opts)
+		if err != nil {
+			d.add(check, statusFail, fmt.Sprintf("installed (%s): %v", prog, err), "correct the file named")
+			continue
+		}
+		if current.Changed() {
+			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but not as gpu-ctk runtime configure writes it now (another path than %s, or an older gpu-ctk)", prog, engine.DefaultRuntimeName, runtimePath), configure)
+			continue
+		}
+		detail := fmt.Sprintf("installed (%s); runtime %q registered: %s", prog, engine.DefaultRuntimeName, runtimePath)
+		opts.SetAsDefault = true
+		if def, err := engine.PlanConfigure(e.engine, opts); err == nil && !def.Changed() {
+			detail += ", the default runtime"
+		}
+		d.add(check, statusOK, detail, "")
+		if e.engine == engine.Docker {
+			d.checkDockerHook()
+		}
+	}
+	if found == 0 {
+		d.add("engines", statusWarn, "no docker, containerd, cri-o or podman found under "+d.engineRoot, "install a container engine, then gpu-ctk runtime configure --runtime=<it>")
+	}
+}
+
+// checkDockerHook: docker run --gpus needs an executable named nvidia-container-runtime-hook on
+// dockerd's PATH, or dockerd refuses the flag.
+func (d *doctor) checkDockerHook() {
+	p := d.findProgram(hookName)
+	if p == "" {
+		d.add("docker --gpus", statusWarn, hookName+" is not on dockerd's PATH: docker run --gpus fails with \"could not select device driver\" (NVIDIA_VISIBLE_DEVICES still works)",
+			"install the package, or link it: ln -s gpu-hook /usr/bin/"+hookName+"; then restart docker")
+		return
+	}
+	target, _ := filepath.EvalSymlinks(p)
+	if filepath.Base(target) == runtime.HookName {
+		d.add("docker --gpus", statusOK, p+" is gpu-hook: docker run --gpus works with --runtime=gpu or gpu as the default runtime", "")
+		return
+	}
+	d.add("docker --gpus", statusOK, p+" is another program (NVIDIA's toolkit): docker run --gpus works through gpu-runtime, which honours the request and removes that hook", "")
+}
+
+func (d *doctor) checkCgroups() {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+		d.add("cgroups", statusWarn, fmt.Sprintf("/sys/fs/cgroup: %v", err), "mount the cgroup filesystem (the init system does)")
+		return
+	}
+	switch {
+	case st.Type == unix.CGROUP2_SUPER_MAGIC:
+		d.add("cgroups", statusOK, "v2 (unified): device access is enforced by an eBPF program runc writes from the spec", "")
+	default:
+		mode := "v1"
+		if _, err := os.Stat("/sys/fs/cgroup/unified"); err == nil {
+			mode = "v1 (hybrid: v1 controllers, v2 at /sys/fs/cgroup/unified)"
+		}
+		if _, err := os.Stat("/sys/fs/cgroup/devices"); errors.Is(err, fs.ErrNotExist) {
+			d.add("cgroups", statusWarn, mode+" without the devices controller: device rules cannot be enforced", "mount the devices controller (the init system does)")
+			return
+		}
+		d.add("cgroups", statusOK, mode+": device access is enforced by the devices controller", "")
+	}
+}
+
+func (d *doctor) checkCDI() {
+	r, err := cdi.NewResolver(d.cfg.CDI.SpecDirs)
+	if err != nil {
+		d.add("CDI", statusWarn, err.Error(), "check [cdi] spec-dirs")
+		return
+	}
+	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
+	if d.driver == nil {
+		return // nothing to compare a spec with
+	}
+	caps, _ := discover.ReadMIGCaps(d.cfg.Driver.ProcRoot, d.driver.GPUs)
+	res := r.CheckSpecs(cdi.DefaultKind, plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps})
+	switch {
+	case len(res.Files) == 0:
+		d.add("CDI", statusWarn, "no spec of kind "+cdi.DefaultKind+" in "+strings.Join(d.cfg.CDI.SpecDirs, ", ")+": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none)", generate)
+	case len(res.Problems) > 0:
+		d.add("CDI", statusFail, strings.Join(res.Problems, "; "), "regenerate it: "+generate)
+	default:
+		d.add("CDI", statusOK, strings.Join(res.Files, ", ")+" describes this host", "")
+	}
+}

@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+)
+
+// doctorEnv is a healthy fake host (a MIG GPU and a whole one) with everything doctor looks
+// at in place: a fresh discovery cache, a CDI spec, and under an engine root of its own a
+// docker with the runtime gpu registered and docker's hook name linked to gpu-hook.
+type doctorEnv struct {
+	*env
+	engineRoot, cdiDir string
+}
+
+func newDoctorEnv(t *testing.T, opts fakehost.Options) *doctorEnv {
+	t.Helper()
+	e := newEnv(t, 1)
+	e.host = privateHost(t, filepath.Join(e.dir, "host"), opts)
+	d := &doctorEnv{env: e, engineRoot: filepath.Join(e.dir, "engines"), cdiDir: filepath.Join(e.dir, "cdi")}
+	d.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", d.cdiDir))
+	for _, dir := range []string{"usr/bin", "etc/docker"} {
+		if err := os.MkdirAll(filepath.Join(d.engineRoot, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d.engineRoot, "usr/bin/dockerd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(binDir, "gpu-hook"), filepath.Join(d.engineRoot, "usr/bin/nvidia-container-runtime-hook")); err != nil {
+		t.Fatal(err)
+	}
+	d.ctk(t, 0, "runtime", "configure", "--runtime=docker", "--config", filepath.Join(d.engineRoot, "etc/docker/daemon.json"))
+	d.ctk(t, 0, "cdi", "generate", "--output", filepath.Join(d.cdiDir, "nvidia.yaml"))
+	d.ctk(t, 0, "info") // writes nothing; the cache comes from a create
+	b := d.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, "true")
+	if r := d.run(t, b); r.code != 0 {
+		t.Fatalf("a GPU container (to write the discovery cache): %s", r.stderr)
+	}
+	return d
+}
+
+func (d *doctorEnv) ctk(t *testing.T, wantCode int, args ...string) string {
+	t.Helper()
+	out, code := gpuCTK(t, d.env, args...)
+	if code != wantCode {
+		t.Fatalf("gpu-ctk %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
+	}
+	return out
+}
+
+// doctor runs gpu-ctk doctor --json and its text form, which must agree.
+func (d *doctorEnv) doctor(t *testing.T) (map[string]ctk.Check, int) {
+	t.Helper()
+	out, code := gpuCTK(t, d.env, "doctor", "--json", "--engine-root", d.engineRoot)
+	var checks []ctk.Check
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	text, textCode := gpuCTK(t, d.env, "doctor", "--engine-root", d.engineRoot)
+	if textCode != code {
+		t.Errorf("doctor exits %d as text, %d as JSON", textCode, code)
+	}
+	byName := map[string]ctk.Check{}
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(lines) != len(checks) {
+		t.Errorf("%d text lines, %d JSON checks:\n%s", len(lines), len(checks), text)
+	}
+	for i, c := range checks {
+		if c.Status != "ok" && c.Status != "warn" && c.Status != "fail" {
+			t.Errorf("check %q: status %q", c.Check, c.Status)
+		}
+		if (c.Status == "ok") != (c.Fix == "") {
+			t.Errorf("check %q: status %s with fix %q (a fix is what warn and fail lines end with)", c.Check, c.Status, c.Fix)
+		}
+		if i < len(lines) {
+			want := fmt.Sprintf("%-4s %s: %s", c.Status, c.Check, c.Detail)
+			if c.Fix != "" {
+				want += " — fix: " + c.Fix
+			}
+			if timing.ReplaceAllString(lines[i], "") != timing.ReplaceAllString(want, "") { // two runs: NVML's time differs
+				t.Errorf("text line %d = %q\nwant %q", i, lines[i], want)
+			}
+		}
+		if _, dup := byName[c.Check]; !dup {
+			byName[c.Check] = c
+		}
+	}
+	return byName, code
+}
+
+var timing = regexp.MustCompile(` answered in [^:]+:`)
+
+func healthyOptions() fakehost.Options {
+	opts := fakehost.Default(2)
+	if err := opts.GPUs[0].AddMIGDevices("3g.40gb", "1g.10gb"); err != nil {
+		panic(err)
+	}
+	return opts
+}
+
+// TestDoctor: every check of a healthy fake host is ok, and each broken thing gives the
+// right verdict and fix.
+func TestDoctor(t *testing.T) {
+	d := newDoctorEnv(t, healthyOptions())
+	checks, code := d.doctor(t)
+	for _, name := range []string{"config", "driver", "NVML", "device nodes", "persistence mode", "MIG", "hook", "low-level runtime", "discovery cache", "engine docker", "docker --gpus", "cgroups", "CDI"} {
+		c, ok := checks[name]
+		if !ok || c.Status != "ok" {
+			t.Errorf("healthy host: check %q = %+v (present %v), want ok", name, c, ok)
+		}
+	}
+	if code != 0 {
+		t.Errorf("healthy host: exit %d", code)
+	}
+	if c := checks["discovery cache"]; !strings.HasPrefix(c.Detail, "fresh: ") {
+		t.Errorf("discovery cache: %q", c.Detail)
+	}
+	if c := checks["MIG"]; c.Detail != "GPU 0: 2 MIG device(s); capability nodes /dev/nvidia-caps (major 237) in place for all 2" {
+		t.Errorf("MIG: %q", c.Detail)
+	}
+	if c := checks["engine docker"]; !strings.HasSuffix(c.Detail, `runtime "gpu" registered: `+filepath.Join(binDir, "gpu-runtime")) {
+		t.Errorf("engine docker: %q", c.Detail)
+	}
+
+	type verdict struct{ check, status, detail, fix string }
+	cases := []struct {
+		description string
+		breakIt     func(t *testing.T, d *doctorEnv)
+		want        func(d *doctorEnv) []verdict
+		code        int
+	}{
+		{description: "a GPU's device node missing", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.host.DevRoot, "dev/nvidia1")) },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"device nodes", "fail", `/dev/nvidia1 (GPU 1, ` + d.host.Options.GPUs[1].UUID + `) under dev root "` + d.host.DevRoot + `": missing`,
+					"create it: nvidia-modprobe -c 1 (or check driver.dev-root)"}}
+			}},
+		{description: "the UVM nodes missing", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.host.DevRoot, "dev/nvidia-uvm")) },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"device nodes", "warn", `/dev/nvidia-uvm (CUDA needs it) under dev root "` + d.host.DevRoot + `": missing`, "load the nvidia-uvm module: nvidia-modprobe -u -c=0"}}
+			}},
+		{description: "a broken config", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				if err := os.WriteFile(d.config, []byte("[driver\nroot = 1\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"config", "fail", "parse config " + d.config + ": ", "correct " + d.config + " (gpu-ctk config prints what gpu-runtime reads): until then every GPU container fails to start"}}
+			}},
+		{description: "no NVML", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				libs, _ := filepath.Glob(filepath.Join(d.host.DriverRoot, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so*"))
+				for _, l := range libs {
+					mustRemove(t, l)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"NVML", "fail", "NVML library not found", "install the driver's user-space libraries, or set driver.root to where they are (the GPU operator's: /run/nvidia/driver)"}}
+			}},
+		{description: "a stale discovery cache", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				if err := os.WriteFile(filepath.Join(d.host.DriverRoot, "usr/lib/x86_64-linux-gnu/libnew.so.1"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"discovery cache", "ok", "stale: the host changed since ", ""}}
+			}},
+		{description: "an untrusted discovery cache", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				if err := os.Chmod(filepath.Join(d.dir, "discovery-cache.csv"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"discovery cache", "warn", "unusable: discovery cache " + filepath.Join(d.dir, "discovery-cache.csv") + " ignored: mode 0644, not 0600",
+					"remove " + filepath.Join(d.dir, "discovery-cache.csv") + "; gpu-runtime rewrites it, root-owned with mode 0600"}}
+			}},
+		{description: "docker without the runtime registered", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.engineRoot, "etc/docker/daemon.json")) },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"engine docker", "warn", `installed (` + filepath.Join(d.engineRoot, "usr/bin/dockerd") + `); runtime "gpu" not registered`,
+					"gpu-ctk runtime configure --runtime=docker && systemctl restart docker"}}
+			}},
+		{description: "docker's daemon.json does not parse", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				if err := os.WriteFile(filepath.Join(d.engineRoot, "etc/docker/daemon.json"), []byte("{"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"engine docker", "fail", "installed (" + filepath.Join(d.engineRoot, "usr/bin/dockerd") + "); its configuration cannot be read: ", "correct the file named; the engine itself fails on it too"}}
+			}},
+		{description: "no hook for docker --gpus", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				mustRemove(t, filepath.Join(d.engineRoot, "usr/bin/nvidia-container-runtime-hook"))
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"docker --gpus", "warn", "nvidia-container-runtime-hook is not on dockerd's PATH", "install the package, or link it: ln -s gpu-hook /usr/bin/nvidia-container-runtime-hook; then restart docker"}}
+			}},
+		{description: "a stale CDI spec after a MIG reconfiguration", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				opts := fakehost.Default(2)
+				if err := opts.GPUs[0].AddMIGDevices("7g.80gb"); err != nil {
+					t.Fatal(err)
+				}
+				d.host = privateHost(t, filepath.Join(d.dir, "host2"), opts)
+				d.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", d.cdiDir))
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"CDI", "fail", filepath.Join(d.cdiDir, "nvidia.yaml") + ": device 0:1: this host has no such device now", "regenerate it: gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"}}
+			}},
+		{description: "a CDI spec that names files a driver upgrade removed", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				mustRemove(t, filepath.Join(d.host.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"))
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"CDI", "fail", filepath.Join(d.cdiDir, "nvidia.yaml") + ": names host files that no longer exist (a driver upgrade?): " + filepath.Join(d.host.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"),
+					"regenerate it: gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"}}
+			}},
+		{description: "no CDI spec", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.cdiDir, "nvidia.yaml")) },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"CDI", "warn", "no spec of kind nvidia.com/gpu in " + d.cdiDir, "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"}}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.description, func(t *testing.T) {
+			d := newDoctorEnv(t, healthyOptions())
+			tc.breakIt(t, d)
+			checks, code := d.doctor(t)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d: %+v", code, tc.code, checks)
+			}
+			for _, w := range tc.want(d) {
+				c := checks[w.check]
+				if c.Status != w.status || !strings.Contains(c.Detail, w.detail) || c.Fix != w.fix {
+					t.Errorf("check %q = %+v\nwant status %s, detail with %q, fix %q", w.check, c, w.status, w.detail, w.fix)
+				}
+			}
+		})
+	}
+
+	t.Run("persistence mode off", func(t *testing.T) {
+		opts := healthyOptions()
+		opts.GPUs[1].PersistenceDisabled = true
+		d := newDoctorEnv(t, opts)
+		checks, code := d.doctor(t)
+		c := checks["persistence mode"]
+		want := "off on GPU 1 (" + opts.GPUs[1].UUID + "): the driver tears down and re-initialises the GPU between users"
+		if code != 0 || c.Status != "warn" || !strings.HasPrefix(c.Detail, want) || c.Fix != "run nvidia-persistenced (the driver's service), or nvidia-smi -pm 1" {
+			t.Errorf("exit %d, %+v", code, c)
+		}
+	})
+}
+
+func mustRemove(t *testing.T, p string) {
+	t.Helper()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDoctorUsage: --help exits 0, a stray argument is a usage error.
+func TestDoctorUsage(t *testing.T) {
+	e := newEnv(t, 1)
+	out, code := gpuCTK(t, e, "doctor", "--help")
+	if code != 0 || !strings.HasPrefix(out, "usage:\n  gpu-ctk doctor [--json]") {
+		t.Errorf("--help: exit %d\n%s", code, out)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), "doctor", "now")
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	msg, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(msg), `doctor takes no arguments, got ["now"] (gpu-ctk doctor --help)`) {
+		t.Errorf("exit %d: %s", cmd.ProcessState.ExitCode(), msg)
+	}
+}
