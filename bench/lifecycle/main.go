@@ -271,11 +271,17 @@ func measure(ctx context.Context, o options, l *lab) error {
 		}
 	}
 
+	// gpu-runtime --version also prints its low-level runtime's --version: with none that
+	// exists, it is the process's start-up alone.
+	startupCfg := filepath.Join(l.work, "config-startup.toml")
+	if err := os.WriteFile(startupCfg, []byte("[runtime]\nruntimes = [\"/nonexistent/runc\"]\n"), 0o644); err != nil {
+		return err
+	}
 	progress("gpu-runtime in isolation (low-level runtime = %s): %d samples per case", l.noop, o.isolation)
 	passThrough := []string{"--root", l.state, "--log", filepath.Join(l.work, "passthrough-log.json"), "--log-format", "json", "start", "gpubench-none"}
 	cases := []*isoCase{
 		{key: "true", label: "true(1) alone, the no-op runtime (floor)", binary: l.noop, spec: specPlain, reference: true},
-		{key: "version", label: "gpu-runtime --version (process start-up only)", binary: l.runtime, args: []string{"--version"}},
+		{key: "version", label: "gpu-runtime --version (process start-up only: its low-level runtime does not exist, so runc --version is not run)", binary: l.runtime, config: startupCfg, args: []string{"--version"}},
 		{key: "passthrough", label: "gpu-runtime start (pass-through: what start, delete, state, kill… pay)", binary: l.runtime, config: noopCfg[8], args: passThrough},
 		{key: "nongpu", label: "gpu-runtime create, non-GPU container (spec untouched)", binary: l.runtime, config: noopCfg[8], spec: specPlain},
 		{key: "gpu1", label: "gpu-runtime create, 1 GPU", binary: l.runtime, config: noopCfg[1], spec: specGPU, gpu: true},

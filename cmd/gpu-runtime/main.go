@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime/debug"
 
 	"github.com/sirupsen/logrus"
@@ -26,8 +27,7 @@ func main() {
 	args := os.Args[1:]
 	inv, argErr := oci.ParseArgs(args)
 	if inv.Version && inv.Command == "" {
-		fmt.Println(version.String("gpu-runtime"))
-		return
+		os.Exit(printVersion())
 	}
 	var cfg config.Config
 	var warnings []string
@@ -82,6 +82,30 @@ func withContainer(log *runlog.Logger, id string) logrus.FieldLogger {
 		return log
 	}
 	return log.WithField("container_id", id)
+}
+
+// printVersion prints gpu-runtime's version, then the low-level runtime's --version lines, as
+// NVIDIA's runtime does: docker info reads the runtime's name, version and commit from the
+// last "version" and "commit:" lines, so it shows runc's instead of an empty field.
+func printVersion() int {
+	fmt.Println(version.String("gpu-runtime"))
+	cfg, err := config.LoadRuntimeFromEnv(os.Getenv)
+	if err != nil {
+		cfg = config.Default()
+	}
+	self, _ := os.Executable()
+	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
+		return 0 // our own version was asked for and printed
+	}
+	out, err := exec.Command(runc, "--version").Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-runtime: %s --version: %v\n", runc, err)
+		return 0
+	}
+	fmt.Printf("\n%s", out)
+	return 0
 }
 
 // unsupported keeps only argument errors that must stop a create (ErrArgs passes through

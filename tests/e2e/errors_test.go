@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,9 +108,28 @@ func TestPassThrough(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "container does not exist") {
 		t.Errorf("state of a missing container: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// --version: ours, then runc's lines, so that docker info (which reads the last "version"
+	// and "commit:" lines) shows runc's version and commit.
+	runcVersion, err := exec.Command("runc", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r = e.runtime(t, nil, "--version")
-	if r.code != 0 || !strings.Contains(r.stdout, "gpu-runtime version") || !strings.Contains(r.stdout, "spec: 1.") {
+	ours, theirs, _ := strings.Cut(r.stdout, "\n\n")
+	if r.code != 0 || !strings.HasPrefix(ours, "gpu-runtime version ") || !strings.Contains(ours, "\nspec: 1.") || theirs != string(runcVersion) {
 		t.Errorf("--version: exit %d: %q", r.code, r.stdout)
+	}
+	var lastVersion, lastCommit string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.Contains(l, "version") {
+			lastVersion = l
+		}
+		if strings.HasPrefix(l, "commit:") {
+			lastCommit = l
+		}
+	}
+	if !strings.HasPrefix(lastVersion, "runc version ") || lastCommit == "" || !strings.Contains(string(runcVersion), lastCommit) {
+		t.Errorf("--version: docker info would read %q and %q", lastVersion, lastCommit)
 	}
 	// A broken config does not stop non-create commands (containers must stay deletable).
 	if err := os.WriteFile(e.config, []byte("[runtime\n"), 0o644); err != nil {
