@@ -38,9 +38,13 @@ func main() {
 		cfg, cfgErr = config.LoadRuntimeFromEnv(os.Getenv)
 	}
 	level := logrus.InfoLevel
-	if cfgErr == nil {
+	switch {
+	case cfgErr == nil:
 		level = cfg.Level()
-	} else {
+	case inv.ModifiesSpec():
+		// Which runtime, and where to log, if the [runtime] section can still be read.
+		cfg, _ = config.LoadRuntimeFromEnv(os.Getenv)
+	default:
 		cfg = config.Default()
 	}
 	log := runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, ExtraFile: cfg.Runtime.LogFile, Level: level, Stderr: os.Stderr})
@@ -55,10 +59,17 @@ func main() {
 	}
 	// Resolve runc before touching the spec: a create must not leave an edited spec behind.
 	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
+	cwd, _ := os.Getwd() // a relative --bundle is relative to it
+	if inv.ModifiesSpec() && cfgErr != nil && argErr == nil && err == nil && !runtime.AsksForGPU(inv, cwd) {
+		// A broken config must not take down every container of the host: one that asks for
+		// no GPU needs nothing from it. A GPU container fails below: it cannot be injected safely.
+		lines.WithError(cfgErr).Warn("config unusable; the container asks for no GPU, so it runs unchanged through " + runc)
+		log.Close()
+		execRuntime(runc, args, inv, level)
+	}
 	if inv.ModifiesSpec() {
 		err = errors.Join(cfgErr, unsupported(argErr), err)
 		if err == nil && argErr == nil {
-			cwd, _ := os.Getwd() // a relative --bundle is relative to it
 			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log,
 				HandOff: runtime.HandOffToCTK(self, args)})
 		}
@@ -71,7 +82,13 @@ func main() {
 		fail(log, inv.ContainerID, err)
 	}
 	log.Close()
-	err = unix.Exec(runc, append([]string{runc}, args...), os.Environ())
+	execRuntime(runc, args, inv, level)
+}
+
+// execRuntime replaces gpu-runtime with the low-level runtime, arguments unchanged; it
+// returns only to report why it could not.
+func execRuntime(runc string, args []string, inv oci.Invocation, level logrus.Level) {
+	err := unix.Exec(runc, append([]string{runc}, args...), os.Environ())
 	fail(runlog.New(runlog.Options{RuncLog: inv.Log, Format: inv.LogFormat, Level: level, Stderr: os.Stderr}), inv.ContainerID, fmt.Errorf("exec %s: %w", runc, err))
 }
 

@@ -391,3 +391,32 @@ func deviceIDs(devices []plan.Device) []string {
 	}
 	return out
 }
+
+// AsksForGPU reports whether a create's container asks gpu-runtime for GPUs, judged with the
+// default configuration: an NVIDIA variable, a device-plugin mount, a CDI name or annotation,
+// or docker's --gpus hook. A spec that cannot be read or parsed, or a request that does not
+// parse, counts as asking (its create must then fail with the real error). main uses it when
+// the configuration is broken, to let every other container run.
+func AsksForGPU(inv oci.Invocation, cwd string) bool {
+	path := oci.ConfigPath(inv.BundleDir(cwd))
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	if !request.MayRequestGPU(raw) {
+		return false
+	}
+	sf, err := oci.ParseSpec(path, raw)
+	if err != nil {
+		return true
+	}
+	if hasDevice(sf.Spec, controlNode) {
+		return false
+	}
+	def := config.Default()
+	req, _, err := request.FromSpec(sf.Spec, request.Policy{
+		AcceptEnvWhenUnprivileged: def.Request.AcceptEnvvarWhenUnprivileged,
+		AcceptVolumeMounts:        true, // a broken config may have meant to accept them
+	})
+	return err != nil || req.IsGPU() || hasDockerHook(sf)
+}

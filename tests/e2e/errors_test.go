@@ -139,7 +139,24 @@ func TestPassThrough(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "ID") || !strings.Contains(r.stderr, "config unusable; using default runtimes for list") {
 		t.Errorf("list with broken config: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
-	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
+	// A container that asks for no GPU runs, with a warning in the runtime's log: a broken
+	// config must not take down every container of the host.
+	b := e.bundle(t, nil, "echo plain-ran")
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	r = e.run(t, b, "--log", logPath, "--log-format", "json")
+	found := false
+	for _, l := range jsonLines(t, logPath) {
+		msg, _ := l["msg"].(string)
+		errText, _ := l["error"].(string)
+		if l["level"] == "warning" && strings.HasPrefix(msg, "config unusable; the container asks for no GPU, so it runs unchanged through ") &&
+			strings.Contains(errText, "parse config "+e.config) && l["container_id"] != nil {
+			found = true
+		}
+	}
+	if r.code != 0 || !strings.Contains(r.stdout, "plain-ran") || !found {
+		t.Errorf("a non-GPU create with a broken config: exit %d %q %q; warning logged: %v", r.code, r.stdout, r.stderr, found)
+	}
+	b = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
 	r = e.run(t, b)
 	if r.code == 0 || !strings.Contains(r.stderr, "gpu-runtime: parse config "+e.config+": line 1, column 9: expected character ]") {
 		t.Errorf("create with broken config must fail naming the file and place: exit %d %q", r.code, r.stderr)
