@@ -169,11 +169,12 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	if err != nil {
 		return in, err
 	}
+	req.DockerGPUs = hasDockerHook(sf)
 	in.Request = req
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	if !req.IsGPU() && !hasDockerHook(sf) {
+	if !req.IsGPU() && !req.DockerGPUs {
 		in.Unchanged = UnchangedNoGPU
 		return in, nil
 	}

@@ -232,9 +232,33 @@ func selectDevices(req request.Request, gpus []discover.GPU) ([]Device, error) {
 		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, describeAllMIG(gpus))}, errs...)
 	}
 	if len(unknown) > 0 {
-		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))}, errs...)
+		var err error
+		switch n, isCount := dockerCount(req); {
+		case isCount:
+			err = fmt.Errorf("%w: docker run --gpus %d asked for %d GPUs, and %s; use --gpus %d or fewer, --gpus all, or --gpus device=<index or UUID>",
+				ErrUnknownDevice, n, n, describe(gpus), len(gpus))
+		case req.DockerGPUs:
+			err = fmt.Errorf("%w %s in docker run --gpus device=%s: %s", ErrUnknownDevice, quote.List(unknown), strings.Join(req.Devices, ","), describe(gpus))
+		default:
+			err = fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))
+		}
+		errs = append([]error{err}, errs...)
 	}
 	return out, errors.Join(errs...)
+}
+
+// dockerCount recognises docker run --gpus N: docker writes NVIDIA_VISIBLE_DEVICES=0,1,…,N-1
+// beside its hook.
+func dockerCount(req request.Request) (int, bool) {
+	if !req.DockerGPUs || len(req.Devices) == 0 {
+		return 0, false
+	}
+	for i, tok := range req.Devices {
+		if tok != strconv.Itoa(i) {
+			return 0, false
+		}
+	}
+	return len(req.Devices), true
 }
 
 // errUnknownMIG: a token of a MIG form that names no MIG device.

@@ -187,6 +187,22 @@ func TestBuildErrors(t *testing.T) {
 		{description: "compute with only the 32-bit libcuda", host: only32, env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,compat32"},
 			wantErr: "missing driver library: libcuda.so.550.54.15 (capability compute) not found under driver root: check driver.root and that the driver's user-space libraries are installed", is: ErrMissingLibrary},
 	}
+	// What docker run --gpus writes: the request names the flag.
+	dockerReq := func(t *testing.T, devices string) request.Request {
+		r := req(t, "NVIDIA_VISIBLE_DEVICES="+devices)
+		r.DockerGPUs = true
+		return r
+	}
+	for _, tc := range []struct{ devices, want string }{
+		{"0,1,2", "unknown device: docker run --gpus 3 asked for 3 GPUs, and this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb); use --gpus 2 or fewer, --gpus all, or --gpus device=<index or UUID>"},
+		{"7", `unknown device "7" in docker run --gpus device=7: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`},
+		{"1,2", `unknown device "2" in docker run --gpus device=1,2: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`},
+	} {
+		_, err := Build(dockerReq(t, tc.devices), testHost())
+		if err == nil || err.Error() != tc.want || !errors.Is(err, ErrUnknownDevice) {
+			t.Errorf("docker --gpus, NVIDIA_VISIBLE_DEVICES=%s: error\n%v\nwant\n%s", tc.devices, err, tc.want)
+		}
+	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			_, err := Build(req(t, tc.env...), tc.host)

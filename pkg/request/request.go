@@ -73,6 +73,9 @@ type Request struct {
 	// MIGConfig and MIGMonitor are NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES = all.
 	MIGConfig  bool
 	MIGMonitor bool
+	// DockerGPUs says the spec carries docker's --gpus hook: NVIDIA_VISIBLE_DEVICES was then
+	// written by docker from the flag (--gpus 3 becomes 0,1,2), and errors name the flag.
+	DockerGPUs bool
 }
 
 // Requirement is one NVIDIA_REQUIRE_* variable.

@@ -347,3 +347,18 @@ func lastJSONError(t *testing.T, path string) string {
 	}
 	return msg
 }
+
+// TestDockerGPUsCountError: docker run --gpus 3 on a two-GPU host reaches the runtime as
+// NVIDIA_VISIBLE_DEVICES=0,1,2 beside docker's hook; the error names the flag and the count.
+func TestDockerGPUsCountError(t *testing.T) {
+	e := newEnv(t, 2)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0,1,2"}, "true")
+	editSpec(t, b, func(s map[string]any) {
+		s["hooks"] = map[string]any{"prestart": []any{map[string]any{"path": "/usr/bin/nvidia-container-runtime-hook", "args": []any{"nvidia-container-runtime-hook", "prestart"}}}}
+	})
+	r := e.run(t, b)
+	want := "gpu-runtime: plan GPU injection: unknown device: docker run --gpus 3 asked for 3 GPUs, and this host has GPUs 0 (" + e.host.Options.GPUs[0].UUID + "), 1 (" + e.host.Options.GPUs[1].UUID + "); use --gpus 2 or fewer, --gpus all, or --gpus device=<index or UUID>"
+	if r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
+	}
+}
