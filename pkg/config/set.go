@@ -1,0 +1,208 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Keys lists every key of the configuration, "section.name", in file order.
+func Keys() []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		section := t.Field(i)
+		for j := range section.Type.NumField() {
+			out = append(out, section.Tag.Get("toml")+"."+section.Type.Field(j).Tag.Get("toml"))
+		}
+	}
+	return out
+}
+
+// keyKind returns the Go kind of key's field (reflect.String, Bool or Slice).
+func keyKind(key string) (reflect.Kind, bool) {
+	sectionName, name, ok := strings.Cut(key, ".")
+	if !ok {
+		return 0, false
+	}
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		section := t.Field(i)
+		if section.Tag.Get("toml") != sectionName {
+			continue
+		}
+		for j := range section.Type.NumField() {
+			if f := section.Type.Field(j); f.Tag.Get("toml") == name {
+				return f.Type.Kind(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Set returns data, a configuration file named name, with key ("section.name") set to value,
+// everything else — comments, order, blank lines — as it was: the key's line is rewritten
+// where it is, or added at the end of its section (and the section at the end of the file
+// when there is none). value is what a user types: a string as is, true or false, a list as
+// comma-separated items or a TOML array. The result must pass Parse: a bad key or value is
+// an error naming it, and nothing is returned.
+func Set(data []byte, name, key, value string) ([]byte, error) {
+	kind, ok := keyKind(key)
+	if !ok {
+		return nil, invalid(nil, "unknown key %q: the keys are %s", key, strings.Join(Keys(), ", "))
+	}
+	literal, err := tomlValue(kind, value)
+	if err != nil {
+		return nil, invalid(nil, "%s: %v", key, err)
+	}
+	section, field, _ := strings.Cut(key, ".")
+	out := setLine(data, section, field, field+" = "+literal)
+	if _, _, err := Parse(out, name); err != nil {
+		return nil, fmt.Errorf("%s = %s: %w", key, literal, err)
+	}
+	return out, nil
+}
+
+// tomlValue writes a user's value as a TOML literal of the key's kind.
+func tomlValue(kind reflect.Kind, value string) (string, error) {
+	switch kind {
+	case reflect.Bool:
+		if value != "true" && value != "false" {
+			return "", fmt.Errorf("%q is not true or false", value)
+		}
+		return value, nil
+	case reflect.Slice:
+		v := strings.TrimSpace(value)
+		if strings.HasPrefix(v, "[") {
+			return v, nil // a TOML array: Parse checks it
+		}
+		var items []string
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, basicString(item))
+			}
+		}
+		return "[" + strings.Join(items, ", ") + "]", nil
+	}
+	return basicString(value), nil
+}
+
+// basicString quotes s as a TOML basic string.
+func basicString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// setLine replaces the line (or the lines, for a multi-line array) of field in [section]
+// with line, or adds line at the end of the section's last key, or adds the section.
+func setLine(data []byte, section, field, line string) []byte {
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	current := ""
+	lastKey := -1     // the last key line of the section
+	sectionLine := -1 // the section's header
+	for i := 0; i < len(lines); i++ {
+		t := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "[[") {
+			current = strings.TrimSpace(strings.Trim(strings.SplitN(t, "#", 2)[0], "[] \t"))
+			if current == section {
+				sectionLine = i
+			}
+			continue
+		}
+		if current != section || t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		k, rest, ok := strings.Cut(t, "=")
+		if !ok {
+			continue
+		}
+		end := i + valueLines(rest, lines[i+1:])
+		if strings.Trim(strings.TrimSpace(k), `"'`) == field {
+			indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " \t"))]
+			newLines := append(append(append([]string(nil), lines[:i]...), indent+line+"\n"), lines[end+1:]...)
+			return []byte(strings.Join(newLines, ""))
+		}
+		lastKey, i = end, end
+	}
+	switch {
+	case lastKey >= 0:
+		return []byte(strings.Join(append(append(append([]string(nil), lines[:lastKey+1]...), line+"\n"), lines[lastKey+1:]...), ""))
+	case sectionLine >= 0:
+		return []byte(strings.Join(append(append(append([]string(nil), lines[:sectionLine+1]...), line+"\n"), lines[sectionLine+1:]...), ""))
+	}
+	var b bytes.Buffer
+	b.WriteString(strings.Join(lines, ""))
+	if b.Len() > 0 {
+		if !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
+			b.WriteByte('\n')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("[" + section + "]\n" + line + "\n")
+	return b.Bytes()
+}
+
+// valueLines counts the lines after the key's line that its value continues on: a
+// multi-line array goes on until its brackets balance (brackets in strings and comments
+// do not count).
+func valueLines(rest string, after []string) int {
+	depth := bracketDepth(rest)
+	n := 0
+	for depth > 0 && n < len(after) {
+		depth += bracketDepth(after[n])
+		n++
+	}
+	return n
+}
+
+func bracketDepth(s string) int {
+	depth := 0
+	var quote rune
+	escaped := false
+	for _, r := range s {
+		switch {
+		case quote != 0:
+			switch {
+			case escaped:
+				escaped = false
+			case r == '\\' && quote == '"':
+				escaped = true
+			case r == quote:
+				quote = 0
+			}
+		case r == '"' || r == '\'':
+			quote = r
+		case r == '#':
+			return depth
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		}
+	}
+	return depth
+}
+
+// Marshal writes cfg as a configuration file, every key with its value.
+func Marshal(cfg Config) ([]byte, error) {
+	return toml.Marshal(cfg)
+}
