@@ -75,15 +75,14 @@ func loadConfig(stderr io.Writer) (config.Config, error) {
 
 func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk cdi generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	output := fs.String("output", "", "write the spec to FILE (atomically) instead of stdout")
 	format := fs.String("format", "", "yaml or json (default: from --output's extension, else yaml)")
 	kind := fs.String("kind", cdi.DefaultKind, "the spec's kind, vendor.com/class")
 	strategy := fs.String("device-name-strategy", cdi.NameBoth, "name devices by index, uuid or both")
 	capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec carries, as NVIDIA_DRIVER_CAPABILITIES")
 	check := fs.String("check", "", "compare FILE with the spec this host would get; write nothing")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+	if help, err := parseFlags(fs, args, cdiUsage, stdout); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: cdi generate takes no arguments, got %q", ErrUsage, fs.Args())
@@ -181,6 +180,9 @@ func hostFromConfig(cfg config.Config) (plan.Host, error) {
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
+	if help, err := parseFlags(flag.NewFlagSet("gpu-ctk cdi list", flag.ContinueOnError), args, cdiUsage, stdout); help || err != nil {
+		return err
+	}
 	if len(args) > 0 {
 		return fmt.Errorf("%w: cdi list takes no arguments, got %q", ErrUsage, args)
 	}

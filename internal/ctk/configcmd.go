@@ -37,16 +37,11 @@ func configHelp() string {
 
 func runConfig(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk config", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	file := fs.String("config", "", "the configuration file (default: GPU_RUNTIME_CONFIG, else "+config.DefaultPath+")")
 	var sets listFlag
 	fs.Var(&sets, "set", "KEY=VALUE to write into the file (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, err = io.WriteString(stdout, configHelp())
-			return err
-		}
-		return fmt.Errorf("%w: %w (gpu-ctk config --help)", ErrUsage, err)
+	if help, err := parseFlags(fs, args, configHelp(), stdout); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: config takes no arguments, got %q (gpu-ctk config --help)", ErrUsage, fs.Args())

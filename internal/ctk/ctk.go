@@ -13,6 +13,7 @@ package ctk
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -93,4 +94,31 @@ func writeUsage(w io.Writer) {
 	}
 	b.WriteString("\n  --version    print the version\n  --help       print this help; gpu-ctk COMMAND --help for a command's\n")
 	_, _ = io.WriteString(w, b.String())
+}
+
+// parseFlags parses a command's flags. --help (or -h) prints usage and the flags to stdout
+// and returns help = true: a command's --help succeeds. Other flag errors wrap ErrUsage and
+// name where to look.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) (help bool, err error) {
+	fs.SetOutput(io.Discard)
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = io.WriteString(stdout, usage)
+		if hasFlags(fs) {
+			_, _ = io.WriteString(stdout, "\nflags:\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %w (%s --help)", ErrUsage, err, fs.Name())
+	}
+	return false, nil
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
 }

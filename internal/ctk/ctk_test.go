@@ -406,3 +406,27 @@ func TestRegisterRefusesDuplicates(t *testing.T) {
 	}()
 	Register("runtime", "again", func([]string, io.Writer, io.Writer) error { return nil })
 }
+
+// TestEveryHelp: gpu-ctk --help lists every command, and every command's and subcommand's
+// --help prints its usage to stdout and succeeds.
+func TestEveryHelp(t *testing.T) {
+	var top strings.Builder
+	if err := Run([]string{"--help"}, &top, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var all [][]string
+	for name := range commands {
+		if !strings.Contains(top.String(), "\n  "+name+" ") {
+			t.Errorf("gpu-ctk --help does not list %s:\n%s", name, top.String())
+		}
+		all = append(all, []string{name})
+	}
+	all = append(all, []string{"runtime", "configure"}, []string{"runtime", "unconfigure"}, []string{"cdi", "generate"}, []string{"cdi", "list"})
+	for _, args := range all {
+		var out, errb strings.Builder
+		err := Run(append(append([]string(nil), args...), "--help"), &out, &errb)
+		if err != nil || !strings.HasPrefix(out.String(), "usage:") || errb.Len() > 0 {
+			t.Errorf("gpu-ctk %s --help: %v, stdout %q, stderr %q", strings.Join(args, " "), err, out.String(), errb.String())
+		}
+	}
+}

@@ -61,16 +61,10 @@ const (
 
 func runDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {} // --help prints the usage to stdout below; errors say to run --help
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	engineRoot := fs.String("engine-root", "/", "look for the engines' files and programs under DIR")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, err = io.WriteString(stdout, doctorUsage)
-			return err
-		}
-		return fmt.Errorf("%w: %w (gpu-ctk doctor --help)", ErrUsage, err)
+	if help, err := parseFlags(fs, args, doctorUsage, stdout); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: doctor takes no arguments, got %q (gpu-ctk doctor --help)", ErrUsage, fs.Args())

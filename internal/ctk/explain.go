@@ -2,7 +2,6 @@ package ctk
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -93,20 +92,14 @@ type ExplainedHostSummary struct {
 
 func runExplain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {} // --help prints the usage to stdout below; errors say to run --help
 	bundle := fs.String("bundle", "", "the container's bundle directory (its config.json is read, never written)")
 	var envs, annotations listFlag
 	fs.Var(&envs, "env", "VAR=VALUE of the container's environment (repeatable)")
 	fs.Var(&annotations, "annotation", "KEY=VALUE annotation of the container (repeatable), e.g. cdi.k8s.io/gpu=nvidia.com/gpu=0")
 	privileged := fs.Bool("privileged", false, "with --env: the container has CAP_SYS_ADMIN")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, err = io.WriteString(stdout, explainUsage)
-			return err
-		}
-		return fmt.Errorf("%w: %w (gpu-ctk explain --help)", ErrUsage, err)
+	if help, err := parseFlags(fs, args, explainUsage, stdout); help || err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:

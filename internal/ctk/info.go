@@ -19,15 +19,23 @@ func init() {
 	Register("info", "show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo)
 }
 
+const infoUsage = `usage:
+  gpu-ctk info [--json] [--driver-root DIR]
+
+info asks NVML (loaded from the driver root) for the driver, the CUDA version it supports and
+every GPU — index, minor, UUID, name, brand, PCI bus, compute capability, MIG mode and MIG
+devices — as gpu-runtime sees them. gpu-runtime runs gpu-ctk info --json when its discovery
+cache misses.
+`
+
 // runInfo prints the driver version, CUDA version and every GPU. --json is the interface
 // gpu-runtime uses when its discovery cache misses.
 func runInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk info", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+	if help, err := parseFlags(fs, args, infoUsage, stdout); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
@@ -22,6 +23,17 @@ func (m *multi) String() string     { return fmt.Sprint(*m) }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // Run executes one gpu-hook command line. argv0 is the name it was invoked as.
+// Usage is gpu-hook's help.
+const Usage = `usage: gpu-hook update-ldcache|prestart|proc-caps [flags] (run by gpu-runtime as an OCI hook)
+
+gpu-hook is run by the low-level runtime, with the container's state on stdin, from the hook
+entries gpu-runtime writes into a GPU container's spec:
+  update-ldcache  make the injected libraries' links and the container's ld.so.cache
+  prestart        check NVIDIA_REQUIRE_* against the driver and the selected GPUs
+  proc-caps       show a MIG container only its capabilities of the driver's /proc interface
+gpu-hook --version prints the version.
+`
+
 func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// Packaging installs request.DockerHookName as a link to gpu-hook; gpu-runtime removes
 	// that hook from every spec it handles, so it only runs when a --gpus container
@@ -30,7 +42,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		return fmt.Errorf("%w: docker ran %s for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json", ErrBypassed, request.DockerHookName)
 	}
 	if len(args) == 0 {
-		return errors.New("usage: gpu-hook update-ldcache|prestart|proc-caps [flags] (run by gpu-runtime as an OCI hook)")
+		return errors.New(strings.TrimSpace(Usage))
 	}
 	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,6 +52,9 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	case "--version", "-v", "version":
 		fmt.Fprintln(stdout, version.String("gpu-hook"))
 		return nil
+	case "--help", "-h", "help":
+		_, err := io.WriteString(stdout, Usage)
+		return err
 	case "update-ldcache":
 		var opts LDCacheOptions
 		var libs multi
