@@ -77,9 +77,22 @@ func TestRuntimeCommand(t *testing.T) {
 		},
 		{
 			description: "unknown engine",
-			args:        []string{"configure", "--runtime=podman"},
+			args:        []string{"configure", "--runtime=lxd"},
 			wantCode:    2,
-			wantErr:     []string{`unknown container engine "podman"`},
+			wantErr:     []string{`unknown container engine "lxd"`},
+		},
+		{
+			description: "podman: what it needs, nothing written",
+			args:        []string{"configure", "--runtime=podman", "--runtime-path=/opt/gpu/gpu-runtime"},
+			wantStdout: []string{"podman: nothing written: podman takes its runtime per container or from containers.conf, and needs no restart.\n",
+				"  per container:  podman run --runtime /opt/gpu/gpu-runtime -e NVIDIA_VISIBLE_DEVICES=0 IMAGE\n",
+				"    [engine]\n    runtime = \"gpu\"\n    [engine.runtimes]\n    gpu = [\"/opt/gpu/gpu-runtime\"]\n",
+				"    podman run --device nvidia.com/gpu=0 IMAGE\n"},
+		},
+		{
+			description: "podman unconfigure",
+			args:        []string{"unconfigure", "--runtime=podman"},
+			wantStdout:  []string{"podman: nothing to unconfigure: gpu-ctk never edits podman's configuration"},
 		},
 		{
 			description: "unknown flag",

@@ -127,7 +127,10 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		return usage("unexpected argument %q", flags.Arg(0))
 	}
 	if f.engine == "" {
-		return usage("--runtime is required: docker, containerd or crio")
+		return usage("--runtime is required: docker, containerd or crio (podman: --runtime=podman says what it needs)")
+	}
+	if strings.EqualFold(f.engine, "podman") {
+		return podmanNote(configure, f.path, stdout, h)
 	}
 	eng, err := engine.ParseEngine(f.engine)
 	if err != nil {
@@ -302,4 +305,28 @@ func writeLines(w io.Writer, prefix string, lines []string) {
 	for _, l := range lines {
 		fmt.Fprintln(w, prefix+l)
 	}
+}
+
+// podmanNote answers --runtime=podman: podman has no runtime registry to edit, so gpu-ctk
+// says what podman needs instead of calling it an unknown engine.
+func podmanNote(configure bool, pathFlag string, w io.Writer, h host) error {
+	if !configure {
+		_, err := fmt.Fprintln(w, "podman: nothing to unconfigure: gpu-ctk never edits podman's configuration (remove the lines below from containers.conf if you added them)")
+		return err
+	}
+	runtimePath, err := runtimePath(pathFlag, h)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, `podman: nothing written: podman takes its runtime per container or from containers.conf, and needs no restart.
+  per container:  podman run --runtime %[1]s -e NVIDIA_VISIBLE_DEVICES=0 IMAGE
+  for every container, in /etc/containers/containers.conf (or ~/.config/containers/containers.conf):
+    [engine]
+    runtime = "gpu"
+    [engine.runtimes]
+    gpu = [%[2]q]
+  or without gpu-runtime in the path, by CDI: gpu-ctk cdi generate --output /etc/cdi/nvidia.yaml, then
+    podman run --device nvidia.com/gpu=0 IMAGE
+`, runtimePath, runtimePath)
+	return err
 }

@@ -173,10 +173,27 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if p.Changed() {
 		p.Next = []string{
 			"restart containerd: systemctl restart containerd",
-			fmt.Sprintf("Kubernetes: create a RuntimeClass with handler %q (packaging/kubernetes/runtimeclass.yaml) and set runtimeClassName in pods", opts.RuntimeName),
+			runtimeClassHint(opts.RuntimeName),
 		}
 	}
 	return p, nil
+}
+
+// RuntimeClassFiles are where the package and make install put the RuntimeClass of the
+// runtime "gpu".
+var RuntimeClassFiles = []string{"/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml", "/usr/local/share/gpu-runtime/kubernetes/runtimeclass.yaml"}
+
+// runtimeClassHint says how Kubernetes pods reach the runtime: the installed RuntimeClass
+// file where there is one for this name, else the object to create.
+func runtimeClassHint(name string) string {
+	if name == DefaultRuntimeName {
+		for _, f := range RuntimeClassFiles {
+			if _, err := os.Stat(f); err == nil {
+				return fmt.Sprintf("Kubernetes: kubectl apply -f %s (a RuntimeClass with handler %q), and set runtimeClassName: %s in pods", f, name, name)
+			}
+		}
+	}
+	return fmt.Sprintf("Kubernetes: create a RuntimeClass (apiVersion node.k8s.io/v1) named %[1]s with handler %[1]q, and set runtimeClassName: %[1]s in pods", name)
 }
 
 func planContainerdUnconfigure(opts Options) (*Plan, error) {
@@ -433,6 +450,7 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 				return backups, err
 			}
 			backups = append(backups, name)
+			pruneBackups(c.Path)
 		}
 		if c.Remove {
 			if err := os.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -456,6 +474,19 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 		}
 	}
 	return backups, nil
+}
+
+// MaxBackups is how many backups of a file gpu-ctk keeps: each configure or unconfigure that
+// changes a file makes one, and the oldest beyond this many are removed.
+const MaxBackups = 5
+
+// pruneBackups removes the backups of path beyond the newest MaxBackups. A backup that
+// cannot be removed is left: pruning never fails a configure.
+func pruneBackups(path string) {
+	all := backupsOf(path)
+	for _, old := range all[min(len(all), MaxBackups):] {
+		_ = os.Remove(old)
+	}
 }
 
 // writeBackup copies content to a new file <path>.bak.<UTC timestamp>[.N], never replacing one.

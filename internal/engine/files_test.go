@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -607,4 +608,65 @@ func TestCRIOFiles(t *testing.T) {
 func readFileString(t *testing.T, path string) string {
 	t.Helper()
 	return string(readFile(t, path))
+}
+
+// TestBackupsPruned: each change of daemon.json makes a backup, and only the newest
+// MaxBackups are kept; other files' backups and files of other names are not touched.
+func TestBackupsPruned(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon.json")
+	writeFile(t, path, `{"debug": false}`, 0o644)
+	writeFile(t, filepath.Join(dir, "daemon.json.bak.manual"), "{}", 0o644)
+	writeFile(t, filepath.Join(dir, "other.json.bak.20200101T000000Z"), "{}", 0o644)
+	opts := testOptions()
+	opts.ConfigPath = path
+	now := testNow
+	var made []string
+	for i := 0; i < MaxBackups+3; i++ {
+		// Something else changes the file between runs, so each configure changes it too.
+		writeFile(t, path, fmt.Sprintf(`{"debug": %t}`, i%2 == 0), 0o644)
+		p := mustPlan(t, true, Docker, opts)
+		backups, err := p.Apply(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, backups...)
+		now = now.Add(time.Second)
+	}
+	var got []string
+	for _, b := range backupsOf(path) {
+		got = append(got, filepath.Base(b))
+	}
+	var want []string
+	for i := len(made) - 1; i >= len(made)-MaxBackups; i-- {
+		want = append(want, filepath.Base(made[i]))
+	}
+	if len(made) != MaxBackups+3 || !slices.Equal(got, want) {
+		t.Errorf("%d backups made; kept %v, want the newest %v", len(made), got, want)
+	}
+	for _, keep := range []string{"daemon.json.bak.manual", "other.json.bak.20200101T000000Z"} {
+		if _, err := os.Stat(filepath.Join(dir, keep)); err != nil {
+			t.Errorf("%s removed: %v", keep, err)
+		}
+	}
+}
+
+// TestRuntimeClassHint: containerd's next steps name the installed RuntimeClass file where
+// there is one for the runtime's name, and otherwise say what to create.
+func TestRuntimeClassHint(t *testing.T) {
+	saved := RuntimeClassFiles
+	t.Cleanup(func() { RuntimeClassFiles = saved })
+	installed := filepath.Join(t.TempDir(), "runtimeclass.yaml")
+	RuntimeClassFiles = []string{filepath.Join(t.TempDir(), "absent.yaml"), installed}
+	want := `Kubernetes: create a RuntimeClass (apiVersion node.k8s.io/v1) named gpu with handler "gpu", and set runtimeClassName: gpu in pods`
+	if got := runtimeClassHint("gpu"); got != want {
+		t.Errorf("no file installed: %q", got)
+	}
+	writeFile(t, installed, "kind: RuntimeClass\n", 0o644)
+	if got := runtimeClassHint("gpu"); got != "Kubernetes: kubectl apply -f "+installed+` (a RuntimeClass with handler "gpu"), and set runtimeClassName: gpu in pods` {
+		t.Errorf("installed: %q", got)
+	}
+	if got := runtimeClassHint("gpu-test"); !strings.HasPrefix(got, "Kubernetes: create a RuntimeClass (apiVersion node.k8s.io/v1) named gpu-test with handler \"gpu-test\"") {
+		t.Errorf("another name: %q", got)
+	}
 }
