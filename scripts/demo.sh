@@ -17,6 +17,7 @@ cat >"$work/config.toml" <<TOML
 [driver]
 root = "$DRIVER_ROOT"
 dev-root = "$DEV_ROOT"
+proc-root = "$PROC_ROOT"
 TOML
 
 bundle="$work/bundle"
@@ -50,6 +51,8 @@ cat >"$bundle/config.json" <<JSON
 JSON
 }
 spec 1
+echo "== what gpu-runtime will inject, and why (gpu-ctk explain --bundle; the edits only):"
+GPU_RUNTIME_CONFIG="$work/config.toml" bin/gpu-ctk explain --bundle "$bundle" | grep -E '^(devices|capabilities):|^  (device|mount /usr/bin/nvidia-smi|mount /usr/lib/x86_64-linux-gnu/libcuda\.so|hook)' | cut -c1-200
 echo "== docker run -e NVIDIA_VISIBLE_DEVICES=1 equivalent: gpu-runtime run demo"
 GPU_RUNTIME_CONFIG="$work/config.toml" bin/gpu-runtime --root "$work/state" run --bundle "$bundle" demo
 echo "== only /dev/nvidia1 (GPU 1) was given, plus the control and UVM nodes."
