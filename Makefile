@@ -56,7 +56,7 @@ fuzz: ## run each fuzz target briefly (execution counts, not durations: a durati
 	$(GO) test -run='^$$' -fuzz=FuzzCheckKeys -fuzztime=100000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
 
-demo: ## build everything and run a busybox container that gets 2 fake GPUs (installs only what is missing of runc, busybox-static and gcc, saying so)
+demo: ## make a fake 2-GPU host, show what gpu-ctk explain says a container asking for GPU 1 gets, run it through gpu-runtime and real runc, then show the error for a GPU that does not exist (installs only what is missing of runc, busybox-static and gcc, saying so)
 	./scripts/install-deps.sh --demo
 	$(MAKE) build
 	./scripts/demo.sh
