@@ -319,10 +319,15 @@ else
   record "gpu-ctk info" FAIL "$(first_line "$WORK/info.txt" 'gpu-ctk:')"
 fi
 if "$CTK" doctor --help >/dev/null 2>&1; then
-  if logged "$CTK" doctor; then
-    record "gpu-ctk doctor" pass "exit 0"
+  log "\$ gpu-ctk doctor"
+  timeout --kill-after=5 120 "$CTK" doctor >"$WORK/doctor.txt" 2>&1
+  rc=$?
+  cat "$WORK/doctor.txt" >>"$LOG"
+  counts="$(grep -c '^ok ' "$WORK/doctor.txt") ok, $(grep -c '^warn ' "$WORK/doctor.txt") warn, $(grep -c '^fail ' "$WORK/doctor.txt") fail"
+  if [ "$rc" -eq 0 ]; then
+    record "gpu-ctk doctor" pass "exit 0: $counts"
   else
-    record "gpu-ctk doctor" FAIL "exit status $? (see run.log)"
+    record "gpu-ctk doctor" FAIL "exit status $rc: $counts; first failure: $(grep -m1 '^fail ' "$WORK/doctor.txt" | cut -c6-)"
   fi
 else
   record "gpu-ctk doctor" skip "skipped: not in this build"
