@@ -92,6 +92,11 @@ func TestHookPath(t *testing.T) {
 			}
 		})
 	}
+	// Neither in PATH nor in the system directories (which a make install on this machine
+	// would fill: stub them as TestCTKNotFound does).
+	saved := systemDirs
+	systemDirs = []string{t.TempDir()}
+	t.Cleanup(func() { systemDirs = saved })
 	t.Setenv("PATH", t.TempDir())
 	if _, err := HookPath("", lonely); err == nil || !strings.Contains(err.Error(), "set hook.path") {
 		t.Errorf("missing hook: error %v should say to set hook.path", err)
