@@ -19,7 +19,7 @@ func TestInfo(t *testing.T) {
 	if err := opts.GPUs[0].AddMIGDevices("3g.40gb", "1g.10gb"); err != nil {
 		t.Fatal(err)
 	}
-	h := fakehost.BuildT(t, opts)
+	h := fakehost.BuildFilesT(t, opts)
 	opts = h.Options
 	mig := h.MIGDevices()
 	var out, errb strings.Builder

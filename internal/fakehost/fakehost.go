@@ -335,6 +335,20 @@ func parseBusID(s string) (busID, error) {
 // ErrInvalidOptions, listing every problem, before anything is written; other errors may leave
 // a partly built host in dir.
 func Build(dir string, opts Options) (*Host, error) {
+	return build(dir, opts, true)
+}
+
+// BuildFiles creates the fake host's files without its device nodes: driver libraries (the
+// fake NVML loads), binaries, firmware, configs, the driver's /proc files and the events file
+// — what driver-file discovery, NVML queries and MIG capability reading need, and no root.
+// Only root can run ldconfig -r, so a non-root build has no ld.so.cache in its driver root
+// (discovery then searches the standard library directories, as on such hosts). The device
+// root exists and is empty.
+func BuildFiles(dir string, opts Options) (*Host, error) {
+	return build(dir, opts, false)
+}
+
+func build(dir string, opts Options, nodes bool) (*Host, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -387,6 +401,12 @@ func Build(dir string, opts Options) (*Host, error) {
 		h.makeEventsFile,
 		h.runLDConfig,
 	}
+	if !nodes {
+		steps[1] = func() error { return os.MkdirAll(h.DevRoot, 0o755) }
+		if os.Geteuid() != 0 {
+			steps[len(steps)-1] = h.linkSONAMEs
+		}
+	}
 	if opts.WithPersistencedSocket {
 		steps = append(steps, h.makePersistencedSocket)
 	}
@@ -396,6 +416,26 @@ func Build(dir string, opts Options) (*Host, error) {
 		}
 	}
 	return h, nil
+}
+
+// linkSONAMEs makes the SONAME links ldconfig makes, where ldconfig -r cannot run (not root):
+// each library's SONAME points at its file, a driver library's winning over a decoy's.
+func (h *Host) linkSONAMEs() error {
+	opts := &h.Options
+	for _, l := range append(Decoys(opts.DriverVersion), Libraries(opts.DriverVersion)...) {
+		file := filepath.Join(h.DriverRoot, opts.Layout.Path(l.RelPath))
+		if filepath.Base(file) == l.SONAME {
+			continue
+		}
+		link := filepath.Join(filepath.Dir(file), l.SONAME)
+		if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink(filepath.Base(file), link); err != nil {
+			return fmt.Errorf("link %s: %w", link, err)
+		}
+	}
+	return nil
 }
 
 // prepareDir makes sure dir is an empty directory.

@@ -601,3 +601,30 @@ func TestNvidiaSMIMIG(t *testing.T) {
 		t.Errorf("nvidia-smi: %v\n%s", err, out)
 	}
 }
+
+// TestBuildFiles: the file tree without device nodes, built by anyone; where ldconfig -r
+// cannot run (not root), the SONAME links are made as ldconfig makes them.
+func TestBuildFiles(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("SKIPPED: building a fake host needs gcc; install it (apt-get install gcc)")
+	}
+	h := BuildFilesT(t, Default(2))
+	if entries, err := os.ReadDir(h.DevRoot); err != nil || len(entries) != 0 {
+		t.Errorf("device root: %v, %v; want an empty directory", entries, err)
+	}
+	if _, err := os.Stat(h.NVMLPath()); err != nil {
+		t.Errorf("NVML library: %v", err)
+	}
+	if err := h.linkSONAMEs(); err != nil { // what a non-root build does instead of ldconfig -r
+		t.Fatal(err)
+	}
+	for link, want := range map[string]string{
+		"libnvidia-ml.so.1": "libnvidia-ml.so.550.54.15",
+		"libcuda.so.1":      "libcuda.so.550.54.15", // the driver's, not the older decoy's
+		"libfoo.so.1":       "libfoo.so.1.2.3",
+	} {
+		if got, err := os.Readlink(filepath.Join(h.LibDir, link)); err != nil || got != want {
+			t.Errorf("%s -> %q, %v; want %q", link, got, err, want)
+		}
+	}
+}

@@ -19,3 +19,14 @@ func BuildT(t testing.TB, opts Options) *Host {
 	}
 	return h
 }
+
+// BuildFilesT is BuildFiles for a test: it needs no root (only gcc), and fails the test when
+// the build fails.
+func BuildFilesT(t testing.TB, opts Options) *Host {
+	t.Helper()
+	h, err := BuildFiles(filepath.Join(t.TempDir(), "host"), opts)
+	if err != nil {
+		t.Fatalf("build fake host files: %v", err)
+	}
+	return h
+}

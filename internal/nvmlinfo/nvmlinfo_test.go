@@ -20,7 +20,7 @@ func TestQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.GPUs[1].PersistenceDisabled = true
-	h := fakehost.BuildT(t, opts)
+	h := fakehost.BuildFilesT(t, opts)
 	opts = h.Options
 	d, err := Query(h.DriverRoot)
 	if err != nil {

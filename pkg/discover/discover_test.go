@@ -29,7 +29,7 @@ func TestFindNVMLErrors(t *testing.T) {
 }
 
 func TestFindDriverFiles(t *testing.T) {
-	h := fakehost.BuildT(t, fakehost.Default(1))
+	h := fakehost.BuildFilesT(t, fakehost.Default(1))
 	files, err := FindDriverFiles(h.DriverRoot, "550.54.15")
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func lib64Host(t *testing.T, under string) (*fakehost.Host, string) {
 	t.Helper()
 	opts := fakehost.Default(1)
 	opts.Layout = fakehost.LayoutLib64
-	h := fakehost.BuildT(t, opts)
+	h := fakehost.BuildFilesT(t, opts)
 	if under == "" {
 		return h, h.DriverRoot
 	}
