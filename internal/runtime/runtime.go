@@ -43,6 +43,12 @@ type Options struct {
 	// that names CDI devices to HandOff (gpu-ctk, which has one).
 	CDI     CDI
 	HandOff func() error
+
+	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
+	// device root (discover.FindDeviceNodes); QueryNVML answers a discovery-cache miss (by
+	// default `gpu-ctk info --json`, found next to Executable or in PATH).
+	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
+	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
 }
 
 // CDI resolves CDI devices (reference §10).
@@ -269,18 +275,26 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	if err != nil {
 		return plan.Host{}, err
 	}
-	devices, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
+	findNodes := opts.FindDeviceNodes
+	if findNodes == nil {
+		findNodes = discover.FindDeviceNodes
+	}
+	devices, err := findNodes(cfg.Driver.DevRoot)
 	if err != nil {
 		return plan.Host{}, err
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: func(ctx context.Context, root string) (discover.Driver, error) {
-		// Located only on a cache miss, the only time gpu-ctk runs.
-		ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
-		if err != nil {
-			return discover.Driver{}, err
+	query := opts.QueryNVML
+	if query == nil {
+		query = func(ctx context.Context, root string) (discover.Driver, error) {
+			// Located only on a cache miss, the only time gpu-ctk runs.
+			ctkPath, err := toolPath(CTKName, "", opts.Executable, "install gpu-ctk next to gpu-runtime or in PATH (it answers NVML queries)")
+			if err != nil {
+				return discover.Driver{}, err
+			}
+			return NVMLQuery(ctkPath)(ctx, root)
 		}
-		return NVMLQuery(ctkPath)(ctx, root)
-	}}
+	}
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: query}
 	if cfg.Discovery.Cache {
 		dopts.CacheFile = cfg.Discovery.CacheFile
 	}

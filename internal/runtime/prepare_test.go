@@ -1,0 +1,361 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+// createEnv is the create path without root: a fake host's files (no device nodes), the
+// device-node scan and the NVML query through Options' seams, and a JSON log to read back.
+type createEnv struct {
+	opts    Options
+	host    *fakehost.Host
+	queries int
+	log     bytes.Buffer
+	dir     string
+}
+
+func newCreateEnv(t *testing.T) *createEnv {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("SKIPPED: the fake host's libraries need gcc (apt-get install gcc)")
+	}
+	e := &createEnv{host: fakehost.BuildFilesT(t, fakehost.Default(2)), dir: t.TempDir()}
+	hook := exe(t, filepath.Join(e.dir, "bin", HookName))
+	cfg := config.Default()
+	cfg.Driver.Root, cfg.Driver.DevRoot, cfg.Driver.ProcRoot = e.host.DriverRoot, e.host.DevRoot, e.host.ProcRoot
+	cfg.Hook.Path = hook
+	cfg.Discovery.CacheFile = filepath.Join(e.dir, "cache.csv")
+	logger := logrus.New()
+	logger.SetOutput(&e.log)
+	logger.SetFormatter(&logrus.JSONFormatter{})
+	logger.SetLevel(logrus.DebugLevel)
+	nodes := discover.DeviceNodes{Root: e.host.DevRoot, Nodes: map[string]discover.DeviceNode{}}
+	for _, n := range e.host.DeviceNodes() {
+		p := "/" + n.RelPath
+		nodes.Nodes[p] = discover.DeviceNode{Path: p, HostPath: filepath.Join(e.host.DevRoot, n.RelPath), Type: "c",
+			Major: int64(n.Major), Minor: int64(n.Minor), FileMode: os.FileMode(n.Mode)}
+	}
+	e.opts = Options{Config: cfg, Executable: filepath.Join(e.dir, "bin", "gpu-runtime"), Cwd: e.dir, Logger: logger,
+		FindDeviceNodes: func(root string) (discover.DeviceNodes, error) {
+			if root != e.host.DevRoot {
+				return discover.DeviceNodes{}, fmt.Errorf("device root %s", root)
+			}
+			return nodes, nil
+		},
+		QueryNVML: func(context.Context, string) (discover.Driver, error) {
+			e.queries++
+			d := discover.Driver{Version: "550.54.15", CUDAVersion: "12.4", NVMLPath: e.host.NVMLPath()}
+			for _, g := range e.host.Options.GPUs {
+				d.GPUs = append(d.GPUs, discover.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID, Name: g.Name,
+					ComputeCapability: fmt.Sprintf("%d.%d", g.CCMajor, g.CCMinor)})
+			}
+			return d, nil
+		}}
+	return e
+}
+
+// bundle writes a bundle whose spec has env and, if hook, docker's --gpus hook.
+func (e *createEnv) bundle(t *testing.T, env []string, dockerHook bool) (oci.Invocation, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "bundle")
+	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{Args: []string{"sh"}, Cwd: "/", Env: append([]string{"PATH=/bin"}, env...)},
+		Linux:   &specs.Linux{Resources: &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}}}
+	if dockerHook {
+		s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/" + request.DockerHookName, Args: []string{request.DockerHookName, "prestart"}}}} //nolint:staticcheck // docker writes prestart
+	}
+	data, err := json.MarshalIndent(&s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := oci.ParseArgs([]string{"create", "--bundle", dir, "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv, dir
+}
+
+func readSpec(t *testing.T, bundle string) (specs.Spec, []byte) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s, data
+}
+
+// logLines returns the messages logged at level.
+func (e *createEnv) logLines(t *testing.T, level string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(e.log.Bytes()), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["level"] == level {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestPrepareBundleInjects: the create path edits the spec with the plan's edits — GPU 1's
+// node and rule, the control nodes, the driver files read-only, the loader-cache hook — logs
+// every edit at debug and the summary at info, and the next create is answered by the
+// discovery cache, without NVML.
+func TestPrepareBundleInjects(t *testing.T) {
+	e := newCreateEnv(t)
+	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, false)
+	if err := PrepareBundle(inv, e.opts); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := readSpec(t, b)
+	var devs []string
+	for _, d := range s.Linux.Devices {
+		devs = append(devs, fmt.Sprintf("%s %d:%d", d.Path, d.Major, d.Minor))
+	}
+	if want := "/dev/nvidia1 195:1 /dev/nvidiactl 195:255 /dev/nvidia-uvm 235:0 /dev/nvidia-uvm-tools 235:1"; strings.Join(devs, " ") != want {
+		t.Errorf("devices %q, want %q", strings.Join(devs, " "), want)
+	}
+	if n := len(s.Linux.Resources.Devices); n != 5 {
+		t.Errorf("%d cgroup rules, want the default deny and 4 allows", n)
+	}
+	libcuda := false
+	for _, m := range s.Mounts {
+		if path.Base(m.Destination) == "libcuda.so.550.54.15" && m.Source == filepath.Join(e.host.LibDir, "libcuda.so.550.54.15") && strings.Join(m.Options, ",") == "ro,nosuid,nodev,bind" {
+			libcuda = true
+		}
+	}
+	if !libcuda {
+		t.Errorf("no read-only libcuda mount: %+v", s.Mounts)
+	}
+	if s.Hooks == nil || len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != e.opts.Config.Hook.Path {
+		t.Errorf("hooks %+v", s.Hooks)
+	}
+	info := e.logLines(t, "info")
+	if len(info) != 1 || info[0]["msg"] != "injected NVIDIA GPUs" || info[0]["container_id"] != "c1" || fmt.Sprint(info[0]["gpus"]) != "["+e.host.Options.GPUs[1].UUID+"]" {
+		t.Errorf("info lines %v", info)
+	}
+	debug := map[string]bool{}
+	for _, l := range e.logLines(t, "debug") {
+		debug[l["msg"].(string)] = true
+	}
+	if !debug["device /dev/nvidia1 c 195:1 mode 0666 uid 0 gid 0 (host "+filepath.Join(e.host.DevRoot, "dev/nvidia1")+") — GPU 1 ("+e.host.Options.GPUs[1].UUID+")"] {
+		t.Errorf("the debug log lacks the device's reason: %v", debug)
+	}
+
+	inv, _ = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, false)
+	if err := PrepareBundle(inv, e.opts); err != nil {
+		t.Fatal(err)
+	}
+	if e.queries != 1 {
+		t.Errorf("%d NVML queries for two creates, want 1 (the cache answers the second)", e.queries)
+	}
+}
+
+// TestPrepareBundleLeavesAlone: a container that asks for no GPU, and one whose GPUs the
+// engine injected, keep their spec byte for byte, at no discovery cost.
+func TestPrepareBundleLeavesAlone(t *testing.T) {
+	e := newCreateEnv(t)
+	e.opts.FindDeviceNodes = func(string) (discover.DeviceNodes, error) {
+		t.Error("a container without GPUs scanned the device nodes")
+		return discover.DeviceNodes{}, nil
+	}
+	for _, env := range [][]string{nil, {"NVIDIA_VISIBLE_DEVICES=void"}, {"NVIDIA_DRIVER_CAPABILITIES=all"}} {
+		inv, b := e.bundle(t, env, false)
+		_, before := readSpec(t, b)
+		if err := PrepareBundle(inv, e.opts); err != nil {
+			t.Fatal(err)
+		}
+		if _, after := readSpec(t, b); !bytes.Equal(before, after) {
+			t.Errorf("%q: spec changed", env)
+		}
+	}
+	// What podman or containerd 2.x leave after injecting through CDI.
+	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, false)
+	editRaw(t, b, func(s *specs.Spec) {
+		s.Linux.Devices = []specs.LinuxDevice{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}
+	})
+	_, before := readSpec(t, b)
+	if err := PrepareBundle(inv, e.opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, after := readSpec(t, b); !bytes.Equal(before, after) {
+		t.Error("an engine-injected spec changed")
+	}
+	if info := e.logLines(t, "info"); len(info) != 1 || info[0]["msg"] != UnchangedEngineInjected {
+		t.Errorf("info lines %v", info)
+	}
+	if e.queries != 0 {
+		t.Errorf("%d NVML queries", e.queries)
+	}
+}
+
+func editRaw(t *testing.T, b string, edit func(*specs.Spec)) {
+	t.Helper()
+	s, _ := readSpec(t, b)
+	edit(&s)
+	data, err := json.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrepareBundleDockerHook: docker's --gpus hook is removed even when the request injects
+// nothing, and honoured through the spec when it does.
+func TestPrepareBundleDockerHook(t *testing.T) {
+	e := newCreateEnv(t)
+	for _, env := range [][]string{{"NVIDIA_VISIBLE_DEVICES=void"}, {"NVIDIA_VISIBLE_DEVICES=0"}} {
+		inv, b := e.bundle(t, env, true)
+		if err := PrepareBundle(inv, e.opts); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := readSpec(t, b)
+		if s.Hooks != nil && len(s.Hooks.Prestart) != 0 { //nolint:staticcheck // docker writes prestart
+			t.Errorf("%q: docker's hook kept: %+v", env, s.Hooks)
+		}
+		if got := s.Linux != nil && len(s.Linux.Devices) > 0; got != (env[0] == "NVIDIA_VISIBLE_DEVICES=0") {
+			t.Errorf("%q: devices %+v", env, s.Linux.Devices)
+		}
+	}
+}
+
+// TestPrepareBundleErrors: each failure names its cause and leaves the spec as it was.
+func TestPrepareBundleErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		env         []string
+		change      func(e *createEnv)
+		want        string
+		is          error
+	}{
+		{description: "an unknown device", env: []string{"NVIDIA_VISIBLE_DEVICES=7"},
+			want: `plan GPU injection: unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`, is: plan.ErrUnknownDevice},
+		{description: "the device scan fails", env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			change: func(e *createEnv) {
+				e.opts.FindDeviceNodes = func(string) (discover.DeviceNodes, error) { return discover.DeviceNodes{}, errors.New("scan failed") }
+			},
+			want: "scan failed"},
+		{description: "NVML fails", env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			change: func(e *createEnv) {
+				e.opts.QueryNVML = func(context.Context, string) (discover.Driver, error) {
+					return discover.Driver{}, fmt.Errorf("%w: driver not loaded", discover.ErrNVML)
+				}
+			},
+			want: "NVML query failed: driver not loaded", is: discover.ErrNVML},
+		{description: "NVML hangs past discovery.timeout", env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			change: func(e *createEnv) {
+				e.opts.Config.Discovery.Timeout = "10ms"
+				e.opts.QueryNVML = func(ctx context.Context, _ string) (discover.Driver, error) {
+					<-ctx.Done()
+					return discover.Driver{}, ctx.Err()
+				}
+			},
+			want: "GPU discovery timed out: NVML did not answer within 10ms", is: discover.ErrTimeout},
+		{description: "no gpu-hook", env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
+			change: func(e *createEnv) { e.opts.Config.Hook.Path = "/nonexistent/gpu-hook" },
+			want:   "hook.path /nonexistent/gpu-hook: stat /nonexistent/gpu-hook: no such file or directory"},
+		{description: "a malformed requirement", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>>1"},
+			want: `malformed requirement NVIDIA_REQUIRE_CUDA="cuda>>1"`},
+		{description: "a CDI name without a resolver or hand-off", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"},
+			want: "CDI devices requested, but no CDI resolver is available", is: ErrNoCDI},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e := newCreateEnv(t)
+			if tc.change != nil {
+				tc.change(e)
+			}
+			inv, b := e.bundle(t, tc.env, false)
+			_, before := readSpec(t, b)
+			err := PrepareBundle(inv, e.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("error %v, want %q (is %v)", err, tc.want, tc.is)
+			}
+			if _, after := readSpec(t, b); !bytes.Equal(before, after) {
+				t.Error("the spec changed although the create failed")
+			}
+		})
+	}
+}
+
+// TestPrepareBundleHandsOffCDI: a create that names CDI devices goes to the hand-off (gpu-ctk)
+// untouched, and the hand-off's error is the create's.
+func TestPrepareBundleHandsOffCDI(t *testing.T) {
+	e := newCreateEnv(t)
+	called := 0
+	e.opts.HandOff = func() error { called++; return ErrReported }
+	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,1"}, false)
+	_, before := readSpec(t, b)
+	if err := PrepareBundle(inv, e.opts); !errors.Is(err, ErrReported) || called != 1 {
+		t.Errorf("error %v, hand-off called %d times", err, called)
+	}
+	if _, after := readSpec(t, b); !bytes.Equal(before, after) || e.queries != 0 {
+		t.Errorf("gpu-runtime did work a hand-off does: spec changed %v, %d queries", !bytes.Equal(before, after), e.queries)
+	}
+}
+
+// TestDecideAgreesWithApply: Decide plans without writing; Apply then makes exactly the
+// edits Describe lists (one device node and rule per node line).
+func TestDecideAgreesWithApply(t *testing.T) {
+	e := newCreateEnv(t)
+	_, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"}, false)
+	p := filepath.Join(b, "config.json")
+	raw, _ := os.ReadFile(p)
+	in, err := Decide(p, raw, e.opts, e.opts.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(p); !bytes.Equal(raw, after) {
+		t.Fatal("Decide wrote the spec")
+	}
+	if err := in.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	nodes := 0
+	for _, l := range in.Plan.Edits.Describe() {
+		if strings.HasPrefix(l, "device ") {
+			nodes++
+		}
+	}
+	if got := len(in.File.Spec.Linux.Devices); got != nodes || nodes != len(in.Plan.Edits.DeviceNodes) {
+		t.Errorf("%d devices applied, %d described, %d planned", got, nodes, len(in.Plan.Edits.DeviceNodes))
+	}
+}
