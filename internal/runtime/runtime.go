@@ -4,7 +4,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -266,7 +265,7 @@ func hasDevice(s *specs.Spec, path string) bool {
 
 // hasDockerHook: the raw check skips the walk for the usual spec without one.
 func hasDockerHook(sf *oci.SpecFile) bool {
-	return bytes.Contains(sf.Raw, []byte(request.DockerHookName)) && oci.HasHookNamed(sf.Spec, request.DockerHookName)
+	return request.RawMayContain(sf.Raw, request.DockerHookName) && oci.HasHookNamed(sf.Spec, request.DockerHookName)
 }
 
 func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {

@@ -184,7 +184,63 @@ func MayRequestGPU(rawSpec []byte) bool {
 			return true
 		}
 	}
+	return escapesMarkerText(rawSpec)
+}
+
+// RawMayContain is a pre-check like MayRequestGPU for one string: false means no JSON string
+// of rawSpec can decode to text containing s (s of letters, digits, '_', '-', '.', '/').
+func RawMayContain(rawSpec []byte, s string) bool {
+	return bytes.Contains(rawSpec, []byte(s)) || escapesMarkerText(rawSpec)
+}
+
+// escapesMarkerText reports whether rawSpec spells a character that markers are made of with a
+// JSON escape ("\u0041", "\/"), so that a marker can hide from bytes.Contains. Encoders escape
+// only quotes, backslashes, control characters and (Go's) <, > and &: a spec that escapes
+// a letter was written to, and is decoded.
+func escapesMarkerText(rawSpec []byte) bool {
+	for i := bytes.IndexByte(rawSpec, '\\'); i >= 0 && i+1 < len(rawSpec); {
+		switch rawSpec[i+1] {
+		case '/':
+			return true
+		case 'u':
+			if i+5 < len(rawSpec) {
+				var r rune
+				ok := true
+				for _, c := range rawSpec[i+2 : i+6] {
+					v, isHex := hexValue(c)
+					ok = ok && isHex
+					r = r<<4 | rune(v)
+				}
+				if ok && markerChar(r) {
+					return true
+				}
+			}
+		}
+		// Skip the escaped character: "\\" is one backslash, not the start of another escape.
+		next := bytes.IndexByte(rawSpec[i+2:], '\\')
+		if next < 0 {
+			break
+		}
+		i += 2 + next
+	}
 	return false
+}
+
+func hexValue(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// markerChar: a character of the markers' alphabet.
+func markerChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == '/'
 }
 
 // Privileged reports whether the container has CAP_SYS_ADMIN in its bounding set.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"reflect"
 	"testing"
 
@@ -149,19 +150,103 @@ func TestMayRequestGPU(t *testing.T) {
 
 // FuzzMayRequestGPU: whenever FromSpec would inject, the pre-check must say true.
 func FuzzMayRequestGPU(f *testing.F) {
-	f.Add("NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=1.0")
-	f.Add("X=1", "Y=2")
-	f.Fuzz(func(t *testing.T, a, b string) {
+	f.Add("NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=1.0", uint64(0), uint8(0))
+	f.Add("X=1", "Y=2", uint64(0), uint8(0))
+	f.Add("NVIDIA_VISIBLE_DEVICES=0", "", uint64(1<<12), uint8(0))
+	f.Add("cdi.k8s.io/gpu", "nvidia.com/gpu=0", uint64(0xffff), uint8(1))
+	f.Add("X=1", "/var/run/nvidia-container-devices/0", uint64(1<<10), uint8(2))
+	f.Add("X=1", "/usr/bin/nvidia-container-runtime-hook", uint64(3), uint8(3))
+	f.Fuzz(func(t *testing.T, a, b string, escapeMask uint64, where uint8) {
 		spec := &specs.Spec{Process: &specs.Process{Env: []string{a, b}}}
-		req, _, err := FromSpec(spec, Policy{AcceptEnvWhenUnprivileged: true})
-		if err != nil || !req.IsGPU() {
+		switch where % 4 {
+		case 1: // an annotation
+			spec.Annotations = map[string]string{a: b}
+		case 2: // a device-plugin volume mount
+			spec.Mounts = []specs.Mount{{Destination: b, Source: "/dev/null"}}
+		case 3: // docker's --gpus hook
+			spec.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: b}}} //nolint:staticcheck // docker writes prestart
+		}
+		raw, err := json.Marshal(spec)
+		if err != nil {
 			return
 		}
-		raw, _ := json.Marshal(spec)
-		if !MayRequestGPU(raw) {
-			t.Fatalf("GPU request %q %q missed by the pre-check", a, b)
+		// The same spec, some of its string characters written as JSON escapes.
+		escaped := escapeSome(raw, escapeMask)
+		var back specs.Spec
+		if err := json.Unmarshal(escaped, &back); err != nil {
+			t.Fatalf("escaping broke the JSON: %v\n%s", err, escaped)
+		}
+		req, _, err := FromSpec(&back, Policy{AcceptEnvWhenUnprivileged: true, AcceptVolumeMounts: true})
+		dockerHook := back.Hooks != nil && len(back.Hooks.Prestart) > 0 && path.Base(back.Hooks.Prestart[0].Path) == DockerHookName //nolint:staticcheck // docker writes prestart
+		if (err == nil && (req.IsGPU() || req.WantsCDI())) || dockerHook {
+			if !MayRequestGPU(escaped) {
+				t.Fatalf("a GPU request missed by the pre-check:\n%s", escaped)
+			}
+		}
+		if dockerHook && !RawMayContain(escaped, DockerHookName) {
+			t.Fatalf("docker's hook missed by RawMayContain:\n%s", escaped)
 		}
 	})
+}
+
+// escapeSome rewrites characters inside the JSON strings of raw as \uXXXX (a slash as \/),
+// the i-th string character when bit i%64 of mask is set.
+func escapeSome(raw []byte, mask uint64) []byte {
+	var out []byte
+	inString, escaped := false, false
+	hexLeft := 0 // the digits of a \uXXXX being copied
+	n := 0
+	for _, c := range raw {
+		switch {
+		case !inString:
+			inString = c == '"'
+		case hexLeft > 0:
+			hexLeft--
+		case escaped:
+			escaped = false
+			if c == 'u' {
+				hexLeft = 4
+			}
+		case c == '\\':
+			escaped = true
+		case c == '"':
+			inString = false
+		default:
+			n++
+			if mask&(1<<(n%64)) != 0 && c < 0x80 {
+				if c == '/' && n%2 == 0 {
+					out = append(out, '\\', '/')
+				} else {
+					out = append(out, fmt.Sprintf("\\u%04x", c)...)
+				}
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestMayRequestGPUEscapes: a request written with JSON escapes is not missed, and the
+// escapes encoders write (&, <, > and control characters) do not defeat the pre-check's
+// purpose for specs without a request.
+func TestMayRequestGPUEscapes(t *testing.T) {
+	for _, raw := range []string{
+		`{"process":{"env":["NVIDIA\u005fVISIBLE_DEVICES=0"]}}`,
+		`{"process":{"env":["\u004eVIDIA_VISIBLE_DEVICES=0"]}}`,
+		`{"mounts":[{"destination":"\/var\/run\/nvidia-container-devices\/0","source":"\/dev\/null"}]}`,
+	} {
+		if !MayRequestGPU([]byte(raw)) {
+			t.Errorf("missed: %s", raw)
+		}
+	}
+	for _, raw := range []string{
+		`{"process":{"args":["sh","-c","a \u0026\u0026 b \u003e c"],"env":["TAB=\t","Q=\"\\u0041"]}}`,
+	} {
+		if MayRequestGPU([]byte(raw)) {
+			t.Errorf("a spec without a request flagged: %s", raw)
+		}
+	}
 }
 
 // TestMIGAccessNeedsSysAdmin: NVIDIA_MIG_CONFIG_DEVICES/NVIDIA_MIG_MONITOR_DEVICES are for
