@@ -3,7 +3,7 @@ package engines
 // CDI consumers (reference §10). gpu-ctk writes a spec; engines that speak CDI apply it
 // themselves, with plain runc and no gpu-runtime in the path:
 //   - podman 4.3 (`podman run --device vendor/class=name`), which reads only /etc/cdi and
-//     /var/run/cdi (containers.conf's cdi_spec_dirs came with podman 4.4; 4.3 ignores it) and
+//     /var/run/cdi (4.3 ignores containers.conf's cdi_spec_dirs, which later podmans read) and
 //     refuses specs newer than cdiVersion 0.5.0;
 //   - containerd 2.x's CRI, whose containers name devices in the CRI CDI_devices field (the
 //     device plugin's cdi-cri strategy, DRA drivers).
