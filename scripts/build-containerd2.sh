@@ -15,7 +15,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$repo/.cache/containerd2"
 
 if [ -x "$cache/containerd" ] && [ -x "$cache/ctr" ] && [ -x "$cache/containerd-shim-runc-v2" ] &&
-   "$cache/containerd" --version 2>/dev/null | grep -q "${CONTAINERD2_VERSION}"; then
+   "$cache/containerd" --version 2>/dev/null | grep -qE " ${CONTAINERD2_VERSION//./\\.}( |$)"; then
   echo "$cache"
   exit 0
 fi
