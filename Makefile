@@ -23,7 +23,7 @@ build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm; docker.io, containerd, podman only where no engine of that kind is installed; crictl into .cache/)
+deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm; docker.io, containerd, podman only where no engine of that kind is installed; crictl and containerd 2.x into .cache/)
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the engine end-to-end tests (tests/engines, tests/packaging) need on
 # Debian/Ubuntu: docker.io, containerd (with ctr) and podman where no engine of that kind is
-# installed, and crictl built from the Go module proxy into .cache/crictl/crictl. Idempotent:
-# says what it installs before installing it, and installs only what is missing.
+# installed, crictl built from the Go module proxy into .cache/crictl/crictl, and containerd
+# 2.x (containerd, ctr, containerd-shim-runc-v2; the CDI tests' engine, which Debian 12 does
+# not ship) built by scripts/build-containerd2.sh into .cache/containerd2/. Idempotent: says
+# what it installs before installing it, and installs only what is missing.
 #
-#   scripts/install-engine-deps.sh            # apt packages and crictl
-#   scripts/install-engine-deps.sh --crictl   # crictl only (the tests run this when it is missing)
+#   scripts/install-engine-deps.sh                # apt packages, crictl and containerd 2.x
+#   scripts/install-engine-deps.sh --crictl       # crictl only (the tests run this when it is missing)
+#   scripts/install-engine-deps.sh --containerd2  # containerd 2.x only (the tests build it when it is missing)
 #
-# Needs root (or sudo) for apt-get; the crictl build needs Go and the module proxy.
+# Needs root (or sudo) for apt-get; the crictl and containerd 2.x builds need Go and the module
+# proxy (a cold containerd 2.x build takes a few minutes; the result is cached).
 set -euo pipefail
 
 CRICTL_VERSION="${CRICTL_VERSION:-v1.34.0}"
@@ -15,11 +19,12 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$repo/.cache/crictl"
 crictl="$cache/crictl"
 
-only_crictl=false
+only=""
 case "${1:-}" in
   "") ;;
-  --crictl) only_crictl=true ;;
-  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+  --crictl) only=crictl ;;
+  --containerd2) only=containerd2 ;;
+  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
   *) echo "install-engine-deps: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
@@ -102,5 +107,15 @@ build_crictl() {
   echo "install-engine-deps: built $("$crictl" --version)"
 }
 
-$only_crictl || install_packages
-build_crictl
+build_containerd2() {
+  local dir
+  # It says what it builds on stderr and prints the directory on stdout.
+  dir="$("$repo/scripts/build-containerd2.sh")" || { echo "install-engine-deps: containerd 2.x build failed" >&2; exit 1; }
+  echo "install-engine-deps: containerd 2.x present: $dir ($("$dir/containerd" --version))"
+}
+
+case "$only" in
+  crictl) build_crictl ;;
+  containerd2) build_containerd2 ;;
+  *) install_packages; build_crictl; build_containerd2 ;;
+esac

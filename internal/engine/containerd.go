@@ -33,8 +33,12 @@ import (
 //   - 2.x merges plugin sections key by key, so a version 3 drop-in holds only our runtime.
 //
 // The runtime's settings start from those of the default runtime (or runc) when it is a runc
-// shim, so options such as SystemdCgroup match; runtime_type is io.containerd.runc.v2 and
-// options.BinaryName the gpu-runtime path.
+// shim, so options such as SystemdCgroup match; runtime_type is io.containerd.runc.v2,
+// options.BinaryName the gpu-runtime path, and container_annotations lists "cdi.k8s.io/*"
+// (kept beside any it already had): the CRI copies a container's annotations into its OCI spec
+// only for the runtimes that list them, and gpu-runtime reads CDI devices from those (the
+// device plugin's cdi-annotations strategy). Pod annotations stay unlisted: any pod author
+// writes them, while container annotations come from the kubelet and its device plugins.
 //
 // containerd refuses to start when an import names a missing file, so configure writes the
 // drop-in before the import and unconfigure removes the import before the drop-in.
@@ -268,6 +272,11 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 		}
 	}
 	runtime["runtime_type"] = runcShim
+	annotations, err := withCDIAnnotations(runtime["container_annotations"])
+	if err != nil {
+		return edit{}, err
+	}
+	runtime["container_annotations"] = annotations
 	options, err := makeTable(runtime, "options")
 	if err != nil {
 		return edit{}, err
@@ -317,6 +326,29 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 	}
 	out, err := renderTOML(dropInHeader(opts, extra...), doc)
 	return edit{content: out, changed: true, notes: notes}, err
+}
+
+// cdiAnnotationsPattern is the container_annotations entry that passes the CDI annotations
+// (cdi.k8s.io/<key>) through the CRI to the runtime.
+const cdiAnnotationsPattern = "cdi.k8s.io/*"
+
+// withCDIAnnotations returns a runtime's container_annotations (nil when unset) with
+// cdiAnnotationsPattern appended when it is not there yet.
+func withCDIAnnotations(current any) ([]any, error) {
+	var list []any
+	if current != nil {
+		l, ok := current.([]any)
+		if !ok {
+			return nil, fmt.Errorf("%w: container_annotations is a %T, not an array", ErrUnexpected, current)
+		}
+		list = slices.Clone(l)
+	}
+	for _, v := range list {
+		if v == cdiAnnotationsPattern {
+			return list, nil
+		}
+	}
+	return append(list, cdiAnnotationsPattern), nil
 }
 
 // containerdDropInSetsDefault reports whether a drop-in we generated made name the default,

@@ -318,6 +318,8 @@ func TestContainerdMainRoundTrip(t *testing.T) {
 }
 
 func TestContainerdDropIn(t *testing.T) {
+	// Every gpu runtime passes the CDI annotations through the CRI (see containerdDropIn).
+	cdiAnnotations := []any{"cdi.k8s.io/*"}
 	importedCRI := File{Path: "/etc/containerd/cri.toml", Content: []byte(`version = 2
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "mirror.example/pause:3.9"
@@ -349,14 +351,14 @@ func TestContainerdDropIn(t *testing.T) {
 			description:  "v2, no main config: runc named next to ours",
 			files:        []File{{Path: testMainPath}},
 			golden:       "containerd/dropin-v2-no-main.toml",
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu", "runc"},
 		},
 		{
 			description: "v2: the CRI section is carried, runc's options are the base",
 			files:       []File{{Path: testMainPath, Content: []byte(mainV2)}},
 			golden:      "containerd/dropin-v2.toml",
-			wantRuntime: map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
+			wantRuntime: map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
 			wantKept: map[string]any{
 				"sandbox_image": "registry.k8s.io/pause:3.9",
 				"cni":           map[string]any{"bin_dir": "/usr/lib/cni", "conf_dir": "/etc/cni/net.d"},
@@ -370,7 +372,7 @@ func TestContainerdDropIn(t *testing.T) {
 			files:        []File{{Path: testMainPath, Content: []byte(mainV2)}},
 			setAsDefault: true,
 			golden:       "containerd/dropin-v2-default.toml",
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
 			wantRuntimes: []string{"gpu", "runc"},
 			wantDefault:  "gpu",
 			wantNote:     `default_runtime_name was "runc"`,
@@ -378,7 +380,7 @@ func TestContainerdDropIn(t *testing.T) {
 		{
 			description:  "v2: a later import's CRI section replaces the main config's, as in containerd 1.x",
 			files:        []File{{Path: testMainPath, Content: []byte(mainV2)}, importedCRI},
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantKept:     map[string]any{"sandbox_image": "mirror.example/pause:3.9"},
 			wantRuntimes: []string{"crun", "gpu"},
 			wantNote:     "/etc/containerd/cri.toml also sets the CRI plugin section",
@@ -387,7 +389,7 @@ func TestContainerdDropIn(t *testing.T) {
 			description:  "v3: only our runtime, runc's options as the base",
 			files:        []File{{Path: testMainPath, Content: []byte(mainV3)}},
 			golden:       "containerd/dropin-v3.toml",
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
 			wantRuntimes: []string{"gpu"},
 		},
 		{
@@ -395,7 +397,7 @@ func TestContainerdDropIn(t *testing.T) {
 			files:        []File{{Path: testMainPath, Content: []byte(mainV3)}, importedV3},
 			setAsDefault: true,
 			golden:       "containerd/dropin-v3-default.toml",
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true, "NoPivotRoot": true}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true, "NoPivotRoot": true}},
 			wantRuntimes: []string{"gpu"},
 			wantDefault:  "gpu",
 		},
@@ -403,7 +405,7 @@ func TestContainerdDropIn(t *testing.T) {
 			description:  "v3, no main config",
 			files:        []File{{Path: testMainPath}},
 			version:      3,
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu"},
 		},
 		{
@@ -414,9 +416,42 @@ func TestContainerdDropIn(t *testing.T) {
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
     runtime_type = "io.containerd.kata.v2"
 `)}},
-			wantRuntime:  map[string]any{"runtime_type": runcShim, "options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu", "kata"},
 			wantDefault:  "kata",
+		},
+		{
+			description: "the base runtime's container_annotations are kept, cdi.k8s.io/* added",
+			files: []File{{Path: testMainPath, Content: []byte(`version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+  container_annotations = ['io.kubernetes.cri.*']
+`)}},
+			wantRuntime: map[string]any{"runtime_type": runcShim, "container_annotations": []any{"io.kubernetes.cri.*", "cdi.k8s.io/*"},
+				"options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntimes: []string{"gpu"},
+		},
+		{
+			description: "cdi.k8s.io/* already listed by the base runtime is not repeated",
+			files: []File{{Path: testMainPath, Content: []byte(`version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  container_annotations = ["cdi.k8s.io/*"]
+  pod_annotations = ["example.com/*"]
+`)}},
+			wantRuntime: map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "pod_annotations": []any{"example.com/*"},
+				"options": map[string]any{"BinaryName": testRuntimePath}},
+			wantRuntimes: []string{"gpu", "runc"},
+		},
+		{
+			description: "container_annotations that is no array",
+			files: []File{{Path: testMainPath, Content: []byte(`version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  container_annotations = "cdi.k8s.io/*"
+`)}},
+			wantErr:     ErrUnexpected,
+			wantErrText: []string{"container_annotations is a string, not an array"},
 		},
 		{
 			description: "version 1 main config",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,6 +103,10 @@ func TestRealContainerdConfigDump(t *testing.T) {
 			}
 			if bin, _ := stringAt(gpu, "options", "BinaryName"); bin != testRuntimePath {
 				t.Errorf("BinaryName = %q, want %q", bin, testRuntimePath)
+			}
+			// The CRI hands the gpu runtime a container's CDI annotations only when it lists them.
+			if got := gpu["container_annotations"]; !reflect.DeepEqual(got, []any{"cdi.k8s.io/*"}) {
+				t.Errorf("container_annotations = %#v, want [cdi.k8s.io/*]", got)
 			}
 			runc, ok, _ := subTable(section, "containerd", "runtimes", "runc")
 			if !ok {

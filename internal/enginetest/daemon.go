@@ -95,8 +95,20 @@ func (d *Daemon) Stop() {
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-d.exited
+	// A containerd shim whose task the daemon just deleted exits by itself, removing its socket
+	// in /run/containerd/s; killed before that, it leaves the socket behind. Give such
+	// processes a moment before Release kills what is left.
+	waitGone(d.Dir, 5*time.Second)
 	if err := Release(d.Dir); err != nil {
 		fmt.Fprintf(os.Stderr, "clean up after %s: %v\n", d.Name, err)
+	}
+}
+
+// waitGone waits until no process belongs to dir (processesUnder), for at most timeout.
+func waitGone(dir string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for len(processesUnder(filepath.Clean(dir))) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

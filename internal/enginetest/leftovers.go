@@ -1,10 +1,13 @@
 package enginetest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -74,4 +77,19 @@ func DockerdHostPaths() []HostPath {
 		{Path: "/run/docker"},
 		{Path: "/etc/docker"}, // key.json, unless daemon.json's deprecated-key-path puts it elsewhere
 	}
+}
+
+// ShimSockets returns the sockets the shims of a containerd (1.6 or 2.x) with grpc address
+// and state directory listen on: /run/containerd/s/<sha256 of address/namespace/id>, whatever
+// the state directory, one per task under state/io.containerd.runtime.v2.task/<namespace>/.
+// A shim removes its socket when it exits; one killed (a suite killed by -timeout) leaves it.
+func ShimSockets(address, state string) []string {
+	var out []string
+	tasks, _ := filepath.Glob(filepath.Join(state, "io.containerd.runtime.v2.task", "*", "*"))
+	for _, task := range tasks {
+		ns, id := filepath.Base(filepath.Dir(task)), filepath.Base(task)
+		sum := sha256.Sum256([]byte(filepath.Join(address, ns, id)))
+		out = append(out, filepath.Join("/run/containerd/s", hex.EncodeToString(sum[:])))
+	}
+	return out
 }

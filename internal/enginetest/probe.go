@@ -75,7 +75,7 @@ func WantGPUs(t testing.TB, host *fakehost.Host, out string, gpus ...int) {
 	}
 	// Device cgroup rules can be read only on cgroup v1 (devices.list); every engine here
 	// mounts the container's own devices cgroup there (ctr when asked: see ctrRun).
-	if _, err := os.Stat("/sys/fs/cgroup/devices/devices.list"); err == nil {
+	if cgroupV1Devices() {
 		if !f["cgroup-readable"] {
 			t.Errorf("the container cannot read /sys/fs/cgroup/devices/devices.list: its device cgroup rules are not checked\nprobe output:\n%s", out)
 		} else if got := f.prefixed("cgroup "); !slices.Equal(got, rules) {
@@ -87,4 +87,11 @@ func WantGPUs(t testing.TB, host *fakehost.Host, out string, gpus ...int) {
 			t.Errorf("%s = %v, want %v (libcuda.so.1 in the container's ld.so.cache / on disk)\nprobe output:\n%s", marker, f[marker], len(gpus) > 0, out)
 		}
 	}
+}
+
+// cgroupV1Devices reports whether the host has cgroup v1's devices controller, whose rules a
+// container can read (devices.list); cgroup v2 keeps them in a BPF program.
+func cgroupV1Devices() bool {
+	_, err := os.Stat("/sys/fs/cgroup/devices/devices.list")
+	return err == nil
 }

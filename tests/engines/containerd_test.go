@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,9 +17,11 @@ import (
 const ctrNamespace = "gre"
 
 // containerd is a private containerd: main config, drop-in, root, state, runc state and grpc
-// socket under dir.
+// socket under dir. ctr is its client; cgroup names the parent cgroup of its pods
+// (cgroupParent).
 type containerd struct {
 	dir, config, dropIn, sock, crictlConfig string
+	ctr, cgroup                             string
 }
 
 var containerdDaemon shared[*containerd]
@@ -67,6 +70,8 @@ func startContainerd() (*containerd, error) {
 		dropIn:       filepath.Join(dir, "conf.d", "99-gpu-runtime.toml"),
 		sock:         filepath.Join(dir, "containerd.sock"),
 		crictlConfig: filepath.Join(dir, "crictl.yaml"),
+		ctr:          "ctr",
+		cgroup:       "cri",
 	}
 	for _, d := range []string{"cni", "pods"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -82,8 +87,7 @@ func startContainerd() (*containerd, error) {
 	if out, err := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	crictlYAML := fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.sock, c.sock)
-	if err := os.WriteFile(c.crictlConfig, []byte(crictlYAML), 0o644); err != nil {
+	if err := c.writeCrictlConfig(); err != nil {
 		return nil, err
 	}
 
@@ -101,11 +105,17 @@ func startContainerd() (*containerd, error) {
 	return c, nil
 }
 
+// writeCrictlConfig writes the config that points crictl at this containerd.
+func (c *containerd) writeCrictlConfig() error {
+	crictlYAML := fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.sock, c.sock)
+	return os.WriteFile(c.crictlConfig, []byte(crictlYAML), 0o644)
+}
+
 // quiet runs a ctr command outside any test, for start and stop.
 func (c *containerd) quiet(timeout time.Duration, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.sock}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.ctr, append([]string{"--address", c.sock}, args...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, out)
 	}
@@ -119,7 +129,7 @@ func (c *containerd) removeAll() {
 		defer cancel()
 		_ = exec.CommandContext(ctx, crictl, "--config", c.crictlConfig, "rmp", "--all", "--force").Run()
 	}
-	out, _ := exec.Command("ctr", "--address", c.sock, "-n", ctrNamespace, "containers", "list", "-q").Output()
+	out, _ := exec.Command(c.ctr, "--address", c.sock, "-n", ctrNamespace, "containers", "list", "-q").Output()
 	for _, id := range strings.Fields(string(out)) {
 		_ = c.quiet(30*time.Second, "-n", ctrNamespace, "tasks", "delete", "--force", id)
 		_ = c.quiet(30*time.Second, "-n", ctrNamespace, "containers", "delete", id)
@@ -175,8 +185,10 @@ func TestContainerdCRI(t *testing.T) {
 			Config struct {
 				Containerd struct {
 					Runtimes map[string]struct {
-						RuntimeType string         `json:"runtimeType"`
-						Options     map[string]any `json:"options"`
+						RuntimeType          string         `json:"runtimeType"`
+						Options              map[string]any `json:"options"`
+						ContainerAnnotations []string       `json:"ContainerAnnotations"`
+						PodAnnotations       []string       `json:"PodAnnotations"`
 					} `json:"runtimes"`
 				} `json:"containerd"`
 				SandboxImage        string `json:"sandboxImage"`
@@ -190,6 +202,11 @@ func TestContainerdCRI(t *testing.T) {
 		gpu, ok := info.Config.Containerd.Runtimes["gpu"]
 		if !ok || gpu.RuntimeType != "io.containerd.runc.v2" || gpu.Options["BinaryName"] != wrapper {
 			t.Errorf("CRI runtime gpu = %+v (present %v), want runtime_type io.containerd.runc.v2 and BinaryName %q", gpu, ok, wrapper)
+		}
+		// The CRI passes the device plugin's CDI annotations of a container (not of a pod: see
+		// TestContainerdCRICDIAnnotations) to this runtime only.
+		if len(gpu.ContainerAnnotations) != 1 || gpu.ContainerAnnotations[0] != "cdi.k8s.io/*" || len(gpu.PodAnnotations) != 0 {
+			t.Errorf("CRI runtime gpu passes container annotations %q and pod annotations %q, want [cdi.k8s.io/*] and none", gpu.ContainerAnnotations, gpu.PodAnnotations)
 		}
 		if gpu.Options["Root"] != filepath.Join(c.dir, "runc") {
 			t.Errorf("CRI runtime gpu has options %v: want runc's Root %q, copied from config.toml's runc runtime", gpu.Options, filepath.Join(c.dir, "runc"))
@@ -222,33 +239,47 @@ func TestContainerdCRI(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			id := cri.container(t, tc.handler, tc.env)
-			r := cri.runCode(t, "start", id)
-			if tc.wantErr != "" {
-				if r.Code == 0 {
-					t.Fatalf("crictl start succeeded, want %q: %s", tc.wantErr, r)
-				}
-				if !strings.Contains(r.Stderr, tc.wantErr) {
-					t.Errorf("crictl start's error lacks %q:\n%s", tc.wantErr, r.Stderr)
-				}
-				return
+			out := cri.runProbe(t, handlerPod(tc.handler), criContainer{env: tc.env}, tc.wantErr)
+			if tc.wantErr == "" {
+				wantGPUs(t, out, tc.gpus...)
 			}
-			if r.Code != 0 {
-				logRuntimeTail(t)
-				t.Fatalf("crictl start: %s", r)
-			}
-			cri.waitExited(t, id)
-			wantGPUs(t, cri.run(t, "logs", id), tc.gpus...)
 		})
 	}
 }
 
-// criClient runs crictl against the private containerd and keeps one pod per runtime handler.
+// criClient runs crictl against a private containerd and keeps the pods it started.
 type criClient struct {
 	c      *containerd
 	crictl string
-	pods   map[string]string // runtime handler -> pod id
-	seq    int
+	pods   map[string]string // pod name -> pod id
+}
+
+// criSeq numbers the CRI containers of the suite: a later test's pod of the same name has the
+// same log directory, where a container name used before would find the old log.
+var criSeq atomic.Int64
+
+// criPod is a pod sandbox: its name, runtime handler ("" for containerd's default, runc) and
+// annotations.
+type criPod struct {
+	name, handler string
+	annotations   map[string]string
+}
+
+// handlerPod is the plain pod of a runtime handler.
+func handlerPod(handler string) criPod {
+	if handler == "" {
+		return criPod{name: "pod-default"}
+	}
+	return criPod{name: "pod-" + handler, handler: handler}
+}
+
+// criContainer is a container of a pod: its environment, annotations, CRI CDI_devices (the
+// qualified names), and the script it runs (the probe when "").
+type criContainer struct {
+	env         map[string]string
+	annotations map[string]string
+	cdiDevices  []string
+	script      string
 }
 
 func (cri *criClient) runCode(t *testing.T, args ...string) result {
@@ -280,40 +311,37 @@ func (cri *criClient) writeJSON(t *testing.T, name string, v any) string {
 	return p
 }
 
-// podConfig writes the sandbox config of the handler's pod: host network, so no CNI is needed.
-func (cri *criClient) podConfig(t *testing.T, handler string) string {
+// podConfig writes the sandbox config of a pod: host network, so no CNI is needed.
+func (cri *criClient) podConfig(t *testing.T, p criPod) string {
 	t.Helper()
-	name := "pod-default"
-	if handler != "" {
-		name = "pod-" + handler
-	}
-	logDir := filepath.Join(cri.c.dir, "pods", name)
+	logDir := filepath.Join(cri.c.dir, "pods", p.name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return cri.writeJSON(t, name+".json", map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "gre", "uid": fmt.Sprintf("%s-%d", name, os.Getpid()), "attempt": 0},
+	return cri.writeJSON(t, p.name+".json", map[string]any{
+		"metadata":      map[string]any{"name": p.name, "namespace": "gre", "uid": fmt.Sprintf("%s-%d", p.name, os.Getpid()), "attempt": 0},
 		"log_directory": logDir,
+		"annotations":   p.annotations,
 		"linux": map[string]any{
-			"cgroup_parent":    "/" + cgroupParent("cri"),
+			"cgroup_parent":    "/" + cgroupParent(cri.c.cgroup),
 			"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}},
 		},
 	})
 }
 
-// pod returns the pod of the runtime handler ("" for the default runtime), started with
-// `crictl runp [--runtime handler]` on first use; removePods removes them.
-func (cri *criClient) pod(t *testing.T, handler string) string {
+// pod returns the pod's id, started with `crictl runp [--runtime handler]` on first use;
+// removePods removes them.
+func (cri *criClient) pod(t *testing.T, p criPod) string {
 	t.Helper()
-	if id, ok := cri.pods[handler]; ok {
+	if id, ok := cri.pods[p.name]; ok {
 		return id
 	}
 	args := []string{"runp"}
-	if handler != "" {
-		args = append(args, "--runtime", handler)
+	if p.handler != "" {
+		args = append(args, "--runtime", p.handler)
 	}
-	id := cri.run(t, append(args, cri.podConfig(t, handler))...)
-	cri.pods[handler] = id
+	id := cri.run(t, append(args, cri.podConfig(t, p))...)
+	cri.pods[p.name] = id
 	return id
 }
 
@@ -328,25 +356,65 @@ func (cri *criClient) removePods(t *testing.T) {
 	}
 }
 
-// container creates, in the handler's pod, a container running the probe with env.
-func (cri *criClient) container(t *testing.T, handler string, env map[string]string) string {
+// create runs `crictl create` of the container in the pod; it returns the container's id
+// and crictl's result.
+func (cri *criClient) create(t *testing.T, p criPod, c criContainer) (string, result) {
 	t.Helper()
-	pod := cri.pod(t, handler)
-	cri.seq++
-	name := fmt.Sprintf("probe-%d", cri.seq)
+	pod := cri.pod(t, p)
+	name := fmt.Sprintf("probe-%d", criSeq.Add(1))
 	var envs []map[string]string
-	for k, v := range env {
+	for k, v := range c.env {
 		envs = append(envs, map[string]string{"key": k, "value": v})
 	}
+	// CDI_devices: the CRI field (cri-api ContainerConfig.CDI_devices) the device plugin's
+	// cdi-cri strategy and DRA drivers fill; containerd 2.x injects what it names.
+	var cdiDevices []map[string]string
+	for _, d := range c.cdiDevices {
+		cdiDevices = append(cdiDevices, map[string]string{"name": d})
+	}
+	script := c.script
+	if script == "" {
+		script = probe
+	}
 	cfg := cri.writeJSON(t, name+".json", map[string]any{
-		"metadata": map[string]any{"name": name},
-		"image":    map[string]any{"image": containerdImage},
-		"command":  []string{"/bin/sh", "-c", probe},
-		"envs":     envs,
-		"log_path": name + ".log",
-		"linux":    map[string]any{},
+		"metadata":    map[string]any{"name": name},
+		"image":       map[string]any{"image": containerdImage},
+		"command":     []string{"/bin/sh", "-c", script},
+		"envs":        envs,
+		"annotations": c.annotations,
+		"CDI_devices": cdiDevices,
+		"log_path":    name + ".log",
+		"linux":       map[string]any{},
 	})
-	return cri.run(t, "create", pod, cfg, cri.podConfig(t, handler))
+	r := cri.runCode(t, "create", pod, cfg, cri.podConfig(t, p))
+	return strings.TrimSpace(r.Stdout), r
+}
+
+// runProbe runs the container in the pod to completion (create, start, wait for exit 0) and
+// returns its output. With wantErr, it checks that crictl create or start fails with that
+// message instead, and returns "".
+func (cri *criClient) runProbe(t *testing.T, p criPod, c criContainer, wantErr string) string {
+	t.Helper()
+	id, r := cri.create(t, p, c)
+	if r.Code == 0 {
+		r = cri.runCode(t, "start", id)
+	}
+	if wantErr != "" {
+		if r.Code == 0 {
+			t.Fatalf("crictl create and start succeeded, want %q: %s", wantErr, r)
+		}
+		// crictl quotes the runtime's message, escaping its quotes.
+		if !strings.Contains(r.Stderr, wantErr) && !strings.Contains(r.Stderr, strings.ReplaceAll(wantErr, `"`, `\"`)) {
+			t.Errorf("crictl's error lacks %q:\n%s", wantErr, r.Stderr)
+		}
+		return ""
+	}
+	if r.Code != 0 {
+		logRuntimeTail(t)
+		t.Fatalf("crictl create or start: %s", r)
+	}
+	cri.waitExited(t, id)
+	return cri.run(t, "logs", id)
 }
 
 // waitExited waits until the container has exited, and checks that it exited 0.

@@ -1,6 +1,9 @@
 // Package engines runs gpu-runtime under the real container engines — dockerd, containerd
 // (ctr and the CRI, through crictl) and podman — on a fake 2-GPU host built by
-// internal/fakehost, and checks from inside busybox containers which GPUs each one got.
+// internal/fakehost, and checks from inside busybox containers which GPUs each one got. The
+// CDI tests (cdi_test.go) run the engines that apply a CDI spec themselves — podman and
+// containerd 2.x, with plain runc — on a spec gpu-ctk generated for a fake MIG host, and
+// containerd 1.6 handing CDI annotations to gpu-runtime.
 //
 // Every engine is started by the tests themselves, once per test binary, as a private
 // instance: its own config file, root, state and exec directories and socket, all under one
@@ -10,7 +13,7 @@
 //
 // It needs root. Under `make test` (GPU_RUNTIME_E2E=1) a missing prerequisite fails the run;
 // otherwise the tests skip, loudly, with the reason. scripts/install-engine-deps.sh installs
-// the engines and builds crictl.
+// the engines and builds crictl and containerd 2.x (which the tests also build when missing).
 //
 // Daemons run in process groups of their own and are stopped when the test binary ends
 // (SIGTERM, SIGKILL after 30s), after which every process whose command line, root, working
@@ -27,11 +30,16 @@
 //     ctr's default spec mounts no cgroup filesystem (the tests add one). The CRI needs
 //     restrict_oom_score_adj = true, a local sandbox_image and host-network pods. ctr's runc
 //     state goes to /run/containerd/runc/<namespace>; the CRI's to options.Root.
+//   - containerd 2.x (not in Debian 12: scripts/build-containerd2.sh builds it into
+//     .cache/containerd2): config version 3; runtime_path names its own shim (PATH has 1.6's);
+//     NRI off (its socket is /var/run/nri otherwise); CDI spec directories of its own. Its
+//     shims' sockets, like 1.6's, go to /run/containerd/s, named by a hash of the daemon's
+//     address, namespace and container, so the two containerds never share one.
 //   - podman 4.3: crun (its default) refuses the hybrid cgroup layout; --ulimit nofile and
 //     nproc within the hard limits; cgroupfs; file events. It still writes
 //     /var/lib/containers/cache, /run/containers and /dev/shm/libpod_lock, passes runc no
 //     --root (state in /run/runc), and runs its cleanup's `runtime delete` with no PATH and
-//     without --runtime-flag values.
+//     without --runtime-flag values. It reads CDI specs only from /etc/cdi and /var/run/cdi.
 //
 // Host paths like these that did not exist when the suite started are removed at its end.
 package engines
@@ -71,6 +79,9 @@ var (
 	rootfsTar, imageArchive string
 	// runtimeLog is gpu-runtime's log-file, shown when a test fails.
 	runtimeLog string
+	// runtimeConfig is the configuration the wrapper gives gpu-runtime; cdiDir the CDI spec
+	// directory it names (see wrapperSpec).
+	runtimeConfig, cdiDir string
 )
 
 func TestMain(m *testing.M) {
@@ -167,7 +178,8 @@ func setup() string {
 // the same process then replaces itself with runc, so signals and exit codes are unchanged.
 func writeWrapper() error {
 	runtimeLog = filepath.Join(workDir, "gpu-runtime.log")
-	cfg := filepath.Join(workDir, "gpu-runtime.toml")
+	runtimeConfig = filepath.Join(workDir, "gpu-runtime.toml")
+	cdiDir = filepath.Join(workDir, "cdi")
 	content := fmt.Sprintf(`[runtime]
 runtimes = ["runc"]
 log-level = "debug"
@@ -179,12 +191,14 @@ dev-root = %q
 path = %q
 [discovery]
 cache-file = %q
-`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.csv"))
-	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
+[cdi]
+spec-dirs = [%q]
+`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.csv"), cdiDir)
+	if err := os.WriteFile(runtimeConfig, []byte(content), 0o644); err != nil {
 		return err
 	}
 	wrapper = filepath.Join(workDir, "gpu-runtime")
-	script := fmt.Sprintf("#!/bin/sh\nGPU_RUNTIME_CONFIG=%s exec %s \"$@\"\n", shellQuote(cfg), shellQuote(filepath.Join(binDir, "gpu-runtime")))
+	script := fmt.Sprintf("#!/bin/sh\nGPU_RUNTIME_CONFIG=%s exec %s \"$@\"\n", shellQuote(runtimeConfig), shellQuote(filepath.Join(binDir, "gpu-runtime")))
 	return os.WriteFile(wrapper, []byte(script), 0o755)
 }
 

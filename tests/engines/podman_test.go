@@ -95,6 +95,12 @@ func (p *podman) runProbe(t *testing.T, flags ...string) result {
 // runProbeCid is runProbe that sets *cidFile to the file podman writes the container's id to.
 func (p *podman) runProbeCid(t *testing.T, cidFile *string, flags ...string) result {
 	t.Helper()
+	return p.runScriptCid(t, cidFile, probe, flags...)
+}
+
+// runScriptCid is runProbeCid running script instead of the probe.
+func (p *podman) runScriptCid(t *testing.T, cidFile *string, script string, flags ...string) result {
+	t.Helper()
 	name := containerName()
 	*cidFile = filepath.Join(t.TempDir(), "cid")
 	t.Cleanup(func() {
@@ -110,7 +116,7 @@ func (p *podman) runProbeCid(t *testing.T, cidFile *string, flags ...string) res
 	})
 	args := append(append([]string{}, p.args...), "run", "--rm", "--name", name, "--cidfile", *cidFile, "--network", "none",
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--cgroup-parent", "/"+cgroupParent("podman"))
-	args = append(append(args, flags...), podmanImage, "sh", "-c", probe)
+	args = append(append(args, flags...), podmanImage, "sh", "-c", script)
 	return runCmd(t, 90*time.Second, p.env, "", "podman", args...)
 }
 

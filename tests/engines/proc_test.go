@@ -116,6 +116,15 @@ func reapStale() {
 		}
 		fmt.Fprintf(os.Stderr, "engines: cleaning up %s, left by test process %d\n", dir, pid)
 		leftovers := enginetest.ReadLeftovers(filepath.Join(dir, hostLeftoversFile), hostLeftoverPaths())
+		spec, newer := podmanCDISpecs(dir)
+		_ = os.Remove(spec)
+		_ = os.Remove(newer)
+		// The killed shims' sockets (the tasks' state goes with the directory).
+		for _, ctd := range []string{"ctd", "ctd2"} {
+			for _, sock := range enginetest.ShimSockets(filepath.Join(dir, ctd, "containerd.sock"), filepath.Join(dir, ctd, "state")) {
+				_ = os.Remove(sock)
+			}
+		}
 		if err := enginetest.Reap(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "engines: %v\n", err)
 		}
@@ -138,6 +147,7 @@ func hostLeftoverPaths() []enginetest.HostPath {
 		{Path: "/run/containerd/fifo"},                 // ctr's stdio FIFOs
 		{Path: "/run/containerd/runc/" + ctrNamespace}, // ctr run's runc state (the CRI's is private)
 		{Path: "/run/containerd/runc"},
+		{Path: podmanCDIDir}, // podman 4.3 reads CDI specs only there and in /etc/cdi
 	}, enginetest.DockerdHostPaths()...)
 }
 
