@@ -741,8 +741,11 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 			for _, name := range tc.present {
 				s.fake(t, name, "exit 0")
 			}
-			// crictl is built already: the script only checks its version.
+			// crictl and containerd 2.x are built already: the script only checks their versions.
 			writeFile(t, filepath.Join(s.dir, ".cache", "crictl", "crictl"), "#!/bin/sh\necho 'crictl version v1.34.0'\n", 0o755)
+			ctd2 := filepath.Join(s.dir, ".cache", "containerd2")
+			writeFile(t, filepath.Join(ctd2, "containerd"), "#!/bin/sh\necho 'containerd github.com/containerd/containerd/v2 v2.1.4'\n", 0o755)
+			writeFile(t, filepath.Join(s.dir, "scripts", "build-containerd2.sh"), "#!/bin/sh\necho "+ctd2+"\n", 0o755)
 			engines := filepath.Join(s.dir, "usr-bin")
 			if tc.dockerd {
 				writeFile(t, filepath.Join(engines, "dockerd"), "#!/bin/sh\n", 0o755)
@@ -753,6 +756,9 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 			env := []string{"DOCKERD_CANDIDATES=" + filepath.Join(s.dir, "usr-sbin", "dockerd") + " " + filepath.Join(engines, "dockerd"), "DOCKER_CLIENT=" + filepath.Join(engines, "docker")}
 			out, apt := s.run(t, env, "scripts/install-engine-deps.sh")
 			if want := strings.ReplaceAll(tc.wantOut, "DIR", engines); !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+			if want := "install-engine-deps: containerd 2.x present: " + ctd2 + " (containerd github.com/containerd/containerd/v2 v2.1.4)\n"; !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
 			if !strings.Contains(out, tc.wantAfter) {
