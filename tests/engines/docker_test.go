@@ -244,6 +244,13 @@ func TestDockerErrors(t *testing.T) {
 		{description: "unknown device UUID (gpu the default runtime)", daemon: dockerWithDefault,
 			flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000"},
 			want:  []string{`unknown device "GPU-00000000-0000-0000-0000-000000000000"`}},
+		{description: "--gpus 3 on a two-GPU host names the flag and the count", daemon: dockerWithDefault,
+			flags: []string{"--gpus", "3"},
+			want: []string{"unknown device: docker run --gpus 3 asked for 3 GPUs, and this host has GPUs 0 (" + host.Options.GPUs[0].UUID + "), 1 (" + host.Options.GPUs[1].UUID + ")",
+				"use --gpus 2 or fewer, --gpus all, or --gpus device=<index or UUID>"}},
+		{description: `--gpus "device=5" names the flag`, daemon: dockerWithDefault,
+			flags: []string{"--gpus", `"device=5"`},
+			want:  []string{`unknown device "5" in docker run --gpus device=5: this host has GPUs 0 (`}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
@@ -254,4 +261,42 @@ func TestDockerErrors(t *testing.T) {
 			wantRefused(t, "docker run", r, 125, tc.want...)
 		})
 	}
+}
+
+// TestDockerBrokenConfig: a config.toml that does not parse must not take down every
+// container of a host where gpu is docker's default runtime: a container that asks for no GPU
+// runs (and gpu-runtime logs a warning), a GPU container fails with the config error.
+func TestDockerBrokenConfig(t *testing.T) {
+	requireSetup(t)
+	d := dockerWithDefault(t)
+	good, err := os.ReadFile(runtimeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(runtimeConfig, good, 0o644); err != nil {
+			t.Errorf("restore %s: %v", runtimeConfig, err)
+		}
+	})
+	// A bad value in [driver]: [runtime], with its log-file, still reads.
+	broken := strings.Replace(string(good), "[driver]\n", "[driver]\nproc-root = \"relative\"\n", 1)
+	if err := os.WriteFile(runtimeConfig, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logBefore, _ := os.ReadFile(runtimeLog)
+
+	wantRan(t, "docker run without GPUs", d.runProbe(t))
+	logAfter, _ := os.ReadFile(runtimeLog)
+	if added := strings.TrimPrefix(string(logAfter), string(logBefore)); !strings.Contains(added, "config unusable; the container asks for no GPU, so it runs unchanged through ") ||
+		!strings.Contains(added, `invalid driver.proc-root \"relative\"`) {
+		t.Errorf("gpu-runtime's log lacks the warning:\n%s", added)
+	}
+	wantRefused(t, "docker run with a GPU", d.runProbe(t, "-e", "NVIDIA_VISIBLE_DEVICES=0"), 125, "gpu-runtime: config "+runtimeConfig+`: invalid driver.proc-root "relative": want an absolute path`)
+
+	// Not even TOML: the same, with the default runtimes (the warning goes to runc's log).
+	if err := os.WriteFile(runtimeConfig, []byte("[runtime\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantRan(t, "docker run without GPUs, config not TOML", d.runProbe(t))
+	wantRefused(t, "docker run with a GPU, config not TOML", d.runProbe(t, "-e", "NVIDIA_VISIBLE_DEVICES=0"), 125, "gpu-runtime: parse config "+runtimeConfig)
 }
