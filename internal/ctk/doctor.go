@@ -487,6 +487,11 @@ func (d *doctor) checkDockerHook() {
 }
 
 func (d *doctor) checkCgroups() {
+	// The cgroup driver follows the init system: engines use systemd's where systemd runs.
+	driver := "cgroup driver cgroupfs (no systemd)"
+	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() {
+		driver = "systemd is the init: engines use its cgroup driver unless configured otherwise"
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
 		d.add("cgroups", statusWarn, fmt.Sprintf("/sys/fs/cgroup: %v", err), "mount the cgroup filesystem (the init system does)")
@@ -494,7 +499,7 @@ func (d *doctor) checkCgroups() {
 	}
 	switch {
 	case st.Type == unix.CGROUP2_SUPER_MAGIC:
-		d.add("cgroups", statusOK, "v2 (unified): device access is enforced by an eBPF program runc writes from the spec", "")
+		d.add("cgroups", statusOK, "v2 (unified): device access is enforced by an eBPF program runc writes from the spec; "+driver, "")
 	default:
 		mode := "v1"
 		if _, err := os.Stat("/sys/fs/cgroup/unified"); err == nil {
@@ -504,7 +509,7 @@ func (d *doctor) checkCgroups() {
 			d.add("cgroups", statusWarn, mode+" without the devices controller: device rules cannot be enforced", "mount the devices controller (the init system does)")
 			return
 		}
-		d.add("cgroups", statusOK, mode+": device access is enforced by the devices controller", "")
+		d.add("cgroups", statusOK, mode+": device access is enforced by the devices controller; "+driver, "")
 	}
 }
 
