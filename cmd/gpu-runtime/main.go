@@ -27,7 +27,8 @@ func main() {
 	args := os.Args[1:]
 	inv, argErr := oci.ParseArgs(args)
 	if inv.Version && inv.Command == "" {
-		os.Exit(printVersion())
+		printVersion()
+		return
 	}
 	var cfg config.Config
 	var warnings []string
@@ -104,7 +105,7 @@ func withContainer(log *runlog.Logger, id string) logrus.FieldLogger {
 // printVersion prints gpu-runtime's version, then the low-level runtime's --version lines, as
 // NVIDIA's runtime does: docker info reads the runtime's name, version and commit from the
 // last "version" and "commit:" lines, so it shows runc's instead of an empty field.
-func printVersion() int {
+func printVersion() {
 	fmt.Println(version.String("gpu-runtime"))
 	cfg, err := config.LoadRuntimeFromEnv(os.Getenv)
 	if err != nil {
@@ -113,16 +114,15 @@ func printVersion() int {
 	self, _ := os.Executable()
 	runc, err := runtime.LowLevelRuntime(cfg.Runtime.Runtimes, self)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
-		return 0 // our own version was asked for and printed
+		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error()) // our own version was asked for and printed
+		return
 	}
 	out, err := exec.Command(runc, "--version").Output()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-runtime: %s --version: %v\n", runc, err)
-		return 0
+		return
 	}
 	fmt.Printf("\n%s", out)
-	return 0
 }
 
 // unsupported keeps only argument errors that must stop a create (ErrArgs passes through

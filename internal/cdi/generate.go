@@ -83,7 +83,7 @@ func Generate(host plan.Host, o GenerateOptions) (*specsgo.Spec, []string, error
 		}
 	}
 	spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(all, host)})
-	if spec.Version, err = cdi.MinimumRequiredVersion(spec); err != nil {
+	if spec.Version, err = specsgo.MinimumRequiredVersion(spec); err != nil {
 		return nil, warnings, fmt.Errorf("CDI version of the spec: %w", err)
 	}
 	if err := Validate(spec); err != nil {
@@ -169,7 +169,7 @@ func Validate(spec *specsgo.Spec) error {
 	if err != nil {
 		return fmt.Errorf("validate CDI spec: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	p := filepath.Join(dir, "spec.json")
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		return fmt.Errorf("validate CDI spec: %w", err)

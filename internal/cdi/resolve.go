@@ -202,7 +202,8 @@ func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
 		for _, stage := range []struct {
 			name  string
 			hooks []specs.Hook
-		}{{oci.StagePrestart, s.Hooks.Prestart}, {oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
+		}{{oci.StagePrestart, s.Hooks.Prestart}, //nolint:staticcheck // a CDI spec may still name the deprecated stage
+			{oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
 			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
 			for _, h := range stage.hooks {
 				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Why: why}

@@ -107,7 +107,6 @@ type doctor struct {
 	cfg        config.Config
 	driver     *discover.Driver // nil when NVML did not answer
 	devices    discover.DeviceNodes
-	host       *plan.Host // nil when it could not be assembled
 }
 
 func (d *doctor) add(check, status, detail, fix string) {
@@ -340,7 +339,7 @@ func (d *doctor) checkHook() {
 		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s: %v", hookPath, d.cfg.Hook.LDConfig, err), "install the C library's ldconfig (glibc), or set hook.ldconfig")
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s is dynamically linked: it cannot run confined to a container root", hookPath, ld), "set hook.ldconfig to a static ldconfig (glibc's is)")
@@ -497,8 +496,8 @@ func (d *doctor) checkCgroups() {
 		d.add("cgroups", statusWarn, fmt.Sprintf("/sys/fs/cgroup: %v", err), "mount the cgroup filesystem (the init system does)")
 		return
 	}
-	switch {
-	case st.Type == unix.CGROUP2_SUPER_MAGIC:
+	switch st.Type {
+	case unix.CGROUP2_SUPER_MAGIC:
 		d.add("cgroups", statusOK, "v2 (unified): device access is enforced by an eBPF program runc writes from the spec; "+driver, "")
 	default:
 		mode := "v1"

@@ -126,7 +126,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		path = oci.ConfigPath(dir)
 		if err := os.WriteFile(path, raw, 0o600); err != nil {
 			return err

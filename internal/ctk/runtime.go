@@ -116,7 +116,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 			flags.PrintDefaults()
 			return nil
 		}
-		return fmt.Errorf("%w: gpu-ctk runtime %s: %v (see gpu-ctk runtime --help)", ErrUsage, verb, err)
+		return fmt.Errorf("%w: gpu-ctk runtime %s: %w (see gpu-ctk runtime --help)", ErrUsage, verb, err)
 	}
 	set := map[string]bool{}
 	flags.Visit(func(fl *flag.Flag) { set[fl.Name] = true })

@@ -65,7 +65,7 @@ func StartDaemon(name, dir string, env []string, ready func() error, argv ...str
 		if time.Now().After(deadline) {
 			tail := d.LogTail()
 			d.Stop()
-			return nil, fmt.Errorf("%s not ready after 60s: %v; its log:\n%s", name, err, tail)
+			return nil, fmt.Errorf("%s not ready after 60s: %w; its log:\n%s", name, err, tail)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -32,7 +32,7 @@ func Run(t testing.TB, dir string, timeout time.Duration, env []string, stdin, n
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(out)
+	defer func() { _ = os.RemoveAll(out) }()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)

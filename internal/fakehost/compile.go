@@ -73,7 +73,7 @@ func gccBuild(inputs map[string][]byte, args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create build directory: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	for name, content := range inputs {
 		if err := writeNewFile(filepath.Join(dir, name), content, 0o644); err != nil {
 			return nil, err

@@ -221,13 +221,6 @@ func ciSlicesValid(c, g int) bool {
 	return c == g || (c >= 1 && c < g && c*2 <= g+1)
 }
 
-// ciProfileIndex returns the NVML_COMPUTE_INSTANCE_PROFILE_* index of a c-slice compute
-// instance, which is also its profile id (`nvidia-smi mig -lcip`: 1c.3g.40gb ID 0, 2c.3g.40gb
-// ID 1, 3g.40gb ID 2).
-func ciProfileIndex(c int) int {
-	return map[int]int{1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}[c]
-}
-
 // migProfile is a parsed, resolved profile name.
 type migProfile struct {
 	gi *giProfile

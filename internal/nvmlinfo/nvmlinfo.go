@@ -38,7 +38,7 @@ func Query(root string) (discover.Driver, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return discover.Driver{}, fmt.Errorf("%w: initialize NVML from %s: %s", discover.ErrNVML, libPath, lib.ErrorString(ret))
 	}
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }() // nothing to do about a failed shutdown
 
 	d := discover.Driver{NVMLPath: libPath}
 	version, ret := lib.SystemGetDriverVersion()
@@ -170,7 +170,7 @@ func queryMIGDevice(lib nvml.Interface, parent, mig nvml.Device, parentMemory ui
 	if ret != nvml.SUCCESS {
 		return d, nvmlErr(lib, "get attributes", ret)
 	}
-	d.MemoryMiB = int(attrs.MemorySizeMB)
+	d.MemoryMiB = int(min(attrs.MemorySizeMB, math.MaxInt32))
 	me := false
 	if gi, ret := parent.GetGpuInstanceById(d.GI); ret == nvml.SUCCESS {
 		if info, ret := gi.GetInfo(); ret == nvml.SUCCESS {

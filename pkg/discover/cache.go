@@ -199,15 +199,15 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	// FNV-128a, not a cryptographic hash: the inputs are the host's (root's) files, not
 	// anything a container controls, and crypto/* would add start-up cost to every call.
 	h := fnv.New128a()
-	fmt.Fprintf(h, "v%d\nroot %s\ndev %s\n", CacheVersion, filepath.Clean(opts.DriverRoot), filepath.Clean(opts.DevRoot))
+	_, _ = fmt.Fprintf(h, "v%d\nroot %s\ndev %s\n", CacheVersion, filepath.Clean(opts.DriverRoot), filepath.Clean(opts.DevRoot))
 	stamp := func(input string) {
 		_, p, _ := strings.Cut(input, " ")
 		var st syscall.Stat_t
 		if err := syscall.Stat(p, &st); err != nil {
-			fmt.Fprintf(h, "%s missing\n", input)
+			_, _ = fmt.Fprintf(h, "%s missing\n", input)
 			return
 		}
-		fmt.Fprintf(h, "%s %d:%d %d %d.%d %d.%d\n", input, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+		_, _ = fmt.Fprintf(h, "%s %d:%d %d %d.%d %d.%d\n", input, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	}
 	ldc, _ := ldcacheFile(opts.DriverRoot)
 	stamp("ldcache " + ldc)
@@ -223,14 +223,14 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 		nodes = append(nodes, p+" invalid")
 	}
 	sort.Strings(nodes)
-	fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
+	_, _ = fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
 	// The driver's view of GPUs and MIG instances, where /proc has it: a MIG
 	// reconfiguration changes the capabilities tree (and the caps nodes above).
 	pr := procRoot(opts)
 	stamp("version " + filepath.Join(pr, "proc/driver/nvidia/version"))
 	stamp("mig-minors " + filepath.Join(pr, ProcMIGMinors))
-	fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
-	fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(pr, ProcCapabilities), 6), ","))
+	_, _ = fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
+	_, _ = fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(pr, ProcCapabilities), 6), ","))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -281,7 +281,7 @@ func readCache(p string) (cacheFile, error) {
 	switch {
 	case !fi.Mode().IsRegular():
 		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file", p)
-	case st == nil || st.Uid != uint32(os.Geteuid()):
+	case st == nil || int64(st.Uid) != int64(os.Geteuid()):
 		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: owned by uid %d, not %d", p, st.Uid, os.Geteuid())
 	case fi.Mode().Perm() != 0o600:
 		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: mode %04o, not 0600", p, fi.Mode().Perm())

@@ -103,7 +103,7 @@ func StatDeviceNode(devRoot, containerPath string) (DeviceNode, error) {
 		HostPath: hostPath,
 		Type:     typ,
 		Major:    int64(unix.Major(uint64(st.Rdev))), //nolint:unconvert // Rdev width differs by arch
-		Minor:    int64(unix.Minor(uint64(st.Rdev))), //nolint:unconvert
+		Minor:    int64(unix.Minor(uint64(st.Rdev))), //nolint:unconvert // Rdev width differs by arch
 		FileMode: fs.FileMode(st.Mode & 0o777),
 		UID:      st.Uid,
 		GID:      st.Gid,

@@ -155,8 +155,8 @@ func readMIGMinors(file string) (map[string]int, error) {
 			return nil, fmt.Errorf("%w: %s line %d: %q is not \"<capability> <minor>\"", ErrProcFormat, file, line, text)
 		}
 		name := fields[0]
-		switch {
-		case name == "config" || name == "monitor":
+		switch name {
+		case "config", "monitor":
 			name = "mig/" + name
 		default:
 			gpu, rest, ok := strings.Cut(name, "/")

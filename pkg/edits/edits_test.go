@@ -26,7 +26,7 @@ func TestApplyWholeSpec(t *testing.T) {
 		return &specs.Spec{
 			Process: &specs.Process{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}},
 			Mounts:  []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}, {Destination: "/usr/lib/libcuda.so.1.2", Type: "bind", Source: "/image-provided"}},
-			Hooks: &specs.Hooks{Prestart: []specs.Hook{ //nolint:staticcheck
+			Hooks: &specs.Hooks{Prestart: []specs.Hook{ //nolint:staticcheck // docker writes the deprecated prestart stage
 				{Path: "/usr/bin/nvidia-container-runtime-hook", Args: []string{"nvidia-container-runtime-hook", "prestart"}},
 				{Path: "/usr/bin/other-hook"},
 			}},
@@ -40,7 +40,7 @@ func TestApplyWholeSpec(t *testing.T) {
 			{Destination: "/usr/lib/libcuda.so.1.2", Type: "bind", Source: "/drv/usr/lib/libcuda.so.1.2", Options: []string{"ro", "nosuid", "nodev", "bind"}},
 		},
 		Hooks: &specs.Hooks{
-			Prestart:        []specs.Hook{{Path: "/usr/bin/other-hook"}}, //nolint:staticcheck
+			Prestart:        []specs.Hook{{Path: "/usr/bin/other-hook"}}, //nolint:staticcheck // the stage docker uses
 			CreateContainer: []specs.Hook{{Path: "/usr/bin/gpu-hook", Args: []string{"gpu-hook", "update-ldcache"}, Env: []string{"PATH=/bin"}}},
 		},
 		Linux: &specs.Linux{

@@ -136,7 +136,7 @@ func TestHasHookNamed(t *testing.T) {
 		{"no hooks", nil, false},
 		{"by path, in any stage", &specs.Hooks{Poststop: []specs.Hook{{Path: "/usr/bin/" + name}}}, true},
 		{"by argv[0]", &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/bin/sh", Args: []string{name}}}}, true},
-		{"another hook", &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/other", Args: []string{"other", name}}}}, false}, //nolint:staticcheck
+		{"another hook", &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/other", Args: []string{"other", name}}}}, false}, //nolint:staticcheck // the stage docker uses
 	}
 	for _, tc := range testCases {
 		if got := HasHookNamed(&specs.Spec{Hooks: tc.hooks}, name); got != tc.want {

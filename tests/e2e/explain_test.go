@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,7 +42,7 @@ func gpuCTK(t *testing.T, e *env, args ...string) (string, int) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,8 @@ func TestExplain(t *testing.T) {
 				for _, st := range []struct {
 					name  string
 					hooks []specs.Hook
-				}{{"prestart", s.Hooks.Prestart}, {"createRuntime", s.Hooks.CreateRuntime}, {"createContainer", s.Hooks.CreateContainer}, {"startContainer", s.Hooks.StartContainer}} {
+				}{{"prestart", s.Hooks.Prestart}, //nolint:staticcheck // gpu-runtime's requirement check runs there
+					{"createRuntime", s.Hooks.CreateRuntime}, {"createContainer", s.Hooks.CreateContainer}, {"startContainer", s.Hooks.StartContainer}} {
 					for _, h := range st.hooks {
 						timeout := 0
 						if h.Timeout != nil {

@@ -274,7 +274,7 @@ func TestDockerGPUsHookReplaced(t *testing.T) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
 	}
-	spec.Hooks = &specs.Hooks{Prestart: []specs.Hook{{ //nolint:staticcheck
+	spec.Hooks = &specs.Hooks{Prestart: []specs.Hook{{ //nolint:staticcheck // docker writes the deprecated prestart stage
 		Path: "/usr/bin/nvidia-container-runtime-hook", Args: []string{"/usr/bin/nvidia-container-runtime-hook", "prestart"},
 	}}}
 	data, _ = json.Marshal(&spec)

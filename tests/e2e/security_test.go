@@ -86,7 +86,7 @@ int main(void) { FILE *f = fopen("/ldconfig-env", "w"); if (!f) return 1; for (c
 		t.Fatal("the GPU container's spec has no hooks")
 	}
 	h := spec.Hooks
-	all := slices.Concat(h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop) //nolint:staticcheck
+	all := slices.Concat(h.Prestart, h.CreateRuntime, h.CreateContainer, h.StartContainer, h.Poststart, h.Poststop) //nolint:staticcheck // every stage, the deprecated one included
 	if len(all) == 0 {
 		t.Fatal("the GPU container's spec has no hooks")
 	}
@@ -364,7 +364,7 @@ func TestImageFilesCannotHangCreate(t *testing.T) {
 			if err := json.Unmarshal(data, &spec); err != nil || spec.Hooks == nil {
 				t.Fatalf("spec: %v", err)
 			}
-			for _, h := range slices.Concat(spec.Hooks.Prestart, spec.Hooks.CreateContainer) { //nolint:staticcheck
+			for _, h := range slices.Concat(spec.Hooks.Prestart, spec.Hooks.CreateContainer) { //nolint:staticcheck // docker's hook is in prestart
 				if h.Timeout == nil || *h.Timeout != 3 {
 					t.Errorf("hook %v has timeout %v, want 3", h.Args, h.Timeout)
 				}

@@ -75,7 +75,7 @@ func generateSpec(config, kind, output string, host *fakehost.Host) (*generatedS
 	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...)
 	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+config)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("gpu-ctk %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	spec, err := cdi.ReadSpec(output, 0)
 	if err != nil {
@@ -443,7 +443,7 @@ func requireContainerd2(t *testing.T) string {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			containerd2Build.err = fmt.Errorf("scripts/build-containerd2.sh: %v: %s", err, stderr.String())
+			containerd2Build.err = fmt.Errorf("scripts/build-containerd2.sh: %w: %s", err, stderr.String())
 			return
 		}
 		containerd2Build.val = strings.TrimSpace(string(out))

@@ -85,7 +85,7 @@ func startContainerd() (*containerd, error) {
 	}
 	args := []string{"runtime", "configure", "--runtime=containerd", "--config", c.config, "--drop-in", c.dropIn, "--runtime-path", wrapper}
 	if out, err := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("gpu-ctk %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	if err := c.writeCrictlConfig(); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (c *containerd) quiet(timeout time.Duration, args ...string) error {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.ctr, append([]string{"--address", c.sock}, args...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -468,7 +468,7 @@ func requireCrictl(t *testing.T) string {
 	crictlBuild.once.Do(func() {
 		out, err := exec.Command(filepath.Join(repoRoot, "scripts", "install-engine-deps.sh"), "--crictl").CombinedOutput()
 		if err != nil {
-			crictlBuild.err = fmt.Errorf("%v: %s", err, out)
+			crictlBuild.err = fmt.Errorf("%w: %s", err, out)
 			return
 		}
 		crictlBuild.val, crictlBuild.err = findCrictl()

@@ -65,7 +65,7 @@ func startDockerd(name string, setAsDefault bool) (*dockerd, error) {
 		args = append(args, "--set-as-default")
 	}
 	if out, err := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("gpu-ctk %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	ready := func() error { return d.quiet(10*time.Second, "", "version") }
 	daemon, err := startDaemon("dockerd", d.dir, []string{"PATH=" + hookDir + ":" + os.Getenv("PATH")}, ready,
@@ -109,7 +109,7 @@ func (d *dockerd) quiet(timeout time.Duration, stdin string, args ...string) err
 		cmd.Stdin = f
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }

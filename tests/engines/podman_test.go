@@ -79,7 +79,7 @@ func (p *podman) quiet(timeout time.Duration, args ...string) error {
 	cmd := exec.CommandContext(ctx, "podman", append(append([]string{}, p.args...), args...)...)
 	cmd.Env = append(os.Environ(), p.env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("podman %s: %v: %s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("podman %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }

@@ -1005,7 +1005,7 @@ func (m *machine) startDockerd(t *testing.T) *dockerd {
 	ready := func() error {
 		out, err := exec.Command(enginetest.DockerClient, "-H", "unix://"+d.sock, "version").CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
+			return fmt.Errorf("%w: %s", err, out)
 		}
 		return nil
 	}

@@ -44,7 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.persistenceOff, "persistence-off", "`GPU,...`: turn persistence mode off on these GPUs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stderr)
-		fmt.Fprintln(stderr, usage)
+		_, _ = fmt.Fprintln(stderr, usage)
 		fs.PrintDefaults()
 		return nil, err
 	} else if err != nil {
