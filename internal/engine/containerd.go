@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2/unstable"
 )
 
@@ -103,7 +104,7 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	}
 	if version == 0 {
 		var b bytes.Buffer
-		fmt.Fprintf(&b, "version = %d\nimports = [%s]\n", opts.ContainerdConfigVersion, tomlString(opts.DropInPath))
+		fmt.Fprintf(&b, "version = %d\nimports = [%s]\n", opts.ContainerdConfigVersion, quote.TOMLString(opts.DropInPath))
 		if len(current) > 0 {
 			b.WriteByte('\n')
 			b.Write(current)
@@ -127,7 +128,7 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	quoted := tomlString(opts.DropInPath)
+	quoted := quote.TOMLString(opts.DropInPath)
 	var out []byte
 	switch {
 	case top.imports && len(top.elems) > 0:
@@ -339,7 +340,7 @@ func withCDIAnnotations(current any) ([]any, error) {
 	if current != nil {
 		l, ok := current.([]any)
 		if !ok {
-			return nil, fmt.Errorf("%w: container_annotations is a %T, not an array", ErrUnexpected, current)
+			return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, kindOf(current))
 		}
 		list = slices.Clone(l)
 	}
@@ -400,7 +401,7 @@ func containerdConfigVersion(doc map[string]any) (int, error) {
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%w: \"version\" is a %T, not an integer", ErrUnexpected, v)
+		return 0, fmt.Errorf("%w: \"version\" is %s, not an integer", ErrUnexpected, kindOf(v))
 	}
 	switch n {
 	case 2, 3:
@@ -434,13 +435,13 @@ func importStrings(doc map[string]any) ([]string, error) {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: \"imports\" is a %T, not an array", ErrUnexpected, v)
+		return nil, fmt.Errorf("%w: \"imports\" is %s, not an array", ErrUnexpected, kindOf(v))
 	}
 	out := make([]string, 0, len(list))
 	for _, e := range list {
 		s, ok := e.(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: an \"imports\" entry is a %T, not a string", ErrUnexpected, e)
+			return nil, fmt.Errorf("%w: an \"imports\" entry is %s, not a string", ErrUnexpected, kindOf(e))
 		}
 		out = append(out, s)
 	}

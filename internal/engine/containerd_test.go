@@ -173,7 +173,13 @@ func TestConfigureContainerdMain(t *testing.T) {
 			description: "imports is not an array",
 			current:     "version = 2\nimports = \"/etc/x.toml\"\n",
 			wantErr:     ErrUnexpected,
-			wantErrText: []string{`"imports" is a string`},
+			wantErrText: []string{`"imports" is a string, not an array`},
+		},
+		{
+			description: "plugins is not a table",
+			current:     "version = 2\nplugins = [1, 2]\n",
+			wantErr:     ErrUnexpected,
+			wantErrText: []string{"plugins is an array, not a table"},
 		},
 		{
 			description: "malformed",

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 var testNow = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -311,7 +313,7 @@ func TestContainerdFiles(t *testing.T) {
 	if info, err := os.Stat(mainPath); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("main config mode %v (err %v), want 0600", info.Mode(), err)
 	}
-	if !strings.Contains(readFileString(t, mainPath), `imports = [`+tomlString(dropIn)+`]`) {
+	if !strings.Contains(readFileString(t, mainPath), `imports = [`+quote.TOMLString(dropIn)+`]`) {
 		t.Errorf("no import:\n%s", readFileString(t, mainPath))
 	}
 	if !owned(readFile(t, dropIn)) {
@@ -367,7 +369,7 @@ func TestContainerdNoMainConfig(t *testing.T) {
 	if backups := mustApply(t, p, testNow); len(backups) != 0 {
 		t.Errorf("backups %v", backups)
 	}
-	want := "version = 3\nimports = [" + tomlString(opts.DropInPath) + "]\n"
+	want := "version = 3\nimports = [" + quote.TOMLString(opts.DropInPath) + "]\n"
 	if got := readFileString(t, opts.ConfigPath); got != want {
 		t.Errorf("main config:\n%s\nwant:\n%s", got, want)
 	}

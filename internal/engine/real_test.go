@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // These tests hand what gpu-ctk writes to the real engines. They skip, loudly, when an engine
@@ -187,7 +189,7 @@ func TestRealContainerdMinimalDropInLosesSettings(t *testing.T) {
 	dir := t.TempDir()
 	main := filepath.Join(dir, "config.toml")
 	drop := filepath.Join(dir, "minimal.toml")
-	writeFile(t, main, fmt.Sprintf("version = 2\nimports = [%s]\n", tomlString(drop))+mainV2[strings.Index(mainV2, "[plugins]"):], 0o644)
+	writeFile(t, main, fmt.Sprintf("version = 2\nimports = [%s]\n", quote.TOMLString(drop))+mainV2[strings.Index(mainV2, "[plugins]"):], 0o644)
 	writeFile(t, drop, "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpu]\n  runtime_type = \"io.containerd.runc.v2\"\n", 0o644)
 	dump := containerdDump(t, main)
 	if _, ok, _ := subTable(dump, "plugins", containerdV2Plugin, "containerd", "runtimes", "runc"); ok {
@@ -231,8 +233,8 @@ state = %s
   runtime_type = "io.containerd.runc.v2"
 [plugins.%s.containerd.runtimes.runc.options]
   SystemdCgroup = false
-`, version, tomlString(filepath.Join(dir, "root")), tomlString(filepath.Join(dir, "state")),
-		tomlString(sock), tomlString(sock+".ttrpc"), tomlString(criPlugin(version)), tomlString(criPlugin(version))), 0o644)
+`, version, quote.TOMLString(filepath.Join(dir, "root")), quote.TOMLString(filepath.Join(dir, "state")),
+		quote.TOMLString(sock), quote.TOMLString(sock+".ttrpc"), quote.TOMLString(criPlugin(version)), quote.TOMLString(criPlugin(version))), 0o644)
 	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -7,8 +7,8 @@ import (
 	"maps"
 	"reflect"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	toml "github.com/pelletier/go-toml/v2"
 )
 
@@ -84,7 +84,7 @@ func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) 
 		}
 		next, ok := v.(map[string]any)
 		if !ok {
-			return nil, false, fmt.Errorf("%w: %s is a %T, not a table", ErrUnexpected, tomlPath(path[:i+1]), v)
+			return nil, false, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(path[:i+1]...), kindOf(v))
 		}
 		t = next
 	}
@@ -104,7 +104,7 @@ func makeTable(doc map[string]any, path ...string) (map[string]any, error) {
 		}
 		next, ok := v.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s is a %T, not a table", ErrUnexpected, tomlPath(path[:i+1]), v)
+			return nil, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(path[:i+1]...), kindOf(v))
 		}
 		t = next
 	}
@@ -123,7 +123,7 @@ func stringAt(doc map[string]any, path ...string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: %s is a %T, not a string", ErrUnexpected, tomlPath(path), v)
+		return "", fmt.Errorf("%w: %s is %s, not a string", ErrUnexpected, quote.TOMLKey(path...), kindOf(v))
 	}
 	return s, nil
 }
@@ -161,57 +161,31 @@ func mergeTables(dst, src map[string]any) {
 	}
 }
 
-// tomlPath writes a key path the way TOML spells it.
-func tomlPath(path []string) string {
-	parts := make([]string, len(path))
-	for i, p := range path {
-		if isBareKey(p) {
-			parts[i] = p
-		} else {
-			parts[i] = tomlString(p)
-		}
-	}
-	return strings.Join(parts, ".")
-}
-
-func isBareKey(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// tomlString quotes s as a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f || r == utf8.RuneError:
-			fmt.Fprintf(&b, `\u%04X`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
 // withoutKey returns a shallow copy of doc without key.
 func withoutKey(doc map[string]any, key string) map[string]any {
 	out := maps.Clone(doc)
 	delete(out, key)
 	return out
+}
+
+// kindOf names the type of a decoded TOML value for messages: "a table", "an array"…, never a
+// Go type.
+func kindOf(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, int, uint64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case nil:
+		return "empty"
+	}
+	return "a date or time"
 }

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/sirupsen/logrus"
@@ -499,30 +500,8 @@ next:
 	return warnings
 }
 
-// dottedKey writes a key path as TOML would, quoting parts that are not
-// bare keys.
-func dottedKey(parts []string) string {
-	q := make([]string, len(parts))
-	for i, p := range parts {
-		q[i] = p
-		if !isBareKey(p) {
-			q[i] = strconv.Quote(p)
-		}
-	}
-	return strings.Join(q, ".")
-}
-
-func isBareKey(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
+// dottedKey writes a key path as TOML would, quoting parts that are not bare keys.
+func dottedKey(parts []string) string { return quote.TOMLKey(parts...) }
 
 // valueKind is the TOML type a known key takes.
 type valueKind int

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -82,31 +83,12 @@ func tomlValue(kind reflect.Kind, value string) (string, error) {
 		var items []string
 		for _, item := range strings.Split(v, ",") {
 			if item = strings.TrimSpace(item); item != "" {
-				items = append(items, basicString(item))
+				items = append(items, quote.TOMLString(item))
 			}
 		}
 		return "[" + strings.Join(items, ", ") + "]", nil
 	}
-	return basicString(value), nil
-}
-
-// basicString quotes s as a TOML basic string.
-func basicString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\u%04X`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
+	return quote.TOMLString(value), nil
 }
 
 // setLine replaces the line (or the lines, for a multi-line array) of field in [section]
