@@ -394,7 +394,7 @@ var engines = []struct {
 
 // systemPATH is where doctor looks for programs, under the engine root: the PATH systemd gives
 // services such as dockerd.
-var systemPATH = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+var systemPATH = plan.SystemDirs
 
 func (d *doctor) findProgram(name string) string {
 	for _, dir := range systemPATH {

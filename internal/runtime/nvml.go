@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
 // CTKName is the admin tool gpu-runtime asks about NVML when its cache misses.
@@ -25,7 +26,7 @@ const CTKName = "gpu-ctk"
 func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.Driver, error) {
 	return func(ctx context.Context, root string) (discover.Driver, error) {
 		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Env = plan.HookEnv
 		// On the deadline, kill the whole process group and stop waiting for its pipes.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

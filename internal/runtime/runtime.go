@@ -335,7 +335,7 @@ func toolPath(name, configured, executable, hint string) (string, error) {
 
 // systemDirs are searched after PATH: engines do not always give the runtime one (podman's
 // cleanup runs `<runtime> delete` with an empty environment).
-var systemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+var systemDirs = plan.SystemDirs
 
 // lookPath finds an executable by name in PATH, then in the system directories.
 func lookPath(name string) (string, error) {

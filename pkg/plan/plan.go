@@ -27,9 +27,13 @@ var (
 	ErrMissingLibrary = errors.New("missing driver library")
 )
 
+// SystemDirs are the program directories of a host, in the order of the PATH systemd gives
+// services: where gpu-runtime looks after PATH, and the PATH of every hook.
+var SystemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
 // HookEnv is the explicit environment of every hook gpu-runtime writes. A hook entry without
 // env would inherit the container's environment (CVE-2025-23266).
-var HookEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+var HookEnv = []string{"PATH=" + strings.Join(SystemDirs, ":")}
 
 // Host is what the planner knows about the machine.
 type Host struct {
