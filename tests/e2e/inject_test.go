@@ -19,13 +19,25 @@ const libDir = "/usr/lib/x86_64-linux-gnu"
 // probe prints facts about the container, one per line:
 //
 //	dev <path> <major-hex> <minor-hex>   for every /dev/nvidia* character device
-//	cgroup <rule>                        for every rule in devices.list naming major 195 or 235
+//	access <major>:<minor> allowed|denied  opening it: an allowed fake node fails with ENXIO
+//	                                     (no driver), a denied one with EPERM, on cgroup v1 and v2
+//	cgroup <rule>                        for every rule in devices.list naming major 195 or 235,
+//	                                     and devices-list, where cgroup v1 shows them
 //	file <path> / link <path> -> <t>     for the driver directories
 //	mount <mountpoint> <options>         for driver-file mounts
 //	and marker lines (ldcache-libcuda, soname-libcuda, nvidia-smi-runs, libcuda-readonly, ...)
 const probe = `
-for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $f $(stat -c '%t %T' "$f")"; done
+for f in /dev/nvidia* /dev/nvidia-caps/*; do
+  [ -c "$f" ] || continue
+  set -- $(stat -c '%t %T' "$f")
+  echo "dev $f $1 $2"
+  case "$(dd if="$f" of=/dev/null bs=1 count=0 2>&1)" in
+    *"No such device or address"*) echo "access $((0x$1)):$((0x$2)) allowed" ;;
+    *"Operation not permitted"*) echo "access $((0x$1)):$((0x$2)) denied" ;;
+  esac
+done
 if [ -r /sys/fs/cgroup/devices/devices.list ]; then
+  echo devices-list
   grep -E '^c (195|235):' /sys/fs/cgroup/devices/devices.list | sed 's/^/cgroup /'
 fi
 for f in ` + libDir + `/* ` + libDir + `/vdpau/* /usr/bin/nvidia* /lib/firmware/nvidia/*/* /var/run/nvidia-persistenced/* /usr/share/vulkan/icd.d/* /usr/share/glvnd/egl_vendor.d/* /etc/OpenCL/vendors/*; do
@@ -42,6 +54,20 @@ echo probe-done
 `
 
 type facts map[string]bool
+
+// has reports whether the container showed want. A cgroup rule ("cgroup c 195:1 rwm") holds
+// where opening the node was allowed — on cgroup v1 and v2 alike — and, where cgroup v1
+// lists the rules, where devices.list has it too.
+func (f facts) has(want string) bool {
+	rule, isRule := strings.CutPrefix(want, "cgroup c ")
+	if !isRule {
+		return f[want]
+	}
+	if !f["access "+strings.TrimSuffix(rule, " rwm")+" allowed"] {
+		return false
+	}
+	return !f["devices-list"] || f[want]
+}
 
 func (f facts) devs() []string {
 	var out []string
@@ -139,12 +165,12 @@ func TestInjection(t *testing.T) {
 			e := newEnv(t, tc.gpus)
 			f := runProbe(t, e, tc.env(e)...)
 			for _, p := range tc.present {
-				if !f[p] {
+				if !f.has(p) {
 					t.Errorf("missing in container: %q", p)
 				}
 			}
 			for _, a := range tc.absent {
-				if f[a] {
+				if f.has(a) {
 					t.Errorf("unexpected in container: %q", a)
 				}
 			}
@@ -240,7 +266,7 @@ func TestCreateStartDelete(t *testing.T) {
 	got, _ := os.ReadFile(out.Name())
 	f := facts(lines(string(got)))
 	for _, want := range []string{"dev /dev/nvidia1 c3 1", "cgroup c 195:1 rwm", "ldcache-libcuda", "soname-libcuda", "nvidia-smi-runs", "libcuda-readonly", "probe-done"} {
-		if !f[want] {
+		if !f.has(want) {
 			t.Errorf("missing %q in container output:\n%s", want, got)
 		}
 	}

@@ -356,7 +356,7 @@ func TestImageFilesCannotHangCreate(t *testing.T) {
 			if elapsed > 15*time.Second {
 				t.Errorf("create took %s", elapsed)
 			}
-			for _, p := range sandboxProcesses(t) {
+			for _, p := range sandboxProcesses(t, filepath.Join(b, "rootfs")) {
 				t.Errorf("process left behind: %s", p)
 			}
 			var spec specs.Spec
@@ -375,8 +375,14 @@ func TestImageFilesCannotHangCreate(t *testing.T) {
 
 // sandboxProcesses lists running ldconfig sandboxes (gpu-hook's re-execution and the
 // ldconfig it becomes).
-func sandboxProcesses(t *testing.T) []string {
+func sandboxProcesses(t *testing.T, rootfs string) []string {
 	t.Helper()
+	// Only this container's: other tests (and other suites on the machine) run ldconfig too.
+	// The sandbox names the root it works on; ldconfig itself runs with it as its root.
+	root, err := os.Stat(rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
@@ -385,7 +391,13 @@ func sandboxProcesses(t *testing.T) []string {
 			continue
 		}
 		args := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if strings.Contains(args, "__ldconfig-in-root") || strings.HasPrefix(args, "ldconfig -i -f /proc/self/fd/3") {
+		sandbox := strings.Contains(args, "__ldconfig-in-root "+rootfs+" ")
+		ldconfig := false
+		if strings.HasPrefix(args, "ldconfig -i -f /proc/self/fd/3") {
+			fi, err := os.Stat(filepath.Join(d, "root"))
+			ldconfig = err == nil && os.SameFile(fi, root)
+		}
+		if sandbox || ldconfig {
 			out = append(out, d+": "+args)
 		}
 	}
