@@ -52,6 +52,7 @@ type Config struct {
 	Request   RequestConfig   `toml:"request"`
 	Discovery DiscoveryConfig `toml:"discovery"`
 	CDI       CDIConfig       `toml:"cdi"`
+	MPS       MPSConfig       `toml:"mps"`
 }
 
 // CDIConfig is the [cdi] table: where CDI specs are read from.
@@ -164,6 +165,9 @@ func Default() Config {
 		},
 		CDI: CDIConfig{
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+		},
+		MPS: MPSConfig{
+			Root: "/run/gpu-runtime/mps",
 		},
 	}
 }
@@ -415,6 +419,8 @@ func (c *Config) clean() []string {
 	for i := range c.CDI.SpecDirs {
 		requiredPath(fmt.Sprintf("cdi.spec-dirs[%d]", i), &c.CDI.SpecDirs[i])
 	}
+	requiredPath("mps.root", &c.MPS.Root)
+	c.MPS.clean(bad)
 	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
 		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
 	}
@@ -511,6 +517,7 @@ const (
 	kindString
 	kindStrings
 	kindBool
+	kindInt
 )
 
 func (k valueKind) String() string {
@@ -521,6 +528,8 @@ func (k valueKind) String() string {
 		return "a string"
 	case kindBool:
 		return "a boolean"
+	case kindInt:
+		return "an integer"
 	default:
 		return "an array of strings"
 	}
@@ -546,6 +555,12 @@ var schema = sync.OnceValue(func() map[string]valueKind {
 				m[key] = kindStrings
 			case reflect.Bool:
 				m[key] = kindBool
+			case reflect.Int:
+				m[key] = kindInt
+			case reflect.Map: // a table of tables named by the user: [mps.shares.<name>]
+				m[key] = kindTable
+				m[key+".*"] = kindTable
+				walk(key+".*.", f.Type.Elem())
 			default:
 				panic(fmt.Sprintf("config: field %s has a type the schema does not know", f.Name))
 			}
@@ -606,7 +621,37 @@ func schemaKey(key string) (string, valueKind, bool) {
 			return name, k, true
 		}
 	}
+	// A key under a table of user-named tables: "mps.shares.*.devices" answers for
+	// "mps.shares.large.devices" (and mps.shares."a.b".devices).
+	for name, k := range schema() {
+		pre, post, wild := strings.Cut(name, "*")
+		if !wild || !strings.HasPrefix(key, pre) {
+			continue
+		}
+		if part, tail := cutKeyPart(key[len(pre):]); part != "" && tail == post {
+			return key, k, true
+		}
+	}
 	return "", 0, false
+}
+
+// cutKeyPart splits the first part off a dotted key: a bare part, or a quoted one.
+func cutKeyPart(s string) (part, rest string) {
+	if strings.HasPrefix(s, `"`) {
+		for i := 1; i < len(s); i++ {
+			switch s[i] {
+			case '\\':
+				i++
+			case '"':
+				return s[:i+1], s[i+1:]
+			}
+		}
+		return "", s
+	}
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
 }
 
 // checkTypes returns a message for every known key in data whose value has
@@ -664,6 +709,10 @@ func checkTypes(data []byte) []string {
 			}
 		case kindBool:
 			if v.Kind != unstable.Bool {
+				problem(line, col, key, tomlKind(v))
+			}
+		case kindInt:
+			if v.Kind != unstable.Integer {
 				problem(line, col, key, tomlKind(v))
 			}
 		case kindStrings:

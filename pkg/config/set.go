@@ -17,7 +17,9 @@ func Keys() []string {
 	for i := range t.NumField() {
 		section := t.Field(i)
 		for j := range section.Type.NumField() {
-			out = append(out, section.Tag.Get("toml")+"."+section.Type.Field(j).Tag.Get("toml"))
+			if f := section.Type.Field(j); f.Type.Kind() != reflect.Map { // shares are edited in the file
+				out = append(out, section.Tag.Get("toml")+"."+f.Tag.Get("toml"))
+			}
 		}
 	}
 	return out
@@ -36,7 +38,7 @@ func keyKind(key string) (reflect.Kind, bool) {
 			continue
 		}
 		for j := range section.Type.NumField() {
-			if f := section.Type.Field(j); f.Tag.Get("toml") == name {
+			if f := section.Type.Field(j); f.Tag.Get("toml") == name && f.Type.Kind() != reflect.Map {
 				return f.Type.Kind(), true
 			}
 		}

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MPSConfig is the [mps] table: MPS shares, each served by its own control daemon whose
+// defaults (active thread percentage, pinned memory limit) the administrator sets. A
+// container joins a share; it cannot raise its limits.
+type MPSConfig struct {
+	// Root holds <root>/<share>/{pipe,log,shm}.
+	Root string `toml:"root"`
+	// Shares are the shares by name ([mps.shares.<name>]).
+	Shares map[string]MPSShare `toml:"shares"`
+}
+
+// MPSShare is one share: the GPUs its server uses and the defaults its daemon sets.
+type MPSShare struct {
+	// Devices are the GPUs, by host index or UUID (whole GPUs: MPS on MIG is not supported).
+	Devices []string `toml:"devices"`
+	// ActiveThreadPercentage is the share of each GPU's SMs (1-100; 0: not set, MPS's 100).
+	ActiveThreadPercentage int `toml:"active-thread-percentage"`
+	// PinnedMemoryLimit is the device memory a client may pin per GPU, in a form MPS
+	// accepts once normalised: "60G", "61440M" ("60GiB", "60GB" are read as 60G); "" = none.
+	PinnedMemoryLimit string `toml:"pinned-memory-limit"`
+	// UID is the user the share serves: MPS servers run as their first client's UID unless
+	// in multi-user mode, so a container of another user cannot use it.
+	UID int `toml:"uid"`
+}
+
+// ShareNames lists the configured shares, sorted.
+func (m MPSConfig) ShareNames() []string {
+	names := make([]string, 0, len(m.Shares))
+	for n := range m.Shares {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// shareNameRE: a share's name is a directory name under Root and a volume-mount path element.
+var shareNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// memoryLimitRE: a number and a unit, as MPS's set_default_device_pinned_mem_limit takes it
+// (M or G), or with the B/iB spellings people write.
+var memoryLimitRE = regexp.MustCompile(`^([0-9]{1,9})\s*(M|MB|MiB|G|GB|GiB)$`)
+
+// MPSMemoryLimit is a pinned-memory limit in the form MPS accepts: "60G", "61440M".
+func MPSMemoryLimit(s string) (string, bool) {
+	m := memoryLimitRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return "", false
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 {
+		return "", false
+	}
+	return m[1] + m[2][:1], true
+}
+
+// cleanMPS validates the shares; one problem per bad key, naming the share.
+func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
+	for _, name := range m.ShareNames() {
+		s := m.Shares[name]
+		key := "mps.shares." + dottedKey([]string{name})
+		if !shareNameRE.MatchString(name) {
+			bad(key, name, "a share name of letters, digits, '.', '_' and '-' (63 at most)")
+			continue
+		}
+		if len(s.Devices) == 0 {
+			bad(key+".devices", s.Devices, "the share's GPUs, by index or UUID")
+		}
+		for i, d := range s.Devices {
+			switch {
+			case strings.Contains(d, ":") || strings.HasPrefix(strings.ToUpper(d), "MIG-"):
+				bad(fmt.Sprintf("%s.devices[%d]", key, i), d, "a whole GPU: MPS on MIG devices is not supported")
+			case d == "" || d == "all" || strings.ContainsAny(d, ", "):
+				bad(fmt.Sprintf("%s.devices[%d]", key, i), d, "one GPU index or UUID")
+			}
+		}
+		if p := s.ActiveThreadPercentage; p < 0 || p > 100 {
+			bad(key+".active-thread-percentage", strconv.Itoa(p), "1 to 100 (0 or absent: not set)")
+		}
+		if s.PinnedMemoryLimit != "" {
+			if _, ok := MPSMemoryLimit(s.PinnedMemoryLimit); !ok {
+				bad(key+".pinned-memory-limit", s.PinnedMemoryLimit, `a size MPS accepts, such as "60G" or "61440M"`)
+			}
+		}
+		if s.UID < 0 {
+			bad(key+".uid", strconv.Itoa(s.UID), "a user id")
+		}
+	}
+}
