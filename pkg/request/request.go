@@ -28,6 +28,7 @@ const (
 	EnvIMEXChannels   = "NVIDIA_IMEX_CHANNELS"
 	EnvMIGConfig      = "NVIDIA_MIG_CONFIG_DEVICES"
 	EnvMIGMonitor     = "NVIDIA_MIG_MONITOR_DEVICES"
+	EnvMPSShare       = "NVIDIA_MPS_SHARE"
 )
 
 // MaxIMEXChannel is the highest IMEX channel number.
@@ -73,6 +74,9 @@ type Request struct {
 	// MIGConfig and MIGMonitor are NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES = all.
 	MIGConfig  bool
 	MIGMonitor bool
+	// MPSShare is the MPS share ([mps.shares.<name>]) the container joins: it gets the
+	// share's GPUs (NVIDIA_VISIBLE_DEVICES=all means them), pipe directory and shared memory.
+	MPSShare string
 	// DockerGPUs says the spec carries docker's --gpus hook: NVIDIA_VISIBLE_DEVICES was then
 	// written by docker from the flag (--gpus 3 becomes 0,1,2), and errors name the flag.
 	DockerGPUs bool

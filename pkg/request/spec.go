@@ -94,22 +94,36 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		if err != nil {
 			return Request{}, nil, err
 		}
-		if len(ids) > 0 {
+		share, err := VolumeMountShare(spec.Mounts)
+		if err != nil {
+			return Request{}, nil, err
+		}
+		if len(ids) > 0 || share != "" {
 			var warnings []string
 			if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
 				// The devices come from the orchestrator; the container's own env may not
 				// add IMEX channels or MIG access, so it is not even parsed.
 				env, warnings = withoutEnvAccess(env)
 			}
-			req, err := build(env, strings.Join(ids, ","), true)
+			devices := strings.Join(ids, ",")
+			if len(ids) == 0 {
+				devices = "all" // the share's GPUs
+			}
+			req, err := build(env, devices, true)
 			if err == nil {
 				err = migAccessAllowed(req, spec)
 			}
+			req.MPSShare = share
 			return req, warnings, err
 		}
 	}
 	visible, set := env[EnvVisibleDevices]
 	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+		if share, ok := env[EnvMPSShare]; ok && share != "" {
+			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
+				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
+				quote.Var(EnvMPSShare, share))}, nil
+		}
 		if req, err := build(env, visible, set); err != nil || req.IsGPU() {
 			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
 				"%s=%q ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
@@ -117,11 +131,47 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 		return Request{Mode: NoGPU}, nil, nil
 	}
+	share := strings.TrimSpace(env[EnvMPSShare])
+	if share != "" && !set {
+		visible, set = "all", true // the share's GPUs
+	}
 	req, err := build(env, visible, set)
 	if err == nil {
 		err = migAccessAllowed(req, spec)
 	}
+	if err == nil && share != "" {
+		if req.Mode == NoGPU {
+			return Request{}, nil, fmt.Errorf("%w: %s with %s: a share needs its GPUs; drop one of them",
+				ErrInvalid, quote.Var(EnvMPSShare, share), quote.Var(EnvVisibleDevices, visible))
+		}
+		req.MPSShare = share
+	}
 	return req, nil, err
+}
+
+// MPSMountDir is where a device plugin names an MPS share: a /dev/null mount at
+// <MPSMountDir>/<share>.
+const MPSMountDir = DeviceListMountDir + "/mps"
+
+// VolumeMountShare returns the MPS share a /dev/null mount at MPSMountDir/<share> names, ""
+// for none; two are an error.
+func VolumeMountShare(mounts []specs.Mount) (string, error) {
+	share := ""
+	for _, m := range mounts {
+		dest := path.Clean(m.Destination)
+		name, ok := strings.CutPrefix(dest, MPSMountDir+"/")
+		if m.Source != "/dev/null" || !ok {
+			continue
+		}
+		if strings.Contains(name, "/") || name == "" {
+			return "", fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, dest)
+		}
+		if share != "" && share != name {
+			return "", fmt.Errorf("%w: volume mounts name two MPS shares, %q and %q: a container joins one", ErrInvalid, share, name)
+		}
+		share = name
+	}
+	return share, nil
 }
 
 // migAccessAllowed refuses MIG config or monitor access to a container without CAP_SYS_ADMIN
@@ -172,7 +222,7 @@ const CDIAnnotationPrefix = "cdi.k8s.io/"
 // gpuMarkers are strings at least one of which any GPU request's spec contains.
 var gpuMarkers = [][]byte{
 	[]byte(EnvVisibleDevices), []byte(EnvCUDAVersion), []byte(DeviceListMountDir), []byte(DockerHookName),
-	[]byte(CDIAnnotationPrefix),
+	[]byte(CDIAnnotationPrefix), []byte(EnvMPSShare),
 }
 
 // MayRequestGPU is a fast pre-check on a raw config.json: false means the spec cannot ask
@@ -267,6 +317,9 @@ func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
 			continue
 		}
 		id := strings.TrimPrefix(dest, DeviceListMountDir+"/")
+		if strings.HasPrefix(id, "mps/") {
+			continue // an MPS share: VolumeMountShare
+		}
 		if name, ok := strings.CutPrefix(id, "cdi/"); ok {
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
 				return nil, fmt.Errorf("%w: volume mount %s: %q is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, dest, name, err)
