@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -205,6 +206,11 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		if in.Host, err = discoverHost(opts, log); err != nil {
 			return in, err
 		}
+	}
+	in.Host.MPS = plan.MPS{Config: opts.Config.MPS}
+	if req.MPSShare != "" {
+		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
+		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}
 	}
 	p, err := plan.ForCDI(req, in.Host, nil)
 	if native {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -31,6 +32,15 @@ type MPSShare struct {
 	// in multi-user mode, so a container of another user cannot use it.
 	UID int `toml:"uid"`
 }
+
+// The directories of a share under Root: the daemon's pipe (clients connect there) and log
+// directories, and the tmpfs its servers and clients share as /dev/shm.
+func (m MPSConfig) PipeDir(share string) string { return filepath.Join(m.Root, share, "pipe") }
+func (m MPSConfig) LogDir(share string) string  { return filepath.Join(m.Root, share, "log") }
+func (m MPSConfig) ShmDir(share string) string  { return filepath.Join(m.Root, share, "shm") }
+
+// PIDFile holds the pid of the share's control daemon, written by gpu-ctk mps start.
+func (m MPSConfig) PIDFile(share string) string { return filepath.Join(m.Root, share, "daemon.pid") }
 
 // ShareNames lists the configured shares, sorted.
 func (m MPSConfig) ShareNames() []string {

@@ -23,8 +23,11 @@ func (e Edits) Describe() []string {
 	for _, name := range e.RemoveHooks {
 		add("remove hook "+name+" (any stage)", RemovedHookWhy)
 	}
+	for _, n := range e.UnsetEnv {
+		add("unset env "+n, e.EnvWhy)
+	}
 	for _, kv := range e.Env {
-		add("env "+kv, "")
+		add("env "+kv, e.EnvWhy)
 	}
 	for _, n := range e.DeviceNodes {
 		what := fmt.Sprintf("device %s %s %d:%d mode %04o uid %d gid %d", n.Path, n.Type, n.Major, n.Minor, n.FileMode.Perm(), n.UID, n.GID)

@@ -51,7 +51,12 @@ type Hook struct {
 
 // Edits is everything to change in a container's spec.
 type Edits struct {
-	Env         []string
+	// UnsetEnv removes the container's variables of these names ("CUDA_MPS_*": a prefix)
+	// before Env is set: what the container must not decide for itself.
+	UnsetEnv []string
+	Env      []string
+	// EnvWhy says why UnsetEnv and Env are there (for Describe).
+	EnvWhy      string
 	DeviceNodes []DeviceNode
 	Mounts      []Mount
 	Hooks       []Hook
@@ -69,7 +74,15 @@ type Edits struct {
 // and a capability or hook removal already listed, are not added again: two MIG devices of
 // one GPU share its device node.
 func (e *Edits) Add(o Edits) {
+	for _, n := range o.UnsetEnv {
+		if !slices.Contains(e.UnsetEnv, n) {
+			e.UnsetEnv = append(e.UnsetEnv, n)
+		}
+	}
 	e.Env = append(e.Env, o.Env...)
+	if e.EnvWhy == "" {
+		e.EnvWhy = o.EnvWhy
+	}
 	for _, n := range o.DeviceNodes {
 		if !slices.ContainsFunc(e.DeviceNodes, func(x DeviceNode) bool { return x.Path == n.Path }) {
 			e.DeviceNodes = append(e.DeviceNodes, n)
@@ -93,11 +106,15 @@ func (e *Edits) Add(o Edits) {
 	}
 }
 
-// Options returns the spec edits, in a fixed order: hook removals, env, devices, mounts, hooks.
+// Options returns the spec edits, in a fixed order: hook removals, env removals, env,
+// devices, mounts, hooks.
 func (e Edits) Options() []oci.SpecOpt {
 	var opts []oci.SpecOpt
 	for _, name := range e.RemoveHooks {
 		opts = append(opts, oci.WithoutHooksNamed(name))
+	}
+	if len(e.UnsetEnv) > 0 {
+		opts = append(opts, oci.WithoutEnv(e.UnsetEnv...))
 	}
 	if len(e.Env) > 0 {
 		opts = append(opts, oci.WithEnv(e.Env...))

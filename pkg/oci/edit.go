@@ -235,6 +235,32 @@ func hookNamed(h specs.Hook, name string) bool {
 }
 
 // WithEnv sets process environment variables ("KEY=value"), replacing existing entries.
+// WithoutEnv removes the container's variables of each name; a name ending in "*" is a prefix
+// ("CUDA_MPS_*").
+func WithoutEnv(names ...string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Process == nil || len(names) == 0 {
+			return nil
+		}
+		env := s.Process.Env[:0:0]
+		for _, e := range s.Process.Env {
+			k, _, _ := strings.Cut(e, "=")
+			drop := false
+			for _, n := range names {
+				if prefix, isPrefix := strings.CutSuffix(n, "*"); isPrefix && strings.HasPrefix(k, prefix) || k == n {
+					drop = true
+					break
+				}
+			}
+			if !drop {
+				env = append(env, e)
+			}
+		}
+		s.Process.Env = env
+		return nil
+	}
+}
+
 func WithEnv(kvs ...string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {

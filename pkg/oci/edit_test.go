@@ -144,3 +144,17 @@ func TestHasHookNamed(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutEnv(t *testing.T) {
+	s := &specs.Spec{Process: &specs.Process{Env: []string{"PATH=/bin", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PIPE_DIRECTORY=/x", "CUDA_MPSX", "CUDA_VISIBLE_DEVICES=0", "FOO=1"}}}
+	if err := Apply(s, WithoutEnv("CUDA_MPS_*", "FOO"), WithEnv("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=/bin", "CUDA_MPSX", "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}
+	if !reflect.DeepEqual(s.Process.Env, want) {
+		t.Errorf("env = %q, want %q", s.Process.Env, want)
+	}
+	if err := Apply(&specs.Spec{}, WithoutEnv("X")); err != nil {
+		t.Errorf("no process: %v", err)
+	}
+}

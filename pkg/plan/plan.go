@@ -48,6 +48,8 @@ type Host struct {
 	LDConfig string
 	// HookTimeout is every hook's timeout in seconds (0: none).
 	HookTimeout int
+	// MPS are the MPS shares (for a request that names one).
+	MPS MPS
 }
 
 // Plan is the outcome of planning.
@@ -70,6 +72,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 	}
 	var errs []error
 	devices, err := selectDevices(req, host.Driver.GPUs)
+	if err == nil && req.MPSShare != "" {
+		devices, err = mpsDevices(req, host, devices)
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -80,6 +85,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 			errs = append(errs, err)
 		}
 		p.Edits.Add(de)
+	}
+	if req.MPSShare != "" && len(errs) == 0 {
+		p.Edits.Add(mpsEdits(req.MPSShare, host.MPS.Config))
 	}
 	if req.MIGConfig || req.MIGMonitor {
 		me, err := migAccessEdits(req, devices, host)

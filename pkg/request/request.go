@@ -77,6 +77,8 @@ type Request struct {
 	// MPSShare is the MPS share ([mps.shares.<name>]) the container joins: it gets the
 	// share's GPUs (NVIDIA_VISIBLE_DEVICES=all means them), pipe directory and shared memory.
 	MPSShare string
+	// UID is the user the container's process runs as (an MPS share serves one).
+	UID uint32
 	// DockerGPUs says the spec carries docker's --gpus hook: NVIDIA_VISIBLE_DEVICES was then
 	// written by docker from the flag (--gpus 3 becomes 0,1,2), and errors name the flag.
 	DockerGPUs bool

@@ -39,6 +39,9 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	if err != nil {
 		return req, warnings, err
 	}
+	if spec.Process != nil {
+		req.UID = spec.Process.User.UID
+	}
 	annotations := cdiAnnotations(spec.Annotations)
 	if len(annotations) == 0 {
 		return req, warnings, nil

@@ -1,0 +1,202 @@
+package ctk
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/mps"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+func init() {
+	Register("mps", "run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS)
+}
+
+const mpsUsage = `usage:
+  gpu-ctk mps start  [SHARE...]
+  gpu-ctk mps stop   [SHARE...]
+  gpu-ctk mps status [--json] [SHARE...]
+
+An MPS share ([mps.shares.<name>] in the gpu-runtime config) is a set of GPUs served by its
+own nvidia-cuda-mps-control daemon, whose defaults — active thread percentage, pinned memory
+limit per GPU — its clients cannot raise. Containers join one with NVIDIA_MPS_SHARE=<name> (or
+the device plugin's /var/run/nvidia-container-devices/mps/<name> mount).
+
+start starts the daemon of each share (every configured share without arguments) from the
+driver root, seeing only the share's GPUs, with <mps.root>/<share>/pipe and log directories
+and a private tmpfs <mps.root>/<share>/shm as its /dev/shm, then sets the share's defaults;
+a running share only gets its defaults set again. stop quits the daemon and unmounts the
+tmpfs. status shows each share: running or why not, its pid and directories, its defaults.
+All need root, and all are idempotent.
+`
+
+func runMPS(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		_, _ = io.WriteString(stderr, mpsUsage)
+		return fmt.Errorf("%w: gpu-ctk mps needs start, stop or status", ErrUsage)
+	}
+	switch args[0] {
+	case mps.DaemonCommand:
+		return mps.Daemon(args[1:])
+	case "start", "stop", "status":
+	case "--help", "-help", "-h", "help":
+		_, err := io.WriteString(stdout, mpsUsage)
+		return err
+	default:
+		return fmt.Errorf("%w: unknown mps command %q (gpu-ctk mps --help)", ErrUsage, args[0])
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("gpu-ctk mps "+verb, flag.ContinueOnError)
+	asJSON := false
+	if verb == "status" {
+		fs.BoolVar(&asJSON, "json", false, "print the shares' states as JSON")
+	}
+	if help, err := parseFlags(fs, args[1:], mpsUsage, stdout); help || err != nil {
+		return err
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	names := fs.Args()
+	if len(names) == 0 {
+		names = cfg.MPS.ShareNames()
+		if len(names) == 0 {
+			return errors.New("no MPS shares are configured: add [mps.shares.<name>] tables to the gpu-runtime config (gpu-ctk mps --help)")
+		}
+	}
+	for _, n := range names {
+		if _, ok := cfg.MPS.Shares[n]; !ok {
+			return fmt.Errorf("unknown MPS share %q: the configured shares are %s", n, strings.Join(cfg.MPS.ShareNames(), ", "))
+		}
+	}
+	if verb == "status" {
+		return mpsStatus(cfg.MPS, names, asJSON, stdout)
+	}
+	var opts map[string]mps.Options
+	if opts, err = mpsOptions(cfg, names, verb == "start"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		var did string
+		var err error
+		if verb == "start" {
+			did, err = mps.Start(cfg.MPS, n, opts[n])
+		} else {
+			did, err = mps.Stop(cfg.MPS, n, opts[n])
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MPS share %q: %w", n, err))
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", n, did)
+	}
+	return errors.Join(errs...)
+}
+
+// mpsOptions finds the driver's nvidia-cuda-mps-control and, to start shares, their GPUs
+// (through NVML, as a share's daemon must see the right ones).
+func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.Options, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	base := mps.Options{Self: self}
+	driver, err := nvmlinfo.Query(cfg.Driver.Root)
+	if err != nil {
+		if start {
+			return nil, err
+		}
+		// Stopping needs no driver: without one, the daemons are ended by signal.
+		out := map[string]mps.Options{}
+		for _, n := range names {
+			out[n] = base
+		}
+		return out, nil
+	}
+	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if f.Kind == discover.KindBinary && path.Base(f.ContainerPath) == mps.ControlName {
+			base.Control = f.HostPath
+		}
+		if f.Kind == discover.KindLibrary && f.Capability == capabilities.Compute && f.Bits != 32 && filepath.Clean(cfg.Driver.Root) != "/" {
+			if dir := filepath.Dir(f.HostPath); !contains(base.LibDirs, dir) {
+				base.LibDirs = append(base.LibDirs, dir)
+			}
+		}
+	}
+	if base.Control == "" {
+		return nil, fmt.Errorf("%s not found under driver root %q: install the driver's MPS programs, or set driver.root", mps.ControlName, cfg.Driver.Root)
+	}
+	out := map[string]mps.Options{}
+	for _, n := range names {
+		o := base
+		if start {
+			devices, err := plan.ShareDevices(n, cfg.MPS.Shares[n], driver.GPUs)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range devices {
+				o.UUIDs = append(o.UUIDs, d.UUID)
+			}
+		}
+		out[n] = o
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func mpsStatus(cfg config.MPSConfig, names []string, asJSON bool, stdout io.Writer) error {
+	var states []mps.State
+	for _, n := range names {
+		states = append(states, mps.Check(cfg, n))
+	}
+	if asJSON {
+		data, err := json.MarshalIndent(states, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(data, '\n'))
+		return err
+	}
+	var b strings.Builder
+	for _, s := range states {
+		state := "running, pid " + fmt.Sprint(s.PID)
+		if !s.Running {
+			state = "stopped (" + s.Why + "): gpu-ctk mps start " + s.Name
+		}
+		fmt.Fprintf(&b, "%s: %s\n  devices %s, uid %d", s.Name, state, strings.Join(s.Devices, ","), s.UID)
+		if s.ActiveThreadPercentage > 0 {
+			fmt.Fprintf(&b, ", active threads %d%%", s.ActiveThreadPercentage)
+		}
+		if s.PinnedMemoryLimit != "" {
+			fmt.Fprintf(&b, ", pinned memory %s per GPU", s.PinnedMemoryLimit)
+		}
+		fmt.Fprintf(&b, "\n  pipe %s, log %s, shm %s\n", s.PipeDir, s.LogDir, s.ShmDir)
+	}
+	_, err := io.WriteString(stdout, b.String())
+	return err
+}

@@ -1,0 +1,336 @@
+// Package mps runs MPS shares (reference §11): one nvidia-cuda-mps-control daemon per share,
+// with its own pipe and log directories and a private tmpfs as its /dev/shm, and the share's
+// defaults (active thread percentage, pinned memory limit) set through its control interface.
+// A container joins a share by having exactly that share's pipe directory and tmpfs mounted
+// (pkg/plan); Check is what the create path asks, and reads only files.
+package mps
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+// ControlName is the MPS control program of the driver.
+const ControlName = "nvidia-cuda-mps-control"
+
+// State is a share's state as its files show it.
+type State struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+	PID     int    `json:"pid,omitempty"`
+	// Why says why a share is not running ("" when it runs).
+	Why     string `json:"why,omitempty"`
+	PipeDir string `json:"pipeDir"`
+	LogDir  string `json:"logDir"`
+	ShmDir  string `json:"shmDir"`
+	// The share's configuration.
+	Devices                []string `json:"devices"`
+	ActiveThreadPercentage int      `json:"activeThreadPercentage,omitempty"`
+	PinnedMemoryLimit      string   `json:"pinnedMemoryLimit,omitempty"`
+	UID                    int      `json:"uid"`
+}
+
+// Check reads a share's state from its files, without running anything: the pid file
+// gpu-ctk mps start wrote names a live nvidia-cuda-mps-control, and the share's tmpfs is
+// mounted. The create path calls it for the share a container asks for.
+func Check(cfg config.MPSConfig, name string) State {
+	share := cfg.Shares[name]
+	s := State{Name: name, PipeDir: cfg.PipeDir(name), LogDir: cfg.LogDir(name), ShmDir: cfg.ShmDir(name),
+		Devices: share.Devices, ActiveThreadPercentage: share.ActiveThreadPercentage, PinnedMemoryLimit: share.PinnedMemoryLimit, UID: share.UID}
+	pid, err := readPID(cfg.PIDFile(name))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		s.Why = "not started"
+		return s
+	case err != nil:
+		s.Why = err.Error()
+		return s
+	}
+	s.PID = pid
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte(ControlName)) {
+		s.Why = fmt.Sprintf("its daemon (pid %d) is gone", pid)
+		return s
+	}
+	if !mounted(s.ShmDir) {
+		s.Why = "its shared-memory tmpfs " + s.ShmDir + " is not mounted"
+		return s
+	}
+	s.Running = true
+	return s
+}
+
+// readPID reads a pid file: a regular file of a few bytes, not a symlink, never blocking.
+func readPID(p string) (int, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file", p)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 32))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%s does not hold a pid", p)
+	}
+	return pid, nil
+}
+
+// mounted reports whether dir is a mount point: on another device than its parent.
+func mounted(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// Options are what Start needs besides the configuration.
+type Options struct {
+	// Control is the host path of nvidia-cuda-mps-control; LibDirs the driver library
+	// directories it must load from when the driver root is not "/" (LD_LIBRARY_PATH).
+	Control string
+	LibDirs []string
+	// Self is gpu-ctk's own executable: the daemon starts as `gpu-ctk mps __daemon`, which
+	// gives it its private /dev/shm, then becomes nvidia-cuda-mps-control -f.
+	Self string
+	// UUIDs are the share's GPUs, resolved: the daemon sees only them (CUDA_VISIBLE_DEVICES),
+	// numbered 0..n-1 in this order.
+	UUIDs []string
+	// Wait bounds how long Start waits for the daemon's control pipe (default 10s).
+	Wait time.Duration
+}
+
+// Start starts the share's daemon unless it runs, then sets its defaults. It reports what
+// it did.
+func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
+	share, ok := cfg.Shares[name]
+	if !ok {
+		return "", fmt.Errorf("unknown MPS share %q", name)
+	}
+	if o.Wait == 0 {
+		o.Wait = 10 * time.Second
+	}
+	st := Check(cfg, name)
+	did := "already running"
+	if !st.Running {
+		if err := prepare(cfg, name, share); err != nil {
+			return "", err
+		}
+		pid, err := launch(cfg, name, o)
+		if err != nil {
+			return "", err
+		}
+		did = fmt.Sprintf("started (pid %d)", pid)
+	}
+	if err := waitReady(cfg, name, o.Wait); err != nil {
+		return "", err
+	}
+	cmds := defaults(share, len(o.UUIDs))
+	if len(cmds) > 0 {
+		if err := control(cfg, name, o, cmds); err != nil {
+			return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+		}
+	}
+	return did, nil
+}
+
+// defaults are the control commands that set a share's limits for the servers it starts.
+func defaults(share config.MPSShare, devices int) []string {
+	var cmds []string
+	if share.ActiveThreadPercentage > 0 {
+		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", share.ActiveThreadPercentage))
+	}
+	if limit, ok := config.MPSMemoryLimit(share.PinnedMemoryLimit); ok {
+		for i := 0; i < devices; i++ {
+			cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %d %s", i, limit))
+		}
+	}
+	return cmds
+}
+
+// prepare makes the share's directories and mounts its tmpfs.
+func prepare(cfg config.MPSConfig, name string, share config.MPSShare) error {
+	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name), cfg.ShmDir(name)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// The share's user connects to the pipe directory and reads its logs.
+	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name)} {
+		if err := os.Chown(d, share.UID, -1); err != nil {
+			return fmt.Errorf("give %s to uid %d: %w", d, share.UID, err)
+		}
+	}
+	if !mounted(cfg.ShmDir(name)) {
+		if err := unix.Mount("tmpfs", cfg.ShmDir(name), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+			return fmt.Errorf("mount the shared-memory tmpfs of MPS share %q at %s: %w", name, cfg.ShmDir(name), err)
+		}
+	}
+	return nil
+}
+
+// launch starts `gpu-ctk mps __daemon` in its own session and records its pid: the process
+// becomes the control daemon (exec keeps the pid).
+func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
+	logFile, err := os.OpenFile(filepath.Join(cfg.LogDir(name), "gpu-ctk.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(o.Self, "mps", DaemonCommand, cfg.ShmDir(name), o.Control)
+	cmd.Env = env(cfg, name, o)
+	cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(o.UUIDs, ","))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start the daemon of MPS share %q: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(cfg.PIDFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, err
+	}
+	go func() { _ = cmd.Wait() }() // reaped if it dies while gpu-ctk still runs
+	return pid, nil
+}
+
+// env is the daemon's and its clients' environment: the share's directories, nothing of the
+// caller's.
+func env(cfg config.MPSConfig, name string, o Options) []string {
+	e := append([]string(nil), plan.HookEnv...)
+	e = append(e, "CUDA_MPS_PIPE_DIRECTORY="+cfg.PipeDir(name), "CUDA_MPS_LOG_DIRECTORY="+cfg.LogDir(name))
+	if len(o.LibDirs) > 0 {
+		e = append(e, "LD_LIBRARY_PATH="+strings.Join(o.LibDirs, ":"))
+	}
+	return e
+}
+
+// waitReady waits until the daemon runs (Check) and its control pipe exists.
+func waitReady(cfg config.MPSConfig, name string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		st := Check(cfg, name)
+		_, err := os.Stat(filepath.Join(cfg.PipeDir(name), "control"))
+		if st.Running && err == nil {
+			return nil
+		}
+		if st.PID != 0 && !st.Running {
+			return fmt.Errorf("the daemon of MPS share %q exited: %s; see %s", name, st.Why, cfg.LogDir(name))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the daemon of MPS share %q did not create its control pipe in %s within %s; see %s", name, cfg.PipeDir(name), wait, cfg.LogDir(name))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// control sends commands to the share's daemon through nvidia-cuda-mps-control.
+func control(cfg config.MPSConfig, name string, o Options, cmds []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, o.Control)
+	cmd.Env = env(cfg, name, o)
+	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", o.Control, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Stop quits the share's daemon (through its control interface, then by signal), removes
+// its pid file and unmounts its tmpfs. A share that does not run is already stopped.
+func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
+	st := Check(cfg, name)
+	did := "not running"
+	if st.PID != 0 {
+		if st.Running && o.Control != "" {
+			_ = control(cfg, name, o, []string{"quit"})
+		}
+		if !exited(st.PID, 10*time.Second) {
+			_ = unix.Kill(st.PID, unix.SIGTERM)
+			if !exited(st.PID, 5*time.Second) {
+				_ = unix.Kill(st.PID, unix.SIGKILL)
+				exited(st.PID, 5*time.Second)
+			}
+		}
+		did = fmt.Sprintf("stopped (pid %d)", st.PID)
+	}
+	if err := os.Remove(cfg.PIDFile(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if mounted(st.ShmDir) {
+		// Detached: a container still holding it keeps its memory until it exits.
+		if err := unix.Unmount(st.ShmDir, unix.MNT_DETACH); err != nil {
+			return "", fmt.Errorf("unmount %s: %w", st.ShmDir, err)
+		}
+	}
+	return did, nil
+}
+
+// exited waits for pid to be gone, or a zombie (a child of this process, reaped elsewhere).
+func exited(pid int, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || zombie(stat) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func zombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// DaemonCommand is the internal subcommand of `gpu-ctk mps` that becomes a share's daemon.
+const DaemonCommand = "__daemon"
+
+// Daemon is `gpu-ctk mps __daemon <shm dir> <control>`: in a mount namespace of its own it
+// mounts the share's tmpfs on /dev/shm, where the MPS servers keep the memory their clients
+// map, then execs nvidia-cuda-mps-control in the foreground. It returns only on failure.
+func Daemon(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("%s: internal command of gpu-ctk mps, not for use by hand", DaemonCommand)
+	}
+	shm, control := args[0], args[1]
+	// The namespace is this thread's: stay on it until the exec.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount(shm, "/dev/shm", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount %s on /dev/shm: %w", shm, err)
+	}
+	return unix.Exec(control, []string{ControlName, "-f"}, os.Environ())
+}

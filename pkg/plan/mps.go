@@ -1,0 +1,121 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+// ErrMPS marks a request for an MPS share that cannot be honoured. Its errors read as their
+// message alone: each names the share already.
+var ErrMPS = errors.New("MPS share unavailable")
+
+type mpsError struct{ msg string }
+
+func (e *mpsError) Error() string { return e.msg }
+func (e *mpsError) Unwrap() error { return ErrMPS }
+
+func mpsErrorf(format string, args ...any) error {
+	return &mpsError{msg: fmt.Sprintf(format, args...)}
+}
+
+// MPSPipeDir is where a share's pipe directory is mounted in its containers, and what their
+// CUDA_MPS_PIPE_DIRECTORY says.
+const MPSPipeDir = "/tmp/nvidia-mps"
+
+// MPS is what the planner knows of MPS shares: their configuration, and which daemons run
+// (the runtime looks, for the share a request names).
+type MPS struct {
+	Config  config.MPSConfig
+	Running map[string]bool
+}
+
+// mpsDevices narrows a request for a share to the share's GPUs: "all" means them, a device
+// list must stay inside them. It checks the share exists, runs, and serves the container's
+// user.
+func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, error) {
+	name := req.MPSShare
+	cfg := host.MPS.Config
+	share, ok := cfg.Shares[name]
+	if !ok {
+		configured := "no MPS shares are configured ([mps.shares.<name>] in the gpu-runtime config)"
+		if names := cfg.ShareNames(); len(names) > 0 {
+			configured = "the configured shares are " + strings.Join(names, ", ")
+		}
+		return nil, mpsErrorf("unknown MPS share %s in %s: %s", quote.Value(name), request.EnvMPSShare, configured)
+	}
+	if !host.MPS.Running[name] {
+		return nil, mpsErrorf("MPS share %q is not running: start it with gpu-ctk mps start %s", name, name)
+	}
+	if int64(req.UID) != int64(share.UID) {
+		return nil, mpsErrorf("MPS share %q serves uid %d, and the container runs as uid %d: MPS servers are per user; run the container as uid %d, or give it a share whose uid is %d",
+			name, share.UID, req.UID, share.UID, req.UID)
+	}
+	members, err := ShareDevices(name, share, host.Driver.GPUs)
+	if err != nil {
+		return nil, err
+	}
+	if req.Mode == request.AllGPUs {
+		return members, nil
+	}
+	var errs []error
+	for _, d := range selected {
+		in := false
+		for _, m := range members {
+			in = in || m.UUID == d.UUID
+		}
+		if !in {
+			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, name, describeDevices(members)))
+		}
+	}
+	return selected, errors.Join(errs...)
+}
+
+// ShareDevices resolves a share's devices on the host's GPUs: whole GPUs, none in MIG mode.
+func ShareDevices(name string, share config.MPSShare, gpus []discover.GPU) ([]Device, error) {
+	var members []Device
+	var errs []error
+	for _, tok := range share.Devices {
+		d, err := resolveToken(tok, gpus)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("MPS share %q: device %s: %w (%s)", name, quote.Value(tok), err, describe(gpus)))
+		case d.IsMIG() || d.GPU.MIGEnabled():
+			errs = append(errs, mpsErrorf("MPS share %q: device %s is in MIG mode: MPS on MIG is not supported", name, d))
+		default:
+			members = append(members, d)
+		}
+	}
+	return members, errors.Join(errs...)
+}
+
+func describeDevices(devices []Device) string {
+	parts := make([]string, len(devices))
+	for i, d := range devices {
+		parts[i] = "GPU " + d.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mpsEdits connects a container to its share: only that share's pipe directory and shared
+// memory, and its own CUDA_MPS_* variables removed — they can only lower the daemon's
+// limits, and the share's are the administrator's.
+func mpsEdits(name string, cfg config.MPSConfig) edits.Edits {
+	why := fmt.Sprintf("MPS share %s: its daemon's pipe directory and shared memory, none of another share's", name)
+	opts := []string{"rw", "nosuid", "nodev", "bind"}
+	return edits.Edits{
+		UnsetEnv: []string{"CUDA_MPS_*"},
+		Env:      []string{"CUDA_MPS_PIPE_DIRECTORY=" + MPSPipeDir},
+		EnvWhy:   fmt.Sprintf("MPS share %s: the container's CUDA_MPS_* could only lower the share's limits; the share sets them", name),
+		Mounts: []edits.Mount{
+			{HostPath: cfg.PipeDir(name), ContainerPath: MPSPipeDir, Options: opts, Why: why},
+			{HostPath: cfg.ShmDir(name), ContainerPath: "/dev/shm", Options: opts, Why: why},
+		},
+	}
+}

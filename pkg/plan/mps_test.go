@@ -1,0 +1,115 @@
+package plan
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+func mpsHost() Host {
+	h := testHost()
+	h.MPS = MPS{
+		Config: config.MPSConfig{Root: "/run/mps", Shares: map[string]config.MPSShare{
+			"large": {Devices: []string{"0"}, ActiveThreadPercentage: 80},
+			"small": {Devices: []string{"GPU-aaaa"}, ActiveThreadPercentage: 20, UID: 1000},
+			"both":  {Devices: []string{"0", "1"}},
+			"gone":  {Devices: []string{"7"}},
+		}},
+		Running: map[string]bool{"large": true, "small": true, "both": true, "gone": true},
+	}
+	return h
+}
+
+func mpsReq(t *testing.T, uid uint32, env ...string) request.Request {
+	t.Helper()
+	r := req(t, env...)
+	r.MPSShare, r.UID = "", uid
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "NVIDIA_MPS_SHARE="); ok {
+			r.MPSShare = v
+			if r.Mode == request.NoGPU {
+				r.Mode = request.AllGPUs
+			}
+		}
+	}
+	return r
+}
+
+// TestMPSPlan: a share's container gets the share's GPUs, its pipe directory and shared
+// memory, and none of its own CUDA_MPS_* settings.
+func TestMPSPlan(t *testing.T) {
+	p, err := Build(mpsReq(t, 0, "NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=all"), mpsHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Devices) != 1 || p.Devices[0].UUID != "GPU-aaaa" {
+		t.Errorf("devices %v, want GPU 0 only", p.Devices)
+	}
+	opts := []string{"rw", "nosuid", "nodev", "bind"}
+	why := "MPS share large: its daemon's pipe directory and shared memory, none of another share's"
+	wantMounts := []edits.Mount{
+		{HostPath: "/run/mps/large/pipe", ContainerPath: "/tmp/nvidia-mps", Options: opts, Why: why},
+		{HostPath: "/run/mps/large/shm", ContainerPath: "/dev/shm", Options: opts, Why: why},
+	}
+	if !reflect.DeepEqual(p.Edits.Mounts[:2], wantMounts) {
+		t.Errorf("mounts %+v", p.Edits.Mounts[:2])
+	}
+	if !reflect.DeepEqual(p.Edits.UnsetEnv, []string{"CUDA_MPS_*"}) || !reflect.DeepEqual(p.Edits.Env, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}) {
+		t.Errorf("env: unset %q, set %q", p.Edits.UnsetEnv, p.Edits.Env)
+	}
+	for _, d := range p.Edits.DeviceNodes {
+		if d.Path == "/dev/nvidia2" {
+			t.Error("GPU 1, outside the share, injected")
+		}
+	}
+	// A device list inside the share.
+	if p, err := Build(mpsReq(t, 1000, "NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"), mpsHost()); err != nil || len(p.Devices) != 1 {
+		t.Errorf("small with its GPU: %v, %v", p.Devices, err)
+	}
+}
+
+func TestMPSPlanErrors(t *testing.T) {
+	testCases := []struct {
+		description string
+		uid         uint32
+		env         []string
+		host        func(*Host)
+		want        string
+	}{
+		{description: "unknown share", env: []string{"NVIDIA_MPS_SHARE=huge"},
+			want: `unknown MPS share "huge" in NVIDIA_MPS_SHARE: the configured shares are both, gone, large, small`},
+		{description: "no shares at all", env: []string{"NVIDIA_MPS_SHARE=huge"}, host: func(h *Host) { h.MPS.Config.Shares = nil },
+			want: `unknown MPS share "huge" in NVIDIA_MPS_SHARE: no MPS shares are configured ([mps.shares.<name>] in the gpu-runtime config)`},
+		{description: "daemon not running", env: []string{"NVIDIA_MPS_SHARE=large"}, host: func(h *Host) { h.MPS.Running["large"] = false },
+			want: `MPS share "large" is not running: start it with gpu-ctk mps start large`},
+		{description: "another user", uid: 1000, env: []string{"NVIDIA_MPS_SHARE=large"},
+			want: `MPS share "large" serves uid 0, and the container runs as uid 1000: MPS servers are per user; run the container as uid 0, or give it a share whose uid is 1000`},
+		{description: "a GPU outside the share", env: []string{"NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=1"},
+			want: `GPU 1 (GPU-bbbb) in NVIDIA_VISIBLE_DEVICES is not in MPS share "large", which has GPU 0 (GPU-aaaa)`},
+		{description: "a share whose GPU is gone", env: []string{"NVIDIA_MPS_SHARE=gone"},
+			want: `MPS share "gone": device "7": unknown device (this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb))`},
+		{description: "a share on a GPU in MIG mode", env: []string{"NVIDIA_MPS_SHARE=both"},
+			host: func(h *Host) { h.Driver.GPUs[1].MIGCurrent, h.Driver.GPUs[1].MIGPending = true, true },
+			want: `MPS share "both": device 1 (GPU-bbbb) is in MIG mode: MPS on MIG is not supported`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			h := mpsHost()
+			if tc.host != nil {
+				tc.host(&h)
+			}
+			_, err := Build(mpsReq(t, tc.uid, tc.env...), h)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v\nwant %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrMPS) && !errors.Is(err, ErrUnknownDevice) {
+				t.Errorf("error wraps neither ErrMPS nor ErrUnknownDevice")
+			}
+		})
+	}
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// mpsProbe prints what a share's container sees: its NVIDIA nodes, its CUDA_MPS_* variables,
+// its pipe directory, the device of its /dev/shm, and the marker files in /dev/shm; then it
+// leaves a marker of its own there.
+const mpsProbe = `
+for f in /dev/nvidia*; do [ -c "$f" ] && echo "dev $f"; done
+env | grep '^CUDA_MPS_' | sed 's/^/env /'
+[ -p /tmp/nvidia-mps/control ] && echo pipe-control
+echo "shm $(stat -c %d /dev/shm)"
+for f in /dev/shm/marker-*; do [ -e "$f" ] && echo "seen $f"; done
+touch /dev/shm/marker-$MARK
+echo probe-done
+`
+
+// mpsEnv is a fake host with two MPS shares on GPU 0 (large 80 %, small 20 %) and one for
+// uid 1000, started with gpu-ctk mps start and stopped when the test ends.
+func mpsEnv(t *testing.T) (*env, string) {
+	t.Helper()
+	e := newEnv(t, 2)
+	root := filepath.Join(e.dir, "mps")
+	e.writeConfig(t, fmt.Sprintf(`[mps]
+root = %q
+[mps.shares.large]
+devices = ["0"]
+active-thread-percentage = 80
+pinned-memory-limit = "60GiB"
+[mps.shares.small]
+devices = [%q]
+active-thread-percentage = 20
+pinned-memory-limit = "16G"
+[mps.shares.user]
+devices = ["1"]
+uid = 1000
+`, root, e.host.Options.GPUs[0].UUID))
+	t.Cleanup(func() {
+		if out, code := gpuCTK(t, e, "mps", "stop"); code != 0 {
+			t.Errorf("gpu-ctk mps stop: exit %d\n%s", code, out)
+		}
+	})
+	if out, code := gpuCTK(t, e, "mps", "start", "large", "small"); code != 0 || !strings.Contains(out, "large: started (pid ") || !strings.Contains(out, "small: started (pid ") {
+		t.Fatalf("gpu-ctk mps start: exit %d\n%s", code, out)
+	}
+	return e, root
+}
+
+// TestMPS: each share's daemon got exactly its defaults and GPUs and its own /dev/shm; a
+// container on a share sees only that share's GPU, pipe directory and shared memory, with
+// CUDA_MPS_PIPE_DIRECTORY set and its own CUDA_MPS_* settings gone.
+func TestMPS(t *testing.T) {
+	e, root := mpsEnv(t)
+	gpu0 := e.host.Options.GPUs[0].UUID
+	for share, want := range map[string]string{
+		"large": "start CUDA_VISIBLE_DEVICES=" + gpu0 + "\nshm SHM\ncmd set_default_active_thread_percentage 80\ncmd set_default_device_pinned_mem_limit 0 60G\n",
+		"small": "start CUDA_VISIBLE_DEVICES=" + gpu0 + "\nshm SHM\ncmd set_default_active_thread_percentage 20\ncmd set_default_device_pinned_mem_limit 0 16G\n",
+	} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(root, share, "shm"), &st); err != nil {
+			t.Fatal(err)
+		}
+		log, _ := os.ReadFile(filepath.Join(root, share, "log", "control.log"))
+		want = strings.Replace(want, "SHM", fmt.Sprintf("%d:%d", st.Dev, st.Ino), 1)
+		if string(log) != want {
+			t.Errorf("share %s: the daemon's log:\n%s\nwant\n%s", share, log, want)
+		}
+	}
+	// gpu-ctk mps start again: still running, defaults set again.
+	if out, code := gpuCTK(t, e, "mps", "start", "large"); code != 0 || out != "large: already running\n" {
+		t.Errorf("second start: exit %d: %q", code, out)
+	}
+
+	run := func(share, mark string, env ...string) facts {
+		t.Helper()
+		b := e.bundle(t, append([]string{"NVIDIA_MPS_SHARE=" + share, "MARK=" + mark}, env...), mpsProbe)
+		r := e.run(t, b)
+		if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+			t.Fatalf("share %s: exit %d\n%s\n%s", share, r.code, r.stdout, r.stderr)
+		}
+		return facts(lines(r.stdout))
+	}
+	shmDev := func(share string) string {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(root, share, "shm"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("shm %d", st.Dev)
+	}
+	f := run("large", "large", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G")
+	for _, want := range []string{"dev /dev/nvidia0", "dev /dev/nvidiactl", "env CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "pipe-control", shmDev("large")} {
+		if !f[want] {
+			t.Errorf("large: missing %q:\n%s", want, dumpFacts(f))
+		}
+	}
+	for _, not := range []string{"dev /dev/nvidia1", "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"} {
+		if f[not] {
+			t.Errorf("large: %q in the container:\n%s", not, dumpFacts(f))
+		}
+	}
+	f = run("small", "small")
+	if !f[shmDev("small")] || f["seen /dev/shm/marker-large"] || f[shmDev("large")] {
+		t.Errorf("small sees large's shared memory, or not its own:\n%s", dumpFacts(f))
+	}
+	if _, err := os.Stat(filepath.Join(root, "large", "shm", "marker-large")); err != nil {
+		t.Errorf("the large container's /dev/shm is not the share's tmpfs: %v", err)
+	}
+	f = run("large", "again")
+	if !f["seen /dev/shm/marker-large"] || f["seen /dev/shm/marker-small"] {
+		t.Errorf("a second large container does not share large's memory alone:\n%s", dumpFacts(f))
+	}
+}
+
+// TestMPSErrors: every refusal names the share and the fix.
+func TestMPSErrors(t *testing.T) {
+	e, _ := mpsEnv(t)
+	testCases := []struct {
+		description string
+		env         []string
+		uid         int
+		want        string
+	}{
+		{"an unknown share", []string{"NVIDIA_MPS_SHARE=huge"}, 0,
+			`unknown MPS share "huge" in NVIDIA_MPS_SHARE: the configured shares are large, small, user`},
+		{"a share not started", []string{"NVIDIA_MPS_SHARE=user"}, 1000,
+			`MPS share "user" is not running: start it with gpu-ctk mps start user`},
+		{"another user", []string{"NVIDIA_MPS_SHARE=large"}, 1000,
+			`MPS share "large" serves uid 0, and the container runs as uid 1000: MPS servers are per user; run the container as uid 0, or give it a share whose uid is 1000`},
+		{"a GPU outside the share", []string{"NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=1"}, 0,
+			`GPU 1 (` + e.host.Options.GPUs[1].UUID + `) in NVIDIA_VISIBLE_DEVICES is not in MPS share "large", which has GPU 0 (` + e.host.Options.GPUs[0].UUID + `)`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			b := e.bundle(t, tc.env, "echo ran")
+			if tc.uid != 0 {
+				editSpec(t, b, func(s map[string]any) {
+					s["process"].(map[string]any)["user"] = map[string]any{"uid": tc.uid, "gid": tc.uid}
+				})
+			}
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if msg := lastJSONError(t, logPath); r.code == 0 || msg != "gpu-runtime: plan GPU injection: "+tc.want {
+				t.Errorf("exit %d, error %q\nwant %q", r.code, msg, tc.want)
+			}
+		})
+	}
+	// A share whose daemon died is not running.
+	if out, code := gpuCTK(t, e, "mps", "stop", "small"); code != 0 || !strings.HasPrefix(out, "small: stopped (pid ") {
+		t.Errorf("stop small: exit %d: %q", code, out)
+	}
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=small"}, "echo ran")
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	if r := e.run(t, b, "--log", logPath, "--log-format", "json"); r.code == 0 || lastJSONError(t, logPath) != `gpu-runtime: plan GPU injection: MPS share "small" is not running: start it with gpu-ctk mps start small` {
+		t.Errorf("a stopped share: exit %d: %q", r.code, lastJSONError(t, logPath))
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "small"); code != 0 || !strings.HasPrefix(out, "small: stopped (not started): gpu-ctk mps start small\n") {
+		t.Errorf("status: exit %d: %q", code, out)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), "mps", "start", "huge")
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), `unknown MPS share "huge": the configured shares are large, small, user`) {
+		t.Errorf("start huge: exit %d: %s", cmd.ProcessState.ExitCode(), out)
+	}
+}
