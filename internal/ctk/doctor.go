@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -125,6 +126,29 @@ func (d *doctor) run() {
 	d.checkEngines()
 	d.checkCgroups()
 	d.checkCDI()
+	d.checkMPS()
+}
+
+// checkMPS: every configured MPS share runs (a stopped one fails its containers).
+func (d *doctor) checkMPS() {
+	names := d.cfg.MPS.ShareNames()
+	if len(names) == 0 {
+		return
+	}
+	var running, stopped []string
+	for _, n := range names {
+		if st := mps.Check(d.cfg.MPS, n); st.Running {
+			running = append(running, fmt.Sprintf("%s (pid %d)", n, st.PID))
+		} else {
+			stopped = append(stopped, n+" ("+st.Why+")")
+		}
+	}
+	if len(stopped) > 0 {
+		d.add("MPS", statusWarn, "shares not running: "+strings.Join(stopped, ", ")+"; their containers fail to start",
+			"gpu-ctk mps start (or systemctl enable --now gpu-runtime-mps@<share>)")
+		return
+	}
+	d.add("MPS", statusOK, "shares running: "+strings.Join(running, ", "), "")
 }
 
 func (d *doctor) checkConfig() {

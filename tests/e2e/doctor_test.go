@@ -287,3 +287,24 @@ func TestDoctorUsage(t *testing.T) {
 		t.Errorf("exit %d: %s", cmd.ProcessState.ExitCode(), msg)
 	}
 }
+
+// TestDoctorMPS: a configured MPS share that does not run is a warning with the fix; once
+// started, the check is ok.
+func TestDoctorMPS(t *testing.T) {
+	d := newDoctorEnv(t, healthyOptions())
+	root := filepath.Join(d.dir, "mps")
+	d.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n[mps]\nroot = %q\n[mps.shares.large]\ndevices = [\"1\"]\n", d.cdiDir, root))
+	checks, code := d.doctor(t)
+	if c := checks["MPS"]; code != 0 || c.Status != "warn" || c.Detail != "shares not running: large (not started); their containers fail to start" ||
+		c.Fix != "gpu-ctk mps start (or systemctl enable --now gpu-runtime-mps@<share>)" {
+		t.Errorf("exit %d, %+v", code, c)
+	}
+	t.Cleanup(func() { gpuCTK(t, d.env, "mps", "stop") })
+	if out, code := gpuCTK(t, d.env, "mps", "start"); code != 0 {
+		t.Fatalf("mps start: %s", out)
+	}
+	checks, _ = d.doctor(t)
+	if c := checks["MPS"]; c.Status != "ok" || !strings.HasPrefix(c.Detail, "shares running: large (pid ") {
+		t.Errorf("%+v", c)
+	}
+}

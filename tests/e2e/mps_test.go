@@ -170,3 +170,31 @@ func TestMPSErrors(t *testing.T) {
 		t.Errorf("start huge: exit %d: %s", cmd.ProcessState.ExitCode(), out)
 	}
 }
+
+// TestMPSUnit: the packaged gpu-runtime-mps@.service runs gpu-ctk mps start and stop with
+// arguments this gpu-ctk accepts: its ExecStart and ExecStop, %i a share, start and stop it.
+func TestMPSUnit(t *testing.T) {
+	e, _ := mpsEnv(t)
+	if out, code := gpuCTK(t, e, "mps", "stop"); code != 0 {
+		t.Fatalf("stop: %s", out)
+	}
+	unit, err := os.ReadFile("../../packaging/systemd/gpu-runtime-mps@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct{ key, want string }{{"ExecStart=", "large: started (pid "}, {"ExecStop=", "large: stopped (pid "}} {
+		var argv []string
+		for _, line := range strings.Split(string(unit), "\n") {
+			if rest, ok := strings.CutPrefix(line, step.key); ok {
+				argv = strings.Fields(strings.ReplaceAll(rest, "%i", "large"))
+			}
+		}
+		if len(argv) < 2 || argv[0] != "/usr/bin/gpu-ctk" {
+			t.Fatalf("%s%q", step.key, argv)
+		}
+		out, code := gpuCTK(t, e, argv[1:]...)
+		if code != 0 || !strings.HasPrefix(out, step.want) {
+			t.Errorf("%s %q: exit %d: %q", step.key, argv, code, out)
+		}
+	}
+}
