@@ -176,6 +176,10 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		return in, err
 	}
 	req.DockerGPUs = hasDockerHook(sf)
+	if forced := opts.Config.MPS.Share; forced != "" && req.IsGPU() {
+		// This runtime handler's containers all join its share: not the container's choice.
+		req.MPSShare = forced
+	}
 	in.Request = req
 	for _, w := range warnings {
 		log.Warn(w)

@@ -62,8 +62,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			named++
 		}
 	}
-	if named != 24 {
-		t.Errorf("schema has %d keys, want 24 (8 tables, 16 keys): %v", named, schema())
+	if named != 25 {
+		t.Errorf("schema has %d keys, want 25 (8 tables, 17 keys): %v", named, schema())
 	}
 }
 
@@ -139,6 +139,7 @@ timeout = "250ms"
 spec-dirs = ["/etc/cdi/", "/opt/cdi"]
 [mps]
 root = "/run//mps/"
+share = "large"
 [mps.shares.large]
 devices = ["0", "GPU-8f3a"]
 active-thread-percentage = 80
@@ -156,7 +157,7 @@ uid = 1000
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
 				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}},
-				MPS: MPSConfig{Root: "/run/mps", Shares: map[string]MPSShare{
+				MPS: MPSConfig{Root: "/run/mps", Share: "large", Shares: map[string]MPSShare{
 					"large": {Devices: []string{"0", "GPU-8f3a"}, ActiveThreadPercentage: 80, PinnedMemoryLimit: "60GiB", UID: 1000}}},
 			},
 		},

@@ -15,6 +15,9 @@ import (
 type MPSConfig struct {
 	// Root holds <root>/<share>/{pipe,log,shm}.
 	Root string `toml:"root"`
+	// Share, when set, is the share every GPU container of this configuration joins, whatever
+	// it asks: a runtime handler (Kubernetes RuntimeClass) per share reads a config of its own.
+	Share string `toml:"share"`
 	// Shares are the shares by name ([mps.shares.<name>]).
 	Shares map[string]MPSShare `toml:"shares"`
 }
@@ -74,6 +77,9 @@ func MPSMemoryLimit(s string) (string, bool) {
 
 // cleanMPS validates the shares; one problem per bad key, naming the share.
 func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
+	if _, ok := m.Shares[m.Share]; m.Share != "" && !ok {
+		bad("mps.share", m.Share, "one of the shares of [mps.shares]")
+	}
 	for _, name := range m.ShareNames() {
 		s := m.Shares[name]
 		key := "mps.shares." + dottedKey([]string{name})

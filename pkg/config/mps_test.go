@@ -31,6 +31,8 @@ func TestMPSShares(t *testing.T) {
 		{description: "an integer as a string", data: "[mps.shares.a]\ndevices = [\"0\"]\nactive-thread-percentage = \"80\"\n",
 			wantErr: `parse config f.toml: line 3, column 1: mps.shares.a.active-thread-percentage must be an integer, not a string`},
 		{description: "a relative root", data: "[mps]\nroot = \"mps\"\n", wantErr: `invalid mps.root "mps": want an absolute path`},
+		{description: "a forced share that is not configured", data: "[mps]\nshare = \"big\"\n[mps.shares.a]\ndevices = [\"0\"]\n",
+			wantErr: `invalid mps.share "big": want one of the shares of [mps.shares]`},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

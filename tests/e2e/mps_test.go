@@ -117,6 +117,14 @@ func TestMPS(t *testing.T) {
 	if !f["seen /dev/shm/marker-large"] || f["seen /dev/shm/marker-small"] {
 		t.Errorf("a second large container does not share large's memory alone:\n%s", dumpFacts(f))
 	}
+
+	// A runtime handler whose configuration forces a share: its containers join it, whatever
+	// they ask.
+	replaceInFile(t, e.config, "[mps]\n", "[mps]\nshare = \"small\"\n")
+	f = run("large", "forced", "NVIDIA_VISIBLE_DEVICES=all")
+	if !f[shmDev("small")] || f[shmDev("large")] {
+		t.Errorf("mps.share = small: the container did not join small:\n%s", dumpFacts(f))
+	}
 }
 
 // TestMPSErrors: every refusal names the share and the fix.
