@@ -210,6 +210,7 @@ func wantOutcomes(alt string) []row {
 		{check: "requirement the host passes", outcome: "pass"},
 		{check: "MIG device", outcome: "skip"},
 		{check: `GPU 0 with driver.root "/"`, outcome: alt},
+		{check: "MPS shares 80 % / 20 %", outcome: "pass"},
 		{check: "create: cache miss vs hit", outcome: "pass"},
 	}
 }

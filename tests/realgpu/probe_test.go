@@ -65,6 +65,16 @@ func TestProbeOutput(t *testing.T) {
 			"gpu-probe: alloc device=0 bytes=67108864 readback=ok",
 			"gpu-probe: result=ok devices=1",
 		}},
+		{description: "the SMs a context may use (an MPS share of 80 %)", libDir: lib, env: []string{"MOCKCUDA_SMS=105"}, want: []string{
+			loaded(lib),
+			"gpu-probe: cuda_driver_version=13.0",
+			"gpu-probe: cuInit=0 ms=T",
+			"gpu-probe: devices=1",
+			`gpu-probe: device=0 name="Mock \"H100\" 80GB" total_mib=81559`,
+			"gpu-probe: sm_count=105 of=132",
+			"gpu-probe: alloc device=0 bytes=67108864 readback=ok",
+			"gpu-probe: result=ok devices=1",
+		}},
 		{description: "two GPUs: both listed, device 0 allocated on", libDir: lib, env: []string{"MOCKCUDA_DEVICES=2"}, want: []string{
 			loaded(lib),
 			"gpu-probe: cuda_driver_version=13.0",

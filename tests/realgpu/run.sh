@@ -110,6 +110,8 @@ cleanup() {
   for id in $("$RUNC" --root "$STATE" list -q 2>/dev/null); do
     "$RUNC" --root "$STATE" delete --force "$id" >/dev/null 2>&1
   done
+  # MPS daemons a killed run left (gpu-ctk mps stop is idempotent).
+  [ -f "$WORK/config-mps.toml" ] && GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" timeout 30 "$CTK" mps stop >/dev/null 2>&1
   if [ -f "$WORK/gpu-runtime.log" ]; then
     cp "$WORK/gpu-runtime.log" "$OUT/gpu-runtime.log"
   else
@@ -621,6 +623,63 @@ else
     record "$ALT" pass "libcuda from $path; nvidia-smi ran; $cuda"
   else
     record "$ALT" FAIL "want libcuda from /usr/local/nvidia/lib64/libcuda.so.1, nvidia-smi and CUDA working; got libcuda from ${path:-nowhere}, nvidia-smi $(sed -n 's/^realgpu: nvidia-smi //p' "$CASE_OUT"), ${result:-no probe output}"
+  fi
+fi
+
+# MPS shares: large (80 %) and small (20 %) of GPU 0, each with its own control daemon; the
+# probe in a container per share reads the SMs its context may use (cuCtxGetExecAffinity).
+# MPS runs in the GPU's default compute mode: no setting of the GPU changes.
+MPSC="MPS shares 80 % / 20 %"
+if ! $BASELINE_OK; then
+  record "$MPSC" skip "$NOT_RUN"
+elif ! "$CTK" mps --help >/dev/null 2>&1; then
+  record "$MPSC" skip "skipped: not in this build"
+else
+  cp "$CONFIG" "$WORK/config-mps.toml"
+  cat >>"$WORK/config-mps.toml" <<TOML
+[mps]
+root = "$WORK/mps"
+[mps.shares.large]
+devices = ["0"]
+active-thread-percentage = 80
+[mps.shares.small]
+devices = ["0"]
+active-thread-percentage = 20
+TOML
+  MPS_SCRIPT='echo "realgpu: mps pipe $CUDA_MPS_PIPE_DIRECTORY $(ls /tmp/nvidia-mps | tr "\n" " ")"
+gpu-probe; echo "realgpu: probe exit=$?"'
+  log "\$ gpu-ctk mps start"
+  if ! GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" timeout --kill-after=5 60 "$CTK" mps start >>"$LOG" 2>&1; then
+    record "$MPSC" FAIL "gpu-ctk mps start failed (see run.log)"
+  else
+    GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" run_container mps-large gpu-runtime "$MPS_SCRIPT" NVIDIA_MPS_SHARE=large
+    large_out=$CASE_OUT large_rc=$RC
+    GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" run_container mps-small gpu-runtime "$MPS_SCRIPT" NVIDIA_MPS_SHARE=small
+    small_out=$CASE_OUT small_rc=$RC
+    log "\$ gpu-ctk mps stop"
+    GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" timeout --kill-after=5 60 "$CTK" mps stop >>"$LOG" 2>&1
+    sms() { sed -n -E 's/^gpu-probe: sm_count=([0-9]+) of=([0-9]+)$/\1 \2/p' "$1" | head -1; }
+    read -r large_sm total <<<"$(sms "$large_out")"
+    read -r small_sm _ <<<"$(sms "$small_out")"
+    if [ "$large_rc" -ne 0 ] || [ "$small_rc" -ne 0 ]; then
+      RC=$((large_rc | small_rc)) CASE_OUT=$large_out
+      [ "$large_rc" -eq 0 ] && CASE_OUT=$small_out
+      record "$MPSC" FAIL "$(run_failed)"
+    elif ! has_line "$large_out" '^realgpu: mps pipe /tmp/nvidia-mps ' || ! has_line "$small_out" '^realgpu: mps pipe /tmp/nvidia-mps '; then
+      record "$MPSC" FAIL "a share's container lacks its pipe directory or CUDA_MPS_PIPE_DIRECTORY"
+    elif $FAKE; then
+      record "$MPSC" pass "both shares' containers ran with their pipe directories; SM counts skipped: fake host"
+    elif [ -z "$large_sm" ] || [ -z "$small_sm" ]; then
+      record "$MPSC" FAIL "the probe printed no SM count (large: $(probe_result "$large_out"); small: $(probe_result "$small_out"))"
+    else
+      detail="large: $large_sm of $total SMs ($((large_sm * 100 / total)) %), small: $small_sm of $total ($((small_sm * 100 / total)) %)"
+      if [ $((large_sm * 100 / total)) -ge 75 ] && [ $((large_sm * 100 / total)) -le 85 ] &&
+        [ $((small_sm * 100 / total)) -ge 15 ] && [ $((small_sm * 100 / total)) -le 25 ]; then
+        record "$MPSC" pass "$detail"
+      else
+        record "$MPSC" FAIL "want about 80 % and 20 %: $detail"
+      fi
+    fi
   fi
 fi
 

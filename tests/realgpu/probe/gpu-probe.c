@@ -35,6 +35,18 @@ typedef unsigned long long CUdeviceptr;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NO_DEVICE 100
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+
+/* cuCtxGetExecAffinity's parameter (CUDA 11.4+): the SMs a context may use (under MPS, the
+ * share's active thread percentage of them). */
+typedef struct {
+    int type; /* CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0 */
+    union {
+        struct {
+            unsigned int val;
+        } smCount;
+    } param;
+} CUexecAffinityParam;
 
 enum {
     EXIT_CUDA_ERROR = 1,
@@ -62,6 +74,8 @@ static struct {
     CUresult (*memcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
     CUresult (*getErrorName)(CUresult error, const char **name);       /* optional */
     CUresult (*getErrorString)(CUresult error, const char **message);  /* optional */
+    CUresult (*deviceGetAttribute)(int *value, int attribute, CUdevice device); /* optional */
+    CUresult (*ctxGetExecAffinity)(CUexecAffinityParam *param, int type);      /* optional */
 } cu;
 
 /* quoted prints s as a double-quoted value, escaping quotes, backslashes and control bytes. */
@@ -146,6 +160,15 @@ static int allocCheck(CUdevice device, int ordinal)
     CUdeviceptr ptr;
     static unsigned int host[ALLOC_BYTES / sizeof(unsigned int)];
     CHECK("cuCtxCreate_v2", cu.ctxCreate(&ctx, 0, device));
+    if (cu.ctxGetExecAffinity != NULL && cu.deviceGetAttribute != NULL) {
+        CUexecAffinityParam affinity;
+        int total = 0;
+        memset(&affinity, 0, sizeof(affinity));
+        if (cu.ctxGetExecAffinity(&affinity, 0) == CUDA_SUCCESS &&
+            cu.deviceGetAttribute(&total, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) == CUDA_SUCCESS) {
+            printf("gpu-probe: sm_count=%u of=%d\n", affinity.param.smCount.val, total);
+        }
+    }
     CHECK("cuMemAlloc_v2", cu.memAlloc(&ptr, ALLOC_BYTES));
     CHECK("cuMemsetD32_v2", cu.memsetD32(ptr, PATTERN, ALLOC_BYTES / sizeof(unsigned int)));
     CHECK("cuMemcpyDtoH_v2", cu.memcpyDtoH(host, ptr, ALLOC_BYTES));
@@ -174,6 +197,8 @@ static int probeCUDA(void)
     *(void **)(&cu.getErrorName) = dlsym(lib, "cuGetErrorName");
     *(void **)(&cu.getErrorString) = dlsym(lib, "cuGetErrorString");
     *(void **)(&cu.driverGetVersion) = dlsym(lib, "cuDriverGetVersion");
+    *(void **)(&cu.deviceGetAttribute) = dlsym(lib, "cuDeviceGetAttribute");
+    *(void **)(&cu.ctxGetExecAffinity) = dlsym(lib, "cuCtxGetExecAffinity");
 
     Dl_info info;
     char file[PATH_MAX] = "unknown";

@@ -68,6 +68,38 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device)
 
 static int context;
 
+/* The SMs a context may use: MOCKCUDA_SMS of the device's 132 (as MPS's active thread
+ * percentage would leave it); cuCtxGetExecAffinity is absent from the mock's view when
+ * MOCKCUDA_SMS is unset, as on drivers before CUDA 11.4. */
+API CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
+{
+    (void)device;
+    if (attribute != 16) { /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+        return 1;
+    }
+    *value = 132;
+    return 0;
+}
+
+typedef struct {
+    int type;
+    union {
+        struct {
+            unsigned int val;
+        } smCount;
+    } param;
+} CUexecAffinityParam;
+
+API CUresult cuCtxGetExecAffinity(CUexecAffinityParam *param, int type)
+{
+    if (type != 0 || getenv("MOCKCUDA_SMS") == NULL) {
+        return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+    }
+    param->type = 0;
+    param->param.smCount.val = (unsigned int)envInt("MOCKCUDA_SMS", 132);
+    return 0;
+}
+
 API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice device)
 {
     (void)flags;
