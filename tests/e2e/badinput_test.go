@@ -200,16 +200,7 @@ func TestBadInput(t *testing.T) {
 					t.Errorf("--log error lacks %q: %q", m, msg)
 				}
 			}
-			after, _ := os.ReadFile(cfgPath)
-			if !bytes.Equal(before, after) {
-				t.Errorf("config.json changed")
-			}
-			entries, _ := os.ReadDir(b)
-			for _, en := range entries {
-				if strings.HasPrefix(en.Name(), ".config.json") {
-					t.Errorf("temporary file left: %s", en.Name())
-				}
-			}
+			wantSpecUnchanged(t, b, before)
 		})
 	}
 }

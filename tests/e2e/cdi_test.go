@@ -29,8 +29,14 @@ func newCDIEnv(t *testing.T, extra string) (*env, string) {
 	return e, dir
 }
 
-// nodesOf runs migProbe and returns the container's NVIDIA nodes, sorted.
+// nodesOf runs migProbe and returns the container's NVIDIA nodes, sorted: every one the
+// cgroup allows (opening it reaches the missing driver, ENXIO).
 func nodesOf(t *testing.T, e *env, b string) []string {
+	got, _ := nodesAndOutput(t, e, b)
+	return got
+}
+
+func nodesAndOutput(t *testing.T, e *env, b string) ([]string, string) {
 	t.Helper()
 	r := e.run(t, b)
 	if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
@@ -46,7 +52,7 @@ func nodesOf(t *testing.T, e *env, b string) []string {
 		}
 	}
 	sort.Strings(got)
-	return got
+	return got, r.stdout
 }
 
 func TestCDI(t *testing.T) {

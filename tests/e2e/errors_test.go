@@ -73,16 +73,7 @@ func TestFailures(t *testing.T) {
 					t.Errorf("last error in --log:\n%s\nwant\n%s", msg, want)
 				}
 			}
-			after, _ := os.ReadFile(cfgPath)
-			if !bytes.Equal(before, after) {
-				t.Errorf("config.json changed by a failed create")
-			}
-			entries, _ := os.ReadDir(b)
-			for _, en := range entries {
-				if strings.HasPrefix(en.Name(), ".config.json") {
-					t.Errorf("temporary file left in bundle: %s", en.Name())
-				}
-			}
+			wantSpecUnchanged(t, b, before)
 		})
 	}
 }

@@ -53,19 +53,6 @@ func gpuCTK(t *testing.T, e *env, args ...string) (string, int) {
 	return stdout.String(), code
 }
 
-func ociSpec(t *testing.T, b string) specs.Spec {
-	t.Helper()
-	var s specs.Spec
-	data, err := os.ReadFile(filepath.Join(b, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // added returns the elements of after (as keys) that before lacks, sorted.
 func added[T any](before, after []T, key func(T) string) []string {
 	have := map[string]int{}
@@ -129,7 +116,7 @@ func TestExplain(t *testing.T) {
 				all.Add(cdiEdits)
 			}
 
-			before := ociSpec(t, b)
+			before := readSpec(t, b)
 			logPath := filepath.Join(t.TempDir(), "log.json")
 			id := containerID(t)
 			r := e.runtime(t, nil, "--log", logPath, "--log-format", "json", "create", "--bundle", b, id)
@@ -137,7 +124,7 @@ func TestExplain(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("create: exit %d: %s", r.code, r.stderr)
 			}
-			after := ociSpec(t, b)
+			after := readSpec(t, b)
 
 			nodeKey := func(d specs.LinuxDevice) string {
 				return fmt.Sprintf("%s %s %d:%d %v %d:%d", d.Path, d.Type, d.Major, d.Minor, *d.FileMode, *d.UID, *d.GID)

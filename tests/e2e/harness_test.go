@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -277,6 +278,21 @@ func withDriverRoot(h *fakehost.Host, root string) *fakehost.Host {
 	c := *h
 	c.DriverRoot = root
 	return &c
+}
+
+// wantSpecUnchanged checks that a failed create left the bundle's config.json as it was
+// (before) and no temporary file of gpu-runtime's beside it.
+func wantSpecUnchanged(t *testing.T, bundle string, before []byte) {
+	t.Helper()
+	if after, _ := os.ReadFile(filepath.Join(bundle, "config.json")); !bytes.Equal(before, after) {
+		t.Errorf("config.json changed by a failed create")
+	}
+	entries, _ := os.ReadDir(bundle)
+	for _, en := range entries {
+		if strings.HasPrefix(en.Name(), ".config.json") {
+			t.Errorf("temporary file left in the bundle: %s", en.Name())
+		}
+	}
 }
 
 // editSpec edits a bundle's config.json as generic JSON.
