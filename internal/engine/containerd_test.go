@@ -175,12 +175,7 @@ func TestConfigureContainerdMain(t *testing.T) {
 			wantErr:     ErrUnexpected,
 			wantErrText: []string{`"imports" is a string, not an array`},
 		},
-		{
-			description: "plugins is not a table",
-			current:     "version = 2\nplugins = [1, 2]\n",
-			wantErr:     ErrUnexpected,
-			wantErrText: []string{"plugins is an array, not a table"},
-		},
+
 		{
 			description: "malformed",
 			current:     "version = 2\n[plugins\n",
@@ -448,6 +443,12 @@ func TestContainerdDropIn(t *testing.T) {
 			wantRuntime: map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "pod_annotations": []any{"example.com/*"},
 				"options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu", "runc"},
+		},
+		{
+			description: "plugins that is no table",
+			files:       []File{{Path: testMainPath, Content: []byte("version = 2\nplugins = [1, 2]\n")}},
+			wantErr:     ErrUnexpected,
+			wantErrText: []string{"plugins is an array, not a table"},
 		},
 		{
 			description: "container_annotations that is no array",
