@@ -59,7 +59,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		var opts LDCacheOptions
 		var libs multi
 		var timeout int
-		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable)")
+		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable), run where the cache cannot be updated in-process")
 		fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
 		fs.Var(&libs, "library", "container path of an injected library (repeatable)")
 		fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
@@ -72,9 +72,12 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		warnings, err := UpdateLDCache(root, opts)
-		for _, w := range warnings {
+		res, err := UpdateLDCache(root, opts)
+		for _, w := range res.Warnings {
 			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
+		}
+		if note := res.Note(opts.LDConfig); note != "" {
+			fmt.Fprintln(stderr, "gpu-hook: "+note)
 		}
 		return err
 	case "proc-caps":

@@ -144,9 +144,9 @@ func noteVersion(dir *os.File, name string) (version string, regular bool) {
 // preferCompat writes CompatConf inside root (confined to it) so the loader searches
 // CompatDir first.
 func preferCompat(root string) error {
-	rootHandle, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+	rootHandle, err := openRoot(root)
 	if err != nil {
-		return fmt.Errorf("open container root %s: %w", root, err)
+		return err
 	}
 	defer rootHandle.Close()
 	confDir, err := securejoin.MkdirAllHandle(rootHandle, path.Dir(CompatConf), 0o755)
@@ -154,24 +154,9 @@ func preferCompat(root string) error {
 		return fmt.Errorf("create %s in container root: %w", path.Dir(CompatConf), err)
 	}
 	defer confDir.Close()
-	name := path.Base(CompatConf)
-	tmp := "." + name + ".tmp"
-	dfd := int(confDir.Fd())
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create %s in container root: %w", CompatConf, err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.WriteString("# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n")
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	content := "# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n"
+	if err := writeFileAt(confDir, path.Base(CompatConf), []byte(content), 0o644); err != nil {
 		return fmt.Errorf("write %s in container root: %w", CompatConf, err)
-	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("install %s in container root: %w", CompatConf, err)
 	}
 	return nil
 }
