@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
@@ -309,5 +311,120 @@ func TestNoteVersionHostileELF(t *testing.T) {
 				t.Errorf("noteVersion allocated %d bytes reading a hostile file", alloc)
 			}
 		})
+	}
+}
+
+// TestReadLibrary: the SONAME and cache flags of an injected or compat library come from its
+// ELF dynamic section, read with the bounded reader: real libraries of each ABI give what
+// ldconfig records; a hostile file (a gigabyte of program headers or dynamic section, a
+// string table in no segment, an endless or path-like SONAME, a FIFO, a link) is refused with
+// a reason, without reading more than the bounds.
+func TestReadLibrary(t *testing.T) {
+	le := binary.LittleEndian
+	so := func(arch testimage.Arch, soname string) []byte {
+		data, err := testimage.SharedObject(arch, soname, "libc.so.6")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	// testimage's 64-bit layout: the program headers at 64, PT_LOAD then PT_DYNAMIC.
+	edit := func(data []byte, f func(b []byte)) []byte {
+		b := append([]byte(nil), data...)
+		f(b)
+		return b
+	}
+	base := so(testimage.AMD64, "libcuda.so.1")
+	testCases := []struct {
+		description string
+		data        []byte
+		sparse      int64
+		fifo, link  bool
+		wantSoname  string
+		wantFlags   int32
+		wantErr     string
+	}{
+		{description: "x86-64", data: base, wantSoname: "libcuda.so.1", wantFlags: 0x0303},
+		{description: "i386", data: so(testimage.I386, "libcuda.so.1"), wantSoname: "libcuda.so.1", wantFlags: 0x0003},
+		{description: "aarch64", data: so(testimage.AArch64, "libcuda.so.1"), wantSoname: "libcuda.so.1", wantFlags: 0x0a03},
+		{description: "no ELF", data: []byte("#!/bin/sh\n"), wantErr: "not a readable ELF file: no ELF header"},
+		{description: "no PT_DYNAMIC", data: edit(base, func(b []byte) { le.PutUint32(b[64+56:], uint32(elf.PT_NULL)) }),
+			wantErr: "not a readable ELF file: no PT_DYNAMIC segment: not a shared library"},
+		{description: "60,000 program headers", data: edit(base, func(b []byte) { le.PutUint16(b[56:], 60000) }), sparse: 1 << 30,
+			wantErr: "not a readable ELF file: 60000 program headers, more than 256"},
+		{description: "program headers past the end", data: edit(base, func(b []byte) { le.PutUint64(b[32:], 1<<40) }),
+			wantErr: "not a readable ELF file: program headers outside the file"},
+		{description: "dynamic segment of a gigabyte", data: edit(base, func(b []byte) { le.PutUint64(b[64+56+32:], 1<<30-8192) }), sparse: 1 << 30,
+			wantErr: "not a readable ELF file: dynamic segment of 1073733632 bytes, more than 65536"},
+		{description: "string table in no loaded segment", data: edit(base, func(b []byte) { le.PutUint32(b[64:], uint32(elf.PT_NULL)) }),
+			wantErr: "not a readable ELF file: string table at address 0x110 is in no loaded segment"},
+		{description: "SONAME longer than a file name", data: so(testimage.AMD64, "lib"+strings.Repeat("x", 300)+".so.1"),
+			wantErr: "not a readable ELF file: string at offset 283 is not NUL-terminated within 256 bytes"},
+		{description: "SONAME that is a path", data: so(testimage.AMD64, "../../etc/libx.so.1"),
+			wantErr: `not a readable ELF file: SONAME "../../etc/libx.so.1" is not a file name`},
+		{description: "FIFO", fifo: true, wantErr: "not a regular file"},
+		{description: "link", link: true, wantErr: "not a regular file"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "libcuda.so.550.54.15")
+			switch {
+			case tc.fifo:
+				mkfifo(t, p)
+			case tc.link:
+				symlink(t, "/etc/passwd", p)
+			default:
+				if err := os.WriteFile(p, tc.data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.sparse > 0 {
+				if err := os.Truncate(p, tc.sparse); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h, err := os.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			soname, flags, err := readLibrary(h, "libcuda.so.550.54.15")
+			runtime.ReadMemStats(&after)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("readLibrary error = %v\nwant %s", err, tc.wantErr)
+				}
+			} else if err != nil || soname != tc.wantSoname || flags != tc.wantFlags {
+				t.Fatalf("readLibrary = %q, %#x, %v; want %q, %#x", soname, flags, err, tc.wantSoname, tc.wantFlags)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+				t.Errorf("readLibrary allocated %d bytes", alloc)
+			}
+		})
+	}
+	// A library built by gcc (section headers, GNU hash, a real text segment), and one
+	// without a SONAME, which ldconfig enters under its file name.
+	dir := t.TempDir()
+	buildLib(t, filepath.Join(dir, "libreal.so.1.2"), "libreal.so.1")
+	h, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if soname, flags, err := readLibrary(h, "libreal.so.1.2"); err != nil || soname != "libreal.so.1" || flags != 0x0303 {
+		t.Errorf("gcc library: %q, %#x, %v", soname, flags, err)
+	}
+	src := filepath.Join(dir, "s.c")
+	if err := os.WriteFile(src, []byte("int f(void){return 1;}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(dir, "libnosoname.so.3"), src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	if soname, _, err := readLibrary(h, "libnosoname.so.3"); err != nil || soname != "libnosoname.so.3" {
+		t.Errorf("library without a SONAME: %q, %v; want its file name", soname, err)
 	}
 }

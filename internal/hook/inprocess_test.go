@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
@@ -205,10 +207,14 @@ func TestLDCacheEquivalence(t *testing.T) {
 	}
 }
 
-// readCache parses root's cache with ldcache.
+// readCache parses root's cache with ldcache, its path resolved inside root.
 func readCache(t *testing.T, root string) *ldcache.Cache {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	p, err := securejoin.SecureJoin(root, "/etc/ld.so.cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
