@@ -146,9 +146,9 @@ func TestLDCacheEquivalence(t *testing.T) {
 			inject(t, rootB, libs)
 
 			updateWithLDConfig(t, rootA, opts)
-			// B must not run ldconfig: give it one that fails.
+			// B must not run ldconfig: give it one that fails if it runs.
 			optsB := opts
-			optsB.LDConfig = "/bin/false"
+			optsB.LDConfig = failingLDConfig(t)
 			res, err := UpdateLDCache(rootB, optsB)
 			if err != nil || res.Method != MethodInProcess {
 				t.Fatalf("UpdateLDCache = %+v, %v; want it done in-process", res, err)
@@ -205,6 +205,19 @@ func TestLDCacheEquivalence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingLDConfig returns a static executable that fails when run as ldconfig: busybox,
+// which has no such applet.
+func failingLDConfig(t *testing.T) string {
+	t.Helper()
+	if _, err := staticLDConfig("/bin/busybox"); err != nil {
+		t.Skipf("SKIP: a static busybox is needed to stand in for ldconfig (apt-get install busybox-static): %v", err)
+	}
+	if _, err := RunLDConfig(t.TempDir(), "/bin/busybox", nil, DefaultDeadline); err == nil {
+		t.Fatal("busybox run as ldconfig succeeded: it cannot show that no ldconfig ran")
+	}
+	return "/bin/busybox"
 }
 
 // readCache parses root's cache with ldcache, its path resolved inside root.

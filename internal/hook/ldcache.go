@@ -120,6 +120,12 @@ func prepareLDCache(root string, opts LDCacheOptions) (ldPlan, []string, error) 
 	if !filepath.IsAbs(opts.LDConfig) {
 		return p, nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
 	}
+	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
+	// not run is refused all the same, on every container, not on the first image that
+	// needs it.
+	if _, err := staticLDConfig(opts.LDConfig); err != nil {
+		return p, nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
+	}
 	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {
 		return p, nil, fmt.Errorf("create /etc in container root %s: %w", root, err)
 	}

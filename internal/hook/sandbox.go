@@ -260,15 +260,9 @@ func unescapeMountInfo(s string) string {
 // the host, trusted), or of p.real when p is a wrapper script and p.real is static (Ubuntu's
 // /sbin/ldconfig is a script around /sbin/ldconfig.real).
 func sealedExecutable(p string) (*os.File, error) {
-	if !filepath.IsAbs(p) {
-		return nil, fmt.Errorf("ldconfig path %q is not absolute", p)
-	}
-	reason := staticExecutable(p)
-	if reason != nil {
-		if staticExecutable(p+".real") != nil {
-			return nil, fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason)
-		}
-		p += ".real"
+	p, err := staticLDConfig(p)
+	if err != nil {
+		return nil, err
 	}
 	f, err := os.Open(p)
 	if err != nil {
@@ -276,6 +270,22 @@ func sealedExecutable(p string) (*os.File, error) {
 	}
 	defer f.Close()
 	return sealedMemfd(filepath.Base(p), f)
+}
+
+// staticLDConfig returns the static executable to run for the configured ldconfig p: p, or
+// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
+func staticLDConfig(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
+	}
+	reason := staticExecutable(p)
+	if reason != nil {
+		if staticExecutable(p+".real") != nil {
+			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason)
+		}
+		p += ".real"
+	}
+	return p, nil
 }
 
 // staticExecutable says why p is not a static ELF executable, or nil.
