@@ -2,6 +2,7 @@ package hook
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -482,13 +483,59 @@ func TestUpdateLDCacheMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			var stdout, stderr strings.Builder
-			args := []string{"update-ldcache", "--ldconfig", hostLDConfig, "--driver-version", driverVer, "--library", paths[0]}
+			logFile := filepath.Join(t.TempDir(), "log.json")
+			args := []string{"update-ldcache", "--ldconfig", hostLDConfig, "--driver-version", driverVer, "--library", paths[0], "--log", logFile, "--log-format", "json"}
 			if err := Run("gpu-hook", args, strings.NewReader(`{"bundle":"`+bundle+`"}`), &stdout, &stderr); err != nil {
 				t.Fatal(err)
 			}
 			if stderr.String() != tc.want || stdout.Len() != 0 {
 				t.Errorf("stderr = %q, stdout = %q\nwant stderr %q", stderr.String(), stdout.String(), tc.want)
 			}
+			// The same line in runc's log, where the debug log shows it.
+			data, err := os.ReadFile(logFile)
+			if tc.want == "" {
+				if err == nil {
+					t.Errorf("the log got %q; want nothing", data)
+				}
+				return
+			}
+			var line struct{ Level, Msg, Time string }
+			if err := json.Unmarshal(data, &line); err != nil {
+				t.Fatalf("log %q: %v", data, err)
+			}
+			if line.Level != "info" || line.Msg+"\n" != tc.want || line.Time == "" {
+				t.Errorf("log line %+v; want level info and msg %q", line, tc.want)
+			}
 		})
+	}
+}
+
+// TestRuncLog: gpu-hook's lines in the log file of the low-level runtime, in both of its
+// formats, appended to what is there.
+func TestRuncLog(t *testing.T) {
+	at := func() time.Time { return time.Date(2026, 11, 24, 7, 31, 1, 0, time.UTC) }
+	testCases := []struct{ format, want string }{
+		{"json", `{"level":"info","msg":"gpu-hook: loader cache: \"x\"","time":"2026-11-24T07:31:01Z"}` + "\n"},
+		{"text", `time="2026-11-24T07:31:01Z" level=info msg="gpu-hook: loader cache: \"x\""` + "\n"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.format, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "log")
+			if err := os.WriteFile(p, []byte("runc's line\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := (runcLog{path: p, format: tc.format, now: at}).write("info", `gpu-hook: loader cache: "x"`); err != nil {
+				t.Fatal(err)
+			}
+			if data, _ := os.ReadFile(p); string(data) != "runc's line\n"+tc.want {
+				t.Errorf("log = %q, want %q", data, "runc's line\n"+tc.want)
+			}
+		})
+	}
+	if err := (runcLog{path: "/nonexistent-dir/log", format: "yaml"}).write("info", "x"); err == nil || err.Error() != `--log-format "yaml": want text or json` {
+		t.Errorf("error = %v", err)
+	}
+	if err := (runcLog{}).write("info", "x"); err != nil {
+		t.Errorf("no log file: %v", err)
 	}
 }

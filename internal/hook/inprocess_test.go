@@ -59,6 +59,11 @@ func buildRoot(t *testing.T, opts testimage.Options) (string, *testimage.Image) 
 // (files only: links are the hook's job) and returns their container paths.
 func inject(t *testing.T, root string, libs []driverLib) []string {
 	t.Helper()
+	return injectB(t, root, libs)
+}
+
+func injectB(t testing.TB, root string, libs []driverLib) []string {
+	t.Helper()
 	var paths []string
 	for _, l := range libs {
 		data, err := testimage.SharedObject(l.arch, l.soname, "libc.so.6")
