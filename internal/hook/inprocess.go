@@ -65,19 +65,11 @@ type ldEntry struct {
 	link string
 }
 
-// writeLDCache updates root's loader cache in-process. It returns MethodInProcess when it
+// write updates the root's loader cache in-process. It returns MethodInProcess when it
 // wrote the cache, MethodSkipped (with the reason) when the image's loader reads none, and
 // MethodLDConfig with the reason when ldconfig must run instead. It fails in no other way:
 // whatever it cannot do, ldconfig is asked to.
-func writeLDCache(root string, p ldPlan) (method, reason string) {
-	rootH, err := openRoot(root)
-	if err != nil {
-		return MethodLDConfig, err.Error()
-	}
-	defer rootH.Close()
-	w := &cacheWriter{root: rootH, dirs: map[string]*os.File{}, ours: map[fileKey]bool{}}
-	defer w.close()
-
+func (w *cacheWriter) write(p ldPlan) (method, reason string) {
 	cache, err := w.imageCache()
 	if err != nil {
 		return MethodLDConfig, err.Error()
@@ -125,21 +117,21 @@ func writeLDCache(root string, p ldPlan) (method, reason string) {
 	if err != nil {
 		return MethodLDConfig, err.Error()
 	}
-	etc, err := securejoin.OpenatInRoot(rootH, "/etc")
+	etc, err := w.dir("/etc")
 	if err != nil {
 		return MethodLDConfig, fmt.Sprintf("open /etc: %v", err)
 	}
-	defer etc.Close()
 	if err := writeFileAt(etc, "ld.so.cache", data, 0o644); err != nil {
 		return MethodLDConfig, fmt.Sprintf("write /etc/ld.so.cache: %v", err)
 	}
 	return MethodInProcess, ""
 }
 
-// cacheWriter holds the handles the in-process update works through.
+// cacheWriter holds the handles the hook works through, opened once.
 type cacheWriter struct {
-	root *os.File
-	dirs map[string]*os.File // container directory -> O_PATH handle resolved in the root
+	rootPath string
+	root     *os.File
+	dirs     map[string]*os.File // container directory -> O_PATH handle resolved in the root
 	// ours are the injected files and the links made or checked for them, and the compat
 	// directory (name ""), by directory identity: in a usr-merged image /lib/x and
 	// /usr/lib/x are one directory.
@@ -170,7 +162,17 @@ func (w *cacheWriter) own(h *os.File, name string) error {
 	return err
 }
 
+// newCacheWriter opens the container root for the confined lookups.
+func newCacheWriter(root string) (*cacheWriter, error) {
+	h, err := openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	return &cacheWriter{rootPath: root, root: h, dirs: map[string]*os.File{}, ours: map[fileKey]bool{}}, nil
+}
+
 func (w *cacheWriter) close() {
+	w.root.Close()
 	for _, h := range w.dirs {
 		h.Close()
 	}

@@ -80,12 +80,17 @@ func (r LDCacheResult) Note(ldconfig string) string {
 // the result says why. A musl image gets no cache at all. Warnings say what of the image
 // was skipped.
 func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
-	p, warnings, err := prepareLDCache(root, opts)
+	w, err := newCacheWriter(root)
+	if err != nil {
+		return LDCacheResult{}, err
+	}
+	defer w.close()
+	p, warnings, err := w.prepare(opts)
 	res := LDCacheResult{Warnings: warnings}
 	if err != nil {
 		return res, err
 	}
-	method, reason := writeLDCache(root, p)
+	method, reason := w.write(p)
 	res.Method, res.Reason = method, reason
 	if method != MethodLDConfig {
 		return res, nil
@@ -111,12 +116,18 @@ type ldPlan struct {
 // directories that ldconfig is given, the compat directory first when its libcuda is
 // preferred.
 func PrepareLDCache(root string, opts LDCacheOptions) (dirs, warnings []string, err error) {
-	p, warnings, err := prepareLDCache(root, opts)
+	w, err := newCacheWriter(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.close()
+	p, warnings, err := w.prepare(opts)
 	return p.dirs, warnings, err
 }
 
-func prepareLDCache(root string, opts LDCacheOptions) (ldPlan, []string, error) {
+func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 	var p ldPlan
+	root := w.rootPath
 	if !filepath.IsAbs(opts.LDConfig) {
 		return p, nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
 	}
@@ -140,7 +151,7 @@ func prepareLDCache(root string, opts LDCacheOptions) (ldPlan, []string, error) 
 			seen[d] = true
 			p.dirs = append(p.dirs, d)
 		}
-		if err := devLink(root, lib); err != nil {
+		if err := w.devLink(lib); err != nil {
 			return p, nil, err
 		}
 	}
@@ -172,20 +183,19 @@ func DevLinkName(file string) string {
 	return file[:i+3]
 }
 
-// devLink creates <dir>/<dev link name> -> <file> inside root unless something exists there.
-// The directory is opened inside the root and the link made relative to that handle, so a
-// symlinked directory in the image cannot redirect the write outside the root.
-func devLink(root, lib string) error {
+// devLink creates <dir>/<dev link name> -> <file> inside the root unless something exists
+// there. The directory is opened inside the root and the link made relative to that handle,
+// so a symlinked directory in the image cannot redirect the write outside the root.
+func (w *cacheWriter) devLink(lib string) error {
 	dir, file := path.Split(lib)
 	name := DevLinkName(file)
 	if name == "" {
 		return nil
 	}
-	handle, err := securejoin.OpenInRoot(root, dir)
+	handle, err := w.dir(path.Clean(dir))
 	if err != nil {
-		return fmt.Errorf("open %s in container root %s: %w", dir, root, err)
+		return fmt.Errorf("open %s in container root %s: %w", dir, w.rootPath, err)
 	}
-	defer handle.Close()
 	fd := int(handle.Fd())
 	var st unix.Stat_t
 	err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)

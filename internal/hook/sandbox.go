@@ -302,16 +302,24 @@ func staticExecutable(p string) error {
 		}
 		return errors.New("is not an ELF executable")
 	}
-	ef, err := elf.NewFile(f)
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	ef, err := readELF(f, st.Size())
+	var progs []elfProg
+	if err == nil {
+		progs, err = ef.progs()
+	}
 	if err != nil {
 		return fmt.Errorf("is not a readable ELF file (%v)", err)
 	}
-	for _, prog := range ef.Progs {
-		if prog.Type == elf.PT_INTERP {
+	for _, prog := range progs {
+		if prog.typ == elf.PT_INTERP {
 			return errors.New("is dynamically linked")
 		}
 	}
-	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
+	if ef.typ != elf.ET_EXEC && ef.typ != elf.ET_DYN {
 		return errors.New("is not an executable")
 	}
 	return nil
