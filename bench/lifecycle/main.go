@@ -235,6 +235,9 @@ func measure(ctx context.Context, o options, l *lab) error {
 		// No targets: what a CDI-native engine's GPU container costs, with no wrapper in the path.
 		{key: "cdi-vs-runc", title: "GPU container (8 GPUs) injected by CDI, plain runc, vs plain runc without GPUs", a: runcCDI, b: runcPlain},
 		{key: "gpu-vs-cdi", title: "gpu-runtime (8 GPUs) vs plain runc given the CDI-injected spec", a: gpu8, b: runcCDI},
+		// No target: what the realistic image costs runc itself, without GPUs — the part of
+		// the realistic-vs-busybox ratio that no change to gpu-runtime can remove.
+		{key: "runc-real-vs-busybox", title: "reference: plain runc without GPUs, realistic image vs busybox", a: runcReal, b: runcPlain},
 		// No target: what any Go wrapper costs here (the issue quotes 1.07 on its machine).
 		{key: "goexec-vs-runc", title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
 	}
