@@ -362,6 +362,105 @@ func TestLDCacheFallback(t *testing.T) {
 			wantReason: "/usr/local/cuda/compat: libnvidia-nvvm.so.4 is neither a library nor a link",
 		},
 		{
+			description: "the image's own file at a SONAME link's name",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, libDir64, "libcuda.so.1"), "libcuda.so.1")
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/lib/x86_64-linux-gnu/libcuda.so.1 is the image's, not a link to the injected libcuda.so.550.54.15",
+		},
+		{
+			description: "injected libraries sharing a SONAME",
+			opts:        small,
+			libs: []driverLib{
+				{libDir64, "libcuda.so.550.54.15", "libcuda.so.1", testimage.AMD64},
+				{libDir64, "libcuda.so.550.54.16", "libcuda.so.1", testimage.AMD64},
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "injected libraries in /usr/lib/x86_64-linux-gnu share the SONAME libcuda.so.1",
+		},
+		{
+			description: "no cache, a loader configuration line of several directories",
+			opts:        bare,
+			image: func(t *testing.T, root, _ string) {
+				if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("/opt/lib:/opt/more\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: `the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read: "/opt/lib:/opt/more"`,
+		},
+		{
+			description: "no cache, a library directory too large to list",
+			opts:        bare,
+			image: func(t *testing.T, root, _ string) {
+				dir := filepath.Join(root, "usr/lib")
+				for i := range 4097 {
+					if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("data%d", i)), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "the image has no /etc/ld.so.cache and /usr/lib cannot be listed: more than 4096 entries",
+		},
+		{
+			description: "compat link to nothing",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				symlink(t, "libcuda.so.9", filepath.Join(root, CompatDir, "libcuda.so"))
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/local/cuda/compat: libcuda.so links to libcuda.so.9, which is no library here",
+		},
+		{
+			description: "compat link that is neither a SONAME nor a development link",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				symlink(t, "libcuda.so.560.35.03", filepath.Join(root, CompatDir, "libcuda.so.560"))
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/local/cuda/compat: libcuda.so.560 links to libcuda.so.560.35.03 but is neither its SONAME nor its development link",
+		},
+		{
+			description: "compat SONAME link to another library",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				writeLib(t, filepath.Join(root, CompatDir, "libnvidia-nvvm.so.560.35.03"), "libnvidia-nvvm.so.4")
+				symlink(t, "libnvidia-nvvm.so.560.35.03", filepath.Join(root, CompatDir, "libcuda.so.1"))
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/local/cuda/compat: libcuda.so.1 does not link to libcuda.so.560.35.03, the library with that SONAME",
+		},
+		{
+			description: "compat library whose SONAME names another library",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libnvidia-nvvm.so.4")
+				writeLib(t, filepath.Join(root, CompatDir, "libnvidia-nvvm.so.4"), "libnvidia-other.so.4")
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/local/cuda/compat: libcuda.so.560.35.03 has the SONAME libnvidia-nvvm.so.4, the name of another library",
+		},
+		{
+			description: "compat directory too large",
+			opts:        small,
+			image: func(t *testing.T, root, _ string) {
+				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				for i := range 64 {
+					if err := os.WriteFile(filepath.Join(root, CompatDir, fmt.Sprintf("README%d", i)), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "/usr/local/cuda/compat: more than 64 entries",
+		},
+		{
 			description: "musl image without a cache",
 			opts:        bare,
 			image: func(t *testing.T, root, _ string) {
