@@ -18,37 +18,14 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
-// dlopenCUDASource is a dynamically linked program that dlopens libcuda.so.1 by its SONAME,
-// as CUDA applications do, and prints the file the loader opened.
-const dlopenCUDASource = `#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <link.h>
-#include <stdio.h>
-
-int main(void) {
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	struct link_map *lm;
-	if (h == NULL) {
-		printf("libcuda.so.1 => error: %s\n", dlerror());
-		return 1;
-	}
-	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0) {
-		printf("libcuda.so.1 => dlinfo: %s\n", dlerror());
-		return 1;
-	}
-	printf("libcuda.so.1 => %s\n", lm->l_name);
-	return 0;
-}
-`
-
 // recordingLDConfig is a static stand-in for ldconfig that records being run: it writes
 // /ldconfig-ran, which is the container root's once the hook's sandbox has pivoted into it.
 const recordingLDConfig = `#include <stdio.h>
 int main(void) { FILE *f = fopen("/ldconfig-ran", "w"); if (!f) return 1; fputs("ran\n", f); return fclose(f) != 0; }
 `
 
-// imageBundle makes a bundle whose rootfs is a testimage image (built with opts, the host's
-// C library and loader copied in) plus /usr/bin/dlopen-cuda, running that program with env.
+// imageBundle makes a bundle whose rootfs is a testimage image built with opts and its
+// program that dlopens libcuda.so.1 (testimage.DlopenCUDAProgram), which it runs with env.
 func imageBundle(t *testing.T, opts testimage.Options, env ...string) (bundle string, img *testimage.Image) {
 	t.Helper()
 	bundle = filepath.Join(t.TempDir(), "bundle")
@@ -56,7 +33,7 @@ func imageBundle(t *testing.T, opts testimage.Options, env ...string) (bundle st
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts.HostLibc = true
+	opts.DlopenCUDA = true
 	img, err := testimage.Build(rootfs, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -66,17 +43,12 @@ func imageBundle(t *testing.T, opts testimage.Options, env ...string) (bundle st
 			t.Fatal(err)
 		}
 	}
-	src := filepath.Join(t.TempDir(), "dlopen-cuda.c")
-	writeFile(t, src, dlopenCUDASource)
-	if out, err := exec.Command("gcc", "-O2", "-o", filepath.Join(rootfs, "usr/bin/dlopen-cuda"), src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, out)
-	}
 	var spec specs.Spec
 	if err := json.Unmarshal(specTmpl, &spec); err != nil {
 		t.Fatal(err)
 	}
 	spec.Process.Terminal = false
-	spec.Process.Args = []string{"/usr/bin/dlopen-cuda"}
+	spec.Process.Args = []string{testimage.DlopenCUDAProgram}
 	spec.Process.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	spec.Root.Readonly = false
 	data, err := json.MarshalIndent(&spec, "", "  ")
