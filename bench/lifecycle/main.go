@@ -371,7 +371,7 @@ func (l *lab) captureSpec(spec []byte, noopConfig string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	stderr, err := os.OpenFile(filepath.Join(dir, "runtime.stderr"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
@@ -404,16 +404,16 @@ func (l *lab) runAlone(c *isoCase) (invocation, error) {
 		if id, dir, err = l.newBundle(c.spec); err != nil {
 			return invocation{}, err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 	}
 	stderr, err := os.CreateTemp(l.work, "stderr-")
 	if err != nil {
 		return invocation{}, err
 	}
-	defer os.Remove(stderr.Name())
+	defer func() { _ = os.Remove(stderr.Name()) }()
 	defer stderr.Close()
 	rssFile := stderr.Name() + ".maxrss"
-	defer os.Remove(rssFile)
+	defer func() { _ = os.Remove(rssFile) }()
 	args := c.args
 	if args == nil {
 		args = l.createArgs(dir, id)
@@ -451,7 +451,7 @@ func writeFile(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err

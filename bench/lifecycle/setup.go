@@ -221,9 +221,8 @@ func buildLauncher(dir string) (string, error) {
 	if err := os.WriteFile(src, []byte(maxRSSLauncher), 0o644); err != nil {
 		return "", err
 	}
-	out, err := exec.Command("gcc", "-O2", "-static", "-o", bin, src).CombinedOutput()
-	if err != nil {
-		if out, err = exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+	if err := exec.Command("gcc", "-O2", "-static", "-o", bin, src).Run(); err != nil {
+		if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
 			return "", fmt.Errorf("compile the RSS launcher: %w: %s", err, out)
 		}
 	}

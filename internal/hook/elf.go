@@ -113,7 +113,8 @@ func (f *elfFile) read(off, n uint64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes at offset %d outside the file", errELF, n, off)
 	}
 	b := make([]byte, n)
-	if _, err := f.r.ReadAt(b, int64(off)); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+	at := int64(off) //nolint:gosec // G115: off is inside the file (checked above), whose size is an int64
+	if _, err := f.r.ReadAt(b, at); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
 		return nil, fmt.Errorf("%w: read %d bytes at offset %d: %w", errELF, n, off, err)
 	}
 	return b, nil
@@ -182,14 +183,14 @@ entries:
 		} else {
 			tag, val = uint64(f.order.Uint32(raw[i:])), uint64(f.order.Uint32(raw[i+4:]))
 		}
-		switch elf.DynTag(tag) {
-		case elf.DT_NULL:
+		switch tag {
+		case uint64(elf.DT_NULL):
 			break entries
-		case elf.DT_STRTAB:
+		case uint64(elf.DT_STRTAB):
 			strtab, haveStrtab = val, true
-		case elf.DT_STRSZ:
+		case uint64(elf.DT_STRSZ):
 			strsz = val
-		case elf.DT_SONAME:
+		case uint64(elf.DT_SONAME):
 			soname, haveSoname = val, true
 		}
 	}

@@ -172,9 +172,9 @@ func newCacheWriter(root string) (*cacheWriter, error) {
 }
 
 func (w *cacheWriter) close() {
-	w.root.Close()
+	_ = w.root.Close()
 	for _, h := range w.dirs {
-		h.Close()
+		_ = h.Close()
 	}
 }
 
@@ -369,7 +369,7 @@ func (w *cacheWriter) compatDir() ([]ldEntry, error) {
 		return refuse("%v", err)
 	}
 	names, err := d.Readdirnames(maxCompatEntries + 1)
-	d.Close()
+	_ = d.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return refuse("%v", err)
 	}

@@ -67,7 +67,7 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 		return nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	conf, warnings := flattenLDSOConf(rootHandle)
-	rootHandle.Close()
+	_ = rootHandle.Close()
 	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
 	if err != nil {
 		return warnings, fmt.Errorf("%w: %w", ErrLDConfig, err)
@@ -100,7 +100,7 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 	case <-timer.C:
 		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
 		_ = cmd.Process.Kill()
-		<-done
+		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
 		return warnings, fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries; output: %s",
 			ErrLDConfig, ldconfig, deadline, strings.TrimSpace(out.String()))
 	}
@@ -156,7 +156,7 @@ func enterRoot(root string) error {
 	if err != nil {
 		return fmt.Errorf("open container root: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if err := unix.Fchdir(fd); err != nil {
 		return fmt.Errorf("enter container root: %w", err)
 	}
@@ -281,7 +281,7 @@ func staticLDConfig(p string) (string, error) {
 	reason := staticExecutable(p)
 	if reason != nil {
 		if staticExecutable(p+".real") != nil {
-			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason)
+			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
 		}
 		p += ".real"
 	}
@@ -312,7 +312,7 @@ func staticExecutable(p string) error {
 		progs, err = ef.progs()
 	}
 	if err != nil {
-		return fmt.Errorf("is not a readable ELF file (%v)", err)
+		return fmt.Errorf("is not a readable ELF file (%w)", err)
 	}
 	for _, prog := range progs {
 		if prog.typ == elf.PT_INTERP {
@@ -333,15 +333,15 @@ func sealedMemfd(name string, r io.Reader) (*os.File, error) {
 	}
 	f := os.NewFile(uintptr(fd), name)
 	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("copy %s into memory: %w", name, err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("seal %s: %w", name, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, err
 	}
 	return f, nil

@@ -49,7 +49,7 @@ func (b *builder) dlopenCUDA() {
 		b.err = err
 		return
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	src := filepath.Join(dir, "dlopen-cuda.c")
 	if err := os.WriteFile(src, []byte(dlopenCUDASource), 0o644); err != nil {
 		b.err = err
