@@ -47,6 +47,8 @@ e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and
 
 fuzz: ## run each fuzz target briefly (execution counts, not durations: a duration-based -fuzztime can fail with "context deadline exceeded" on a loaded machine, golang/go#75804, fixed in go1.27)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./internal/ldcache/
+	$(GO) test -run='^$$' -fuzz=FuzzCacheRoundTrip -fuzztime=50000x ./internal/ldcache/
+	$(GO) test -run='^$$' -fuzz=FuzzELF -fuzztime=100000x ./internal/hook/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=50000x ./pkg/config/
 	$(GO) test -run='^$$' -fuzz=FuzzFromEnv -fuzztime=200000x ./pkg/request/
 	$(GO) test -run='^$$' -fuzz=FuzzMayRequestGPU -fuzztime=200000x ./pkg/request/

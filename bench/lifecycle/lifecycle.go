@@ -26,6 +26,7 @@ type variant struct {
 	binary     string // gpu-runtime or runc
 	config     string // GPU_RUNTIME_CONFIG (ignored by runc)
 	spec       []byte // the bundle's config.json before create
+	image      string // the rootfs: imageBusybox or imageRealistic
 }
 
 // sample is one timed lifecycle, in milliseconds.
@@ -75,7 +76,7 @@ func (l *lab) invoke(binary, config string, stderr *os.File, args ...string) (in
 // lifecycle runs create, start, wait-for-exit and delete on a fresh bundle, timing each step
 // the way containerd's shim sees it. With a tracer, it also attributes the processes spawned.
 func (l *lab) lifecycle(v variant) (sample, error) {
-	id, dir, err := l.newBundle(v.spec)
+	id, dir, err := l.newImageBundle(v.spec, v.image)
 	if err != nil {
 		return sample{}, fmt.Errorf("prepare bundle: %w", err)
 	}
@@ -218,7 +219,9 @@ type traceResult struct {
 	// (gpu-runtime, runc, runc init) nor the container's own process, by comm. A process
 	// that execs another program stays one process: "gpu-hook update-ldcache → ldconfig".
 	hookProcs []string
-	hookMs    map[string][]float64 // exec-to-exit time of each, by comm
+	// hookMs is the time from the first exec of each hook process to its exit, by its
+	// name in hookProcs (an exec chain is timed as one process).
+	hookMs map[string][]float64
 	// wrapperMs is, in the create invocation, the time from gpu-runtime's exec to its exec of
 	// runc: the wrapper's whole cost in situ. NaN for plain runc.
 	wrapperMs float64
@@ -247,7 +250,8 @@ func (l *lab) analyze(marks [5]int64, createPID, initPID int) *traceResult {
 		}
 	}
 	var createExecs []procEvent
-	hookIndex := map[int]int{} // pid -> index in r.hookProcs
+	hookIndex := map[int]int{}   // pid -> index in r.hookProcs
+	hookStart := map[int]int64{} // pid -> its first exec
 	for _, e := range events {
 		if !e.exec || e.ts < marks[0] || e.ts > marks[4] {
 			continue
@@ -271,10 +275,13 @@ func (l *lab) analyze(marks [5]int64, createPID, initPID int) *traceResult {
 			r.hookProcs[i] += " → " + name // execve: the same process runs another program
 		} else {
 			hookIndex[e.pid] = len(r.hookProcs)
+			hookStart[e.pid] = e.ts
 			r.hookProcs = append(r.hookProcs, name)
 		}
-		if end, ok := exitAt[e.pid]; ok && end >= e.ts {
-			r.hookMs[name] = append(r.hookMs[name], float64(end-e.ts)/1e6)
+	}
+	for pid, i := range hookIndex {
+		if end, ok := exitAt[pid]; ok && end >= hookStart[pid] {
+			r.hookMs[r.hookProcs[i]] = append(r.hookMs[r.hookProcs[i]], float64(end-hookStart[pid])/1e6)
 		}
 	}
 	if n := len(createExecs); n > 0 {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
 // lab is everything one bench run made: fake hosts and configs under one work directory,
@@ -29,7 +30,12 @@ type lab struct {
 	hook    string // absolute path of gpu-hook
 	ctk     string // absolute path of gpu-ctk
 	noop    string // absolute path of true(1): the no-op low-level runtime
-	busybox string // a copy of busybox inside work, hard-linked into every rootfs
+	busybox string // a copy of busybox inside run, hard-linked into every rootfs
+	// realistic is the template of the realistic image's rootfs (internal/testimage's
+	// Default: 1,500 libraries, CUDA libraries, an ld.so.cache), inside run; each bundle of
+	// it is a copy whose files are hard links into it. Empty until buildRealistic.
+	realistic     string
+	realisticLibs int
 	// rusage is a tiny C program that forks, execs its arguments, waits and writes the
 	// child's ru_maxrss: see maxRSSLauncher.
 	rusage string
@@ -215,9 +221,8 @@ func buildLauncher(dir string) (string, error) {
 	if err := os.WriteFile(src, []byte(maxRSSLauncher), 0o644); err != nil {
 		return "", err
 	}
-	out, err := exec.Command("gcc", "-O2", "-static", "-o", bin, src).CombinedOutput()
-	if err != nil {
-		if out, err = exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+	if err := exec.Command("gcc", "-O2", "-static", "-o", bin, src).Run(); err != nil {
+		if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
 			return "", fmt.Errorf("compile the RSS launcher: %w: %s", err, out)
 		}
 	}
@@ -338,13 +343,90 @@ func specJSON(tmpl specs.Spec, env ...string) ([]byte, error) {
 	return json.MarshalIndent(&tmpl, "", "    ")
 }
 
+// The rootfs images a variant runs on (variant.image).
+const (
+	imageBusybox   = ""          // busybox alone: an empty /usr/lib, no ld.so.cache
+	imageRealistic = "realistic" // internal/testimage's realistic CUDA image, plus busybox
+)
+
+// buildRealistic builds the realistic image's template rootfs: testimage.Default() (its
+// ld.so.cache written by the host's ldconfig), with busybox as /usr/bin/true and the
+// directories runc mounts on.
+func (l *lab) buildRealistic() error {
+	root := filepath.Join(l.run, "realistic")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	img, err := testimage.Build(root, testimage.Default())
+	if err != nil {
+		return fmt.Errorf("build the realistic image: %w", err)
+	}
+	for _, d := range []string{"proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Link(l.busybox, filepath.Join(root, "usr/bin/busybox")); err != nil {
+		return fmt.Errorf("link busybox into the realistic image: %w", err)
+	}
+	for _, applet := range []string{"sh", "true"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "usr/bin", applet)); err != nil {
+			return err
+		}
+	}
+	l.realistic, l.realisticLibs = root, len(img.Libraries)
+	return nil
+}
+
+// copyTree makes dst a copy of the tree src in which regular files are hard links: the
+// bundle gets its own directories and links (the hook adds links and replaces
+// /etc/ld.so.cache by rename, never writing a file in place), at a fraction of a copy's cost.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		default:
+			return os.Link(p, to)
+		}
+	})
+}
+
 // newBundle makes a fresh bundle with a busybox rootfs and the given config.json; it returns
 // a fresh container id too. None of this is timed.
 func (l *lab) newBundle(spec []byte) (id, dir string, err error) {
+	return l.newImageBundle(spec, imageBusybox)
+}
+
+// newImageBundle makes a fresh bundle of the given image with the given config.json.
+func (l *lab) newImageBundle(spec []byte, image string) (id, dir string, err error) {
 	l.seq++
 	id = fmt.Sprintf("gpubench-%d-%d", os.Getpid(), l.seq)
 	dir = filepath.Join(l.bundles, id)
 	rootfs := filepath.Join(dir, "rootfs")
+	if image == imageRealistic {
+		if err := copyTree(l.realistic, rootfs); err != nil {
+			return "", "", fmt.Errorf("copy the realistic image: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
+			return "", "", err
+		}
+		return id, dir, nil
+	}
 	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "usr/bin", "usr/lib"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
 			return "", "", err

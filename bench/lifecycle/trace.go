@@ -149,9 +149,15 @@ func (t *tracer) handle(data []byte) {
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		name := strings.TrimSpace(string(comm))
-		// A subcommand (gpu-hook update-ldcache, gpu-hook prestart) is part of the name.
 		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && name != "" {
-			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] != "" && !strings.ContainsAny(args[1][:1], "-/") {
+			args := strings.Split(string(cmdline), "\x00")
+			// A program exec'd from a memory file (gpu-hook's sealed copy of ldconfig,
+			// run as /proc/self/fd/N) has the descriptor's number as comm: use its argv[0].
+			if strings.HasPrefix(exe, "/memfd:") && args[0] != "" {
+				name = args[0][strings.LastIndexByte(args[0], '/')+1:]
+			}
+			// A subcommand (gpu-hook update-ldcache, gpu-hook prestart) is part of the name.
+			if len(args) > 1 && args[1] != "" && !strings.ContainsAny(args[1][:1], "-/") {
 				name += " " + args[1]
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -59,10 +60,13 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		var opts LDCacheOptions
 		var libs multi
 		var timeout int
-		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable)")
+		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable), run where the cache cannot be updated in-process")
 		fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
 		fs.Var(&libs, "library", "container path of an injected library (repeatable)")
 		fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
+		var log runcLog
+		fs.StringVar(&log.path, "log", "", "also append warnings and notes to this log file (the low-level runtime's --log)")
+		fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json (the low-level runtime's --log-format)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -72,9 +76,22 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		warnings, err := UpdateLDCache(root, opts)
-		for _, w := range warnings {
+		// The hook lives for milliseconds and what it holds is bounded (maxImageCache):
+		// collecting garbage would only cost time, unless something went far off.
+		debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(512 << 20)
+		res, err := UpdateLDCache(root, opts)
+		var logErrs []error
+		for _, w := range res.Warnings {
 			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
+			logErrs = append(logErrs, log.write("warning", "gpu-hook: "+w))
+		}
+		if note := res.Note(opts.LDConfig); note != "" {
+			fmt.Fprintln(stderr, "gpu-hook: "+note)
+			logErrs = append(logErrs, log.write("info", "gpu-hook: "+note))
+		}
+		if lerr := errors.Join(logErrs...); lerr != nil {
+			fmt.Fprintln(stderr, "gpu-hook: warning: "+lerr.Error())
 		}
 		return err
 	case "proc-caps":

@@ -2,11 +2,8 @@ package hook
 
 import (
 	"bytes"
-	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -34,11 +31,8 @@ const (
 // number of files named libcuda.so.*, and each one opened costs the create.
 const maxCompatCandidates = 8
 
-// Bounds on a compat library's ELF file before debug/elf parses it.
-const (
-	maxCompatLibSize  = 1 << 30
-	maxCompatSections = 1024
-)
+// maxCompatNote bounds the forward-compatibility note read from a compat library.
+const maxCompatNote = 4096
 
 // CompatVersion returns the driver version of the newest libcuda.so.<version> in the
 // image's compat directory, or "" when there is none. The version comes from the file
@@ -107,8 +101,9 @@ func CompatVersion(root string) (string, []string, error) {
 
 // noteVersion reads the forward-compatibility note of a compat library, if any; regular is
 // false when the name is not a regular file (it is then not opened for reading at all). The
-// ELF file comes from the image: its size and section count are checked before debug/elf
-// parses it, and only a small note is read.
+// ELF file comes from the image: it is read with the bounded reader (elf.go), which checks
+// the header and the section table's size before reading them, reads at most 64 KiB of
+// section names and a note of at most maxCompatNote bytes.
 func noteVersion(dir *os.File, name string) (version string, regular bool) {
 	h, err := securejoin.OpenatInRoot(dir, name)
 	if err != nil {
@@ -119,35 +114,24 @@ func noteVersion(dir *os.File, name string) (version string, regular bool) {
 	if err := unix.Fstat(int(h.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return "", false
 	}
-	if st.Size > maxCompatLibSize {
-		return "", true
-	}
 	f, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
 		return "", true
 	}
 	defer f.Close()
-	if !boundedELF(f, st.Size) {
-		return "", true
-	}
-	ef, err := elf.NewFile(f)
+	ef, err := readELF(f, st.Size)
 	if err != nil {
 		return "", true
 	}
-	defer ef.Close()
-	sec := ef.Section(compatNote)
-	if sec == nil || sec.Size > 4096 {
-		return "", true
-	}
-	data, err := sec.Data()
+	data, err := ef.section(compatNote, maxCompatNote)
 	if err != nil || len(data) < 12 {
 		return "", true
 	}
 	// ELF note: namesz, descsz, type, name (padded to 4), desc.
-	namesz := int(ef.ByteOrder.Uint32(data[0:4]))
-	descsz := int(ef.ByteOrder.Uint32(data[4:8]))
+	namesz := uint64(ef.order.Uint32(data[0:4]))
+	descsz := uint64(ef.order.Uint32(data[4:8]))
 	off := 12 + (namesz+3)&^3
-	if namesz < 0 || descsz <= 0 || off < 12 || off+descsz > len(data) || off+descsz < off {
+	if descsz == 0 || off > uint64(len(data)) || descsz > uint64(len(data))-off {
 		return "", true
 	}
 	v := string(bytes.TrimRight(data[off:off+descsz], "\x00"))
@@ -157,44 +141,12 @@ func noteVersion(dir *os.File, name string) (version string, regular bool) {
 	return v, true
 }
 
-// boundedELF checks an ELF header before debug/elf reads the section table: a 64- or 32-bit
-// ELF whose section headers, at most maxCompatSections of the usual size, lie inside the file.
-func boundedELF(r io.ReaderAt, size int64) bool {
-	var hdr [64]byte
-	if _, err := r.ReadAt(hdr[:], 0); err != nil && !errors.Is(err, io.EOF) {
-		return false
-	}
-	if string(hdr[:4]) != elf.ELFMAG {
-		return false
-	}
-	var order binary.ByteOrder = binary.LittleEndian
-	if elf.Data(hdr[elf.EI_DATA]) == elf.ELFDATA2MSB {
-		order = binary.BigEndian
-	}
-	var shoff, shentsize, shnum uint64
-	switch elf.Class(hdr[elf.EI_CLASS]) {
-	case elf.ELFCLASS64:
-		shoff, shentsize, shnum = order.Uint64(hdr[40:48]), uint64(order.Uint16(hdr[58:60])), uint64(order.Uint16(hdr[60:62]))
-		if shentsize != 64 {
-			return false
-		}
-	case elf.ELFCLASS32:
-		shoff, shentsize, shnum = uint64(order.Uint32(hdr[32:36])), uint64(order.Uint16(hdr[46:48])), uint64(order.Uint16(hdr[48:50]))
-		if shentsize != 40 {
-			return false
-		}
-	default:
-		return false
-	}
-	return shnum <= maxCompatSections && shoff <= uint64(size) && shnum*shentsize <= uint64(size)-shoff
-}
-
 // preferCompat writes CompatConf inside root (confined to it) so the loader searches
 // CompatDir first.
 func preferCompat(root string) error {
-	rootHandle, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+	rootHandle, err := openRoot(root)
 	if err != nil {
-		return fmt.Errorf("open container root %s: %w", root, err)
+		return err
 	}
 	defer rootHandle.Close()
 	confDir, err := securejoin.MkdirAllHandle(rootHandle, path.Dir(CompatConf), 0o755)
@@ -202,24 +154,9 @@ func preferCompat(root string) error {
 		return fmt.Errorf("create %s in container root: %w", path.Dir(CompatConf), err)
 	}
 	defer confDir.Close()
-	name := path.Base(CompatConf)
-	tmp := "." + name + ".tmp"
-	dfd := int(confDir.Fd())
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create %s in container root: %w", CompatConf, err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.WriteString("# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n")
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	content := "# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n"
+	if err := writeFileAt(confDir, path.Base(CompatConf), []byte(content), 0o644); err != nil {
 		return fmt.Errorf("write %s in container root: %w", CompatConf, err)
-	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("install %s in container root: %w", CompatConf, err)
 	}
 	return nil
 }

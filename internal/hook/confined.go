@@ -17,7 +17,8 @@ var errNotRegular = errors.New("not a regular file")
 // readRegular reads the file at unsafePath inside the directory handle dir (a path that
 // may hold image symlinks, resolved inside the root), at most limit bytes. It first checks,
 // on an O_PATH handle, that the file is a regular file, then opens it without blocking, so
-// a FIFO or device planted by the image can neither hang nor feed the hook.
+// a FIFO or device planted by the image can neither hang nor feed the hook; a file larger
+// than limit is refused before it is read.
 func readRegular(dir *os.File, unsafePath string, limit int64) ([]byte, error) {
 	h, err := securejoin.OpenatInRoot(dir, unsafePath)
 	if err != nil {
@@ -30,6 +31,9 @@ func readRegular(dir *os.File, unsafePath string, limit int64) ([]byte, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, errNotRegular
+	}
+	if st.Size > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	f, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {

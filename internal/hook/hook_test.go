@@ -170,6 +170,9 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 	}{
 		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `run ldconfig: path "ldconfig" is not absolute`},
 		{"relative library", LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"lib/x.so.1"}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
+		// Refused before anything is done, though the common case runs no ldconfig.
+		{"dynamic ldconfig", LDCacheOptions{LDConfig: "/bin/true"},
+			"update the container's loader cache: hook.ldconfig /bin/true is dynamically linked: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

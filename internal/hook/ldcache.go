@@ -16,7 +16,8 @@ import (
 
 // LDCacheOptions are the arguments of `gpu-hook update-ldcache`.
 type LDCacheOptions struct {
-	// LDConfig is the host's ldconfig (absolute path; a static executable).
+	// LDConfig is the host's ldconfig (absolute path; a static executable), run where the
+	// cache cannot be updated in-process.
 	LDConfig string
 	// Libraries are the container paths of the injected libraries.
 	Libraries []string
@@ -33,62 +34,143 @@ const DefaultDeadline = 25 * time.Second
 // LDConfigEnv is the whole environment ldconfig runs with.
 var LDConfigEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
+// How UpdateLDCache updated the container's loader cache (LDCacheResult.Method).
+const (
+	// MethodInProcess: gpu-hook wrote /etc/ld.so.cache itself, from the image's cache and
+	// the injected libraries; no ldconfig ran.
+	MethodInProcess = "in-process"
+	// MethodLDConfig: the host's ldconfig rebuilt the cache over the whole image.
+	MethodLDConfig = "ldconfig"
+	// MethodSkipped: the image's loader reads no ld.so.cache (musl): none was written.
+	MethodSkipped = "skipped"
+)
+
+// LDCacheResult says what UpdateLDCache did.
+type LDCacheResult struct {
+	Method string
+	// Reason says why ldconfig ran (MethodLDConfig) or why no cache was written
+	// (MethodSkipped); empty for MethodInProcess.
+	Reason string
+	// Warnings say what of the image was skipped or ignored.
+	Warnings []string
+}
+
+// Note is the line gpu-hook prints about an update that was not done in-process, "" for one
+// that was.
+func (r LDCacheResult) Note(ldconfig string) string {
+	switch r.Method {
+	case MethodLDConfig:
+		return fmt.Sprintf("loader cache: ran %s over the whole image (slower) because %s", ldconfig, r.Reason)
+	case MethodSkipped:
+		return "loader cache: none written because " + r.Reason
+	}
+	return ""
+}
+
 // UpdateLDCache makes the injected libraries loadable inside the container root: it creates
 // each library's development link (libcuda.so -> libcuda.so.550.54.15) where the image has
-// none, points the loader at newer CUDA forward-compatibility libraries, then runs the
-// host's ldconfig confined to the root (RunLDConfig) over the libraries' directories, which
-// creates the SONAME links and rewrites /etc/ld.so.cache. Warnings say what of the image was
-// skipped.
-func UpdateLDCache(root string, opts LDCacheOptions) ([]string, error) {
-	dirs, warnings, err := PrepareLDCache(root, opts)
+// none, points the loader at newer CUDA forward-compatibility libraries, then updates the
+// container's /etc/ld.so.cache and the libraries' SONAME links.
+//
+// In the common case it does that in-process (writeLDCache): the image's own cache, read
+// through confined handles, plus the injected libraries (and preferred compat libraries,
+// first), written back in glibc's format — the image's size does not matter. Where that
+// cannot be shown to give what ldconfig would, it runs the host's ldconfig confined to the
+// root (RunLDConfig) over the libraries' directories and the image's configuration, and
+// the result says why. A musl image gets no cache at all. Warnings say what of the image
+// was skipped.
+func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
+	w, err := newCacheWriter(root)
 	if err != nil {
-		return warnings, err
+		return LDCacheResult{}, err
+	}
+	defer w.close()
+	p, warnings, err := w.prepare(opts)
+	res := LDCacheResult{Warnings: warnings}
+	if err != nil {
+		return res, err
+	}
+	method, reason := w.write(p)
+	res.Method, res.Reason = method, reason
+	if method != MethodLDConfig {
+		return res, nil
 	}
 	deadline := opts.Deadline
 	if deadline <= 0 {
 		deadline = DefaultDeadline
 	}
-	more, err := RunLDConfig(root, opts.LDConfig, dirs, deadline)
-	return append(warnings, more...), err
+	more, err := RunLDConfig(root, opts.LDConfig, p.dirs, deadline)
+	res.Warnings = append(res.Warnings, more...)
+	return res, err
 }
 
-// PrepareLDCache does all of UpdateLDCache but the ldconfig run, whose library directories
-// it returns: the compat directory first when its libcuda is preferred.
+// ldPlan is what prepareLDCache found: the cleaned library paths, the directories ldconfig
+// is given (the compat directory first when its libcuda is preferred), and whether it is.
+type ldPlan struct {
+	libs   []string
+	dirs   []string
+	compat bool
+}
+
+// PrepareLDCache does all of UpdateLDCache but the cache update: it returns the library
+// directories that ldconfig is given, the compat directory first when its libcuda is
+// preferred.
 func PrepareLDCache(root string, opts LDCacheOptions) (dirs, warnings []string, err error) {
+	w, err := newCacheWriter(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.close()
+	p, warnings, err := w.prepare(opts)
+	return p.dirs, warnings, err
+}
+
+func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
+	var p ldPlan
+	root := w.rootPath
 	if !filepath.IsAbs(opts.LDConfig) {
-		return nil, nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
+		return p, nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
+	}
+	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
+	// not run is refused all the same, on every container, not on the first image that
+	// needs it.
+	if _, err := staticLDConfig(opts.LDConfig); err != nil {
+		return p, nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {
-		return nil, nil, fmt.Errorf("create /etc in container root %s: %w", root, err)
+		return p, nil, fmt.Errorf("create /etc in container root %s: %w", root, err)
 	}
 	seen := map[string]bool{}
 	for _, lib := range opts.Libraries {
 		if !path.IsAbs(lib) {
-			return nil, nil, fmt.Errorf("update ldcache: library path %q is not absolute", lib)
+			return p, nil, fmt.Errorf("update ldcache: library path %q is not absolute", lib)
 		}
 		lib = path.Clean(lib)
+		p.libs = append(p.libs, lib)
 		if d := path.Dir(lib); !seen[d] {
 			seen[d] = true
-			dirs = append(dirs, d)
+			p.dirs = append(p.dirs, d)
 		}
-		if err := devLink(root, lib); err != nil {
-			return nil, nil, err
+		if err := w.devLink(lib); err != nil {
+			return p, nil, err
 		}
 	}
+	var warnings []string
 	if opts.DriverVersion != "" {
 		compat, cw, err := CompatVersion(root)
 		warnings = append(warnings, cw...)
 		if err != nil {
-			return nil, warnings, err
+			return p, warnings, err
 		}
 		if c, cerr := requirements.CompareVersions(compat, opts.DriverVersion); compat != "" && cerr == nil && c > 0 {
 			if err := preferCompat(root); err != nil {
-				return nil, warnings, err
+				return p, warnings, err
 			}
-			dirs = append([]string{CompatDir}, dirs...)
+			p.dirs = append([]string{CompatDir}, p.dirs...)
+			p.compat = true
 		}
 	}
-	return dirs, warnings, nil
+	return p, warnings, nil
 }
 
 // DevLinkName returns the development link name of a versioned library file name
@@ -101,20 +183,19 @@ func DevLinkName(file string) string {
 	return file[:i+3]
 }
 
-// devLink creates <dir>/<dev link name> -> <file> inside root unless something exists there.
-// The directory is opened inside the root and the link made relative to that handle, so a
-// symlinked directory in the image cannot redirect the write outside the root.
-func devLink(root, lib string) error {
+// devLink creates <dir>/<dev link name> -> <file> inside the root unless something exists
+// there. The directory is opened inside the root and the link made relative to that handle,
+// so a symlinked directory in the image cannot redirect the write outside the root.
+func (w *cacheWriter) devLink(lib string) error {
 	dir, file := path.Split(lib)
 	name := DevLinkName(file)
 	if name == "" {
 		return nil
 	}
-	handle, err := securejoin.OpenInRoot(root, dir)
+	handle, err := w.dir(path.Clean(dir))
 	if err != nil {
-		return fmt.Errorf("open %s in container root %s: %w", dir, root, err)
+		return fmt.Errorf("open %s in container root %s: %w", dir, w.rootPath, err)
 	}
-	defer handle.Close()
 	fd := int(handle.Fd())
 	var st unix.Stat_t
 	err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)

@@ -67,7 +67,7 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 		return nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	conf, warnings := flattenLDSOConf(rootHandle)
-	rootHandle.Close()
+	_ = rootHandle.Close()
 	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
 	if err != nil {
 		return warnings, fmt.Errorf("%w: %w", ErrLDConfig, err)
@@ -100,7 +100,7 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 	case <-timer.C:
 		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
 		_ = cmd.Process.Kill()
-		<-done
+		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
 		return warnings, fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries; output: %s",
 			ErrLDConfig, ldconfig, deadline, strings.TrimSpace(out.String()))
 	}
@@ -156,7 +156,7 @@ func enterRoot(root string) error {
 	if err != nil {
 		return fmt.Errorf("open container root: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if err := unix.Fchdir(fd); err != nil {
 		return fmt.Errorf("enter container root: %w", err)
 	}
@@ -260,15 +260,9 @@ func unescapeMountInfo(s string) string {
 // the host, trusted), or of p.real when p is a wrapper script and p.real is static (Ubuntu's
 // /sbin/ldconfig is a script around /sbin/ldconfig.real).
 func sealedExecutable(p string) (*os.File, error) {
-	if !filepath.IsAbs(p) {
-		return nil, fmt.Errorf("ldconfig path %q is not absolute", p)
-	}
-	reason := staticExecutable(p)
-	if reason != nil {
-		if staticExecutable(p+".real") != nil {
-			return nil, fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason)
-		}
-		p += ".real"
+	p, err := staticLDConfig(p)
+	if err != nil {
+		return nil, err
 	}
 	f, err := os.Open(p)
 	if err != nil {
@@ -276,6 +270,22 @@ func sealedExecutable(p string) (*os.File, error) {
 	}
 	defer f.Close()
 	return sealedMemfd(filepath.Base(p), f)
+}
+
+// staticLDConfig returns the static executable to run for the configured ldconfig p: p, or
+// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
+func staticLDConfig(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
+	}
+	reason := staticExecutable(p)
+	if reason != nil {
+		if staticExecutable(p+".real") != nil {
+			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
+		}
+		p += ".real"
+	}
+	return p, nil
 }
 
 // staticExecutable says why p is not a static ELF executable, or nil.
@@ -292,16 +302,24 @@ func staticExecutable(p string) error {
 		}
 		return errors.New("is not an ELF executable")
 	}
-	ef, err := elf.NewFile(f)
+	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("is not a readable ELF file (%v)", err)
+		return err
 	}
-	for _, prog := range ef.Progs {
-		if prog.Type == elf.PT_INTERP {
+	ef, err := readELF(f, st.Size())
+	var progs []elfProg
+	if err == nil {
+		progs, err = ef.progs()
+	}
+	if err != nil {
+		return fmt.Errorf("is not a readable ELF file (%w)", err)
+	}
+	for _, prog := range progs {
+		if prog.typ == elf.PT_INTERP {
 			return errors.New("is dynamically linked")
 		}
 	}
-	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
+	if ef.typ != elf.ET_EXEC && ef.typ != elf.ET_DYN {
 		return errors.New("is not an executable")
 	}
 	return nil
@@ -315,15 +333,15 @@ func sealedMemfd(name string, r io.Reader) (*os.File, error) {
 	}
 	f := os.NewFile(uintptr(fd), name)
 	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("copy %s into memory: %w", name, err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("seal %s: %w", name, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, err
 	}
 	return f, nil

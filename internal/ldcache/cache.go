@@ -60,13 +60,19 @@ func isExtension(hwcap uint64) bool {
 	return (hwcap>>32)&^hwcapISALevelMask == HwcapExtension>>32
 }
 
+// hwcapIndex returns the lower 32 bits of a glibc-hwcaps entry's hwcap: the index of its
+// subdirectory in GlibcHwcaps.
+func hwcapIndex(hwcap uint64) uint32 {
+	return uint32(hwcap) //nolint:gosec // G115: the lower half is the index, by the format (dl-cache.h)
+}
+
 // HwcapsSubdirectory returns the name of the glibc-hwcaps subdirectory e is
 // in, and false if e is not a glibc-hwcaps entry of c.
 func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 	if !isExtension(e.Hwcap) {
 		return "", false
 	}
-	i := uint32(e.Hwcap)
+	i := hwcapIndex(e.Hwcap)
 	if uint64(i) >= uint64(len(c.GlibcHwcaps)) {
 		return "", false
 	}
@@ -186,8 +192,8 @@ func checkHwcapsNames(names []string) error {
 // and that the entries are in ldconfig's order.
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
-		if isExtension(e.Hwcap) && uint64(uint32(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
-			return fmt.Errorf("entry %d (%q): glibc-hwcaps subdirectory %d of %d", i, e.Name, uint32(e.Hwcap), len(c.GlibcHwcaps))
+		if isExtension(e.Hwcap) && uint64(hwcapIndex(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
+			return fmt.Errorf("entry %d (%q): glibc-hwcaps subdirectory %d of %d", i, e.Name, hwcapIndex(e.Hwcap), len(c.GlibcHwcaps))
 		}
 	}
 	for i := 1; i < len(c.Entries); i++ {
@@ -278,7 +284,7 @@ func libcmp(s1, s2 string, charSigned bool) int {
 		case i >= len(s):
 			return 0
 		case charSigned:
-			return int32(int8(s[i]))
+			return int32(int8(s[i])) //nolint:gosec // G115: the byte as C's signed char, as the loader compares it
 		}
 		return int32(s[i])
 	}
@@ -505,15 +511,15 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 
 	b := make([]byte, size)
 	copy(b, newMagic)
-	order.PutUint32(b[20:], uint32(n))
-	order.PutUint32(b[24:], uint32(len(strs.data)))
+	order.PutUint32(b[20:], off32(n))
+	order.PutUint32(b[24:], off32(len(strs.data)))
 	b[28] = endianFlag
-	order.PutUint32(b[32:], uint32(extOff))
+	order.PutUint32(b[32:], off32(extOff))
 	for i, e := range c.Entries {
 		p := b[newHeaderSize+uint64(i)*newEntrySize:]
-		order.PutUint32(p[0:], uint32(e.Flags))
-		order.PutUint32(p[4:], uint32(strStart)+strs.name(i))
-		order.PutUint32(p[8:], uint32(strStart)+strs.path(i))
+		order.PutUint32(p[0:], uint32(e.Flags)) //nolint:gosec // G115: the flags' bits, as ldconfig stores its int32
+		order.PutUint32(p[4:], off32(strStart)+strs.name(i))
+		order.PutUint32(p[8:], off32(strStart)+strs.path(i))
 		order.PutUint32(p[12:], e.OSVersion)
 		order.PutUint64(p[16:], e.Hwcap)
 	}
@@ -521,22 +527,29 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 
 	ext := b[extOff:]
 	order.PutUint32(ext[0:], extensionMagic)
-	order.PutUint32(ext[4:], uint32(sections))
+	order.PutUint32(ext[4:], off32(sections))
 	sec := ext[extensionHeaderSize:]
 	order.PutUint32(sec[0:], tagGenerator)
-	order.PutUint32(sec[8:], uint32(generatorOff))
-	order.PutUint32(sec[12:], uint32(len(c.Generator)))
+	order.PutUint32(sec[8:], off32(generatorOff))
+	order.PutUint32(sec[12:], off32(len(c.Generator)))
 	if len(c.GlibcHwcaps) > 0 {
 		sec = sec[extensionSectionSize:]
 		order.PutUint32(sec[0:], tagGlibcHwcaps)
-		order.PutUint32(sec[8:], uint32(hwcapsOff))
-		order.PutUint32(sec[12:], uint32(4*len(c.GlibcHwcaps)))
+		order.PutUint32(sec[8:], off32(hwcapsOff))
+		order.PutUint32(sec[12:], off32(4*len(c.GlibcHwcaps)))
 		for i := range c.GlibcHwcaps {
-			order.PutUint32(b[hwcapsOff+4*uint64(i):], uint32(strStart)+strs.offsets[2*len(c.Entries)+i])
+			order.PutUint32(b[hwcapsOff+4*uint64(i):], off32(strStart)+strs.offsets[2*len(c.Entries)+i])
 		}
 	}
 	copy(b[generatorOff:], c.Generator)
 	return b, nil
+}
+
+// off32 returns v, a count, offset or size in an encoded cache, as the format's uint32.
+// encode checks that the whole file is at most MaxSize bytes before it writes any of them,
+// and newStringTable works on strings Encode bounded the same way.
+func off32[T int | uint64](v T) uint32 {
+	return uint32(v)
 }
 
 // stringTable is the string table of an encoded cache.
@@ -601,7 +614,7 @@ func newStringTable(c *Cache) stringTable {
 		l := len(str(slot))
 		var head [8]byte
 		copy(head[:], reversed[at:at+l])
-		items[slot] = item{head: binary.BigEndian.Uint64(head[:]), off: uint32(at), len: uint32(l), slot: uint32(slot)}
+		items[slot] = item{head: binary.BigEndian.Uint64(head[:]), off: off32(at), len: off32(l), slot: off32(slot)}
 		at += l
 	}
 	// Sort descending: by head with a radix sort (stable, a byte at a
@@ -610,14 +623,14 @@ func newStringTable(c *Cache) stringTable {
 	for shift := 0; shift < 64; shift += 8 {
 		var start [256]int
 		for _, it := range items {
-			start[255-byte(it.head>>shift)]++
+			start[255-byte(it.head>>shift)]++ //nolint:gosec // G115: the radix sort's digit is that byte
 		}
 		sum := 0
 		for b, c := range start {
 			start[b], sum = sum, sum+c
 		}
 		for _, it := range items {
-			b := 255 - byte(it.head>>shift)
+			b := 255 - byte(it.head>>shift) //nolint:gosec // G115: the radix sort's digit is that byte
 			tmp[start[b]] = it
 			start[b]++
 		}

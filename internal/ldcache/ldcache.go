@@ -244,7 +244,7 @@ func tableString(data []byte, nlibs uint64) string {
 // makeEntry decodes the flags, key and value fields common to both entry
 // layouts from e, resolving the string offsets in strs.
 func makeEntry(order binary.ByteOrder, e []byte, strs string) (Entry, error) {
-	flags := int32(order.Uint32(e[0:]))
+	flags := int32(order.Uint32(e[0:])) //nolint:gosec // G115: the field is C's int32_t flags, stored as its bits
 	name, err := cString(strs, order.Uint32(e[4:]))
 	if err != nil {
 		return Entry{}, fmt.Errorf("key: %w", err)

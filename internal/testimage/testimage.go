@@ -72,6 +72,10 @@ type Options struct {
 	// /lib64/ld-linux-x86-64.so.2 and its libc.so.6 to LibDir, so that a
 	// dynamically linked program can run in the root under chroot.
 	HostLibc bool
+	// DlopenCUDA compiles, with the host's gcc, a dynamically linked program into
+	// DlopenCUDAProgram that dlopens libcuda.so.1 by its SONAME and prints the file the
+	// loader opened. It implies HostLibc, so that the program runs in the root.
+	DlopenCUDA bool
 	// NoCache skips running ldconfig: the root then has no
 	// /etc/ld.so.cache, and Build does not need root.
 	NoCache bool
@@ -147,8 +151,11 @@ func Build(root string, opts Options) (*Image, error) {
 	b := builder{img: img}
 	b.layout(opts)
 	b.libraries(opts)
-	if opts.HostLibc {
+	if opts.HostLibc || opts.DlopenCUDA {
 		b.hostLibc(opts)
+	}
+	if opts.DlopenCUDA {
+		b.dlopenCUDA()
 	}
 	if !opts.NoConfig {
 		b.config(opts)

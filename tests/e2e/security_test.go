@@ -62,6 +62,9 @@ int main(void) { FILE *f = fopen("/ldconfig-env", "w"); if (!f) return 1; for (c
 	replaceInFile(t, e.config, "[hook]\n", "[hook]\nldconfig = \""+standIn+"\"\n")
 
 	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=" + evil, "LD_LIBRARY_PATH=" + dir}, "echo started")
+	// A library of the image's own and no ld.so.cache: the cache cannot be updated in-process,
+	// so ldconfig (the stand-in) runs.
+	buildLib(t, filepath.Join(b, "rootfs/usr/lib/libimage.so.1"), "libimage.so.1")
 	r := e.run(t, b)
 	if r.code != 0 || !strings.Contains(r.stdout, "started") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

@@ -1,0 +1,285 @@
+package hook
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The hook reads ELF files it does not trust: the image's CUDA compat libraries, and the
+// injected libraries at their container paths. debug/elf reads whole tables and sections
+// into memory (a sparse file can declare a section-name table of a gigabyte), so the hook
+// has its own reader that reads only what it needs, each read bounded before it is made:
+// the header, at most maxELFProgs program headers or maxELFSections section headers, a
+// dynamic segment of at most maxELFDynamic bytes, a section-name table of at most
+// maxELFShstrtab bytes, and strings of at most maxELFString bytes.
+const (
+	maxELFProgs    = 256
+	maxELFSections = 1024
+	maxELFDynamic  = 64 << 10
+	maxELFShstrtab = 64 << 10
+	maxELFString   = 255 // a SONAME is a file name
+)
+
+// errELF marks a file the bounded ELF reader refuses.
+var errELF = errors.New("not a readable ELF file")
+
+// elfFile is the header of an ELF file and the reader it came from.
+type elfFile struct {
+	r       io.ReaderAt
+	size    int64
+	class   elf.Class
+	order   binary.ByteOrder
+	machine elf.Machine
+	typ     elf.Type
+
+	phoff, shoff           uint64
+	phnum, shnum, shstrndx uint64
+	phentsize, shentsize   uint64
+	wordSize, dynEntrySize uint64
+}
+
+// readELF reads and checks the ELF header of r, a file of size bytes: a 32- or 64-bit ELF of
+// either byte order whose program and section header tables have the standard entry size,
+// at most maxELFProgs and maxELFSections entries, and lie inside the file.
+func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
+	var hdr [64]byte
+	n, err := r.ReadAt(hdr[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: read header: %w", errELF, err)
+	}
+	if n < 52 || string(hdr[:4]) != elf.ELFMAG {
+		return nil, fmt.Errorf("%w: no ELF header", errELF)
+	}
+	f := &elfFile{r: r, size: size, class: elf.Class(hdr[elf.EI_CLASS])}
+	switch elf.Data(hdr[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		f.order = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		f.order = binary.BigEndian
+	default:
+		return nil, fmt.Errorf("%w: unknown byte order %d", errELF, hdr[elf.EI_DATA])
+	}
+	o := f.order
+	f.typ, f.machine = elf.Type(o.Uint16(hdr[16:])), elf.Machine(o.Uint16(hdr[18:]))
+	switch f.class {
+	case elf.ELFCLASS64:
+		if n < 64 {
+			return nil, fmt.Errorf("%w: header truncated", errELF)
+		}
+		f.phoff, f.shoff = o.Uint64(hdr[32:]), o.Uint64(hdr[40:])
+		f.phentsize, f.phnum = uint64(o.Uint16(hdr[54:])), uint64(o.Uint16(hdr[56:]))
+		f.shentsize, f.shnum, f.shstrndx = uint64(o.Uint16(hdr[58:])), uint64(o.Uint16(hdr[60:])), uint64(o.Uint16(hdr[62:]))
+		f.wordSize, f.dynEntrySize = 8, 16
+		if (f.phnum > 0 && f.phentsize != 56) || (f.shnum > 0 && f.shentsize != 64) {
+			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
+		}
+	case elf.ELFCLASS32:
+		f.phoff, f.shoff = uint64(o.Uint32(hdr[28:])), uint64(o.Uint32(hdr[32:]))
+		f.phentsize, f.phnum = uint64(o.Uint16(hdr[42:])), uint64(o.Uint16(hdr[44:]))
+		f.shentsize, f.shnum, f.shstrndx = uint64(o.Uint16(hdr[46:])), uint64(o.Uint16(hdr[48:])), uint64(o.Uint16(hdr[50:]))
+		f.wordSize, f.dynEntrySize = 4, 8
+		if (f.phnum > 0 && f.phentsize != 32) || (f.shnum > 0 && f.shentsize != 40) {
+			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown class %d", errELF, hdr[elf.EI_CLASS])
+	}
+	switch {
+	case f.phnum > maxELFProgs:
+		return nil, fmt.Errorf("%w: %d program headers, more than %d", errELF, f.phnum, maxELFProgs)
+	case f.shnum > maxELFSections:
+		return nil, fmt.Errorf("%w: %d section headers, more than %d", errELF, f.shnum, maxELFSections)
+	case !f.inside(f.phoff, f.phnum*f.phentsize):
+		return nil, fmt.Errorf("%w: program headers outside the file", errELF)
+	case !f.inside(f.shoff, f.shnum*f.shentsize):
+		return nil, fmt.Errorf("%w: section headers outside the file", errELF)
+	}
+	return f, nil
+}
+
+// inside says whether n bytes at off lie inside the file.
+func (f *elfFile) inside(off, n uint64) bool {
+	size := uint64(max(f.size, 0))
+	return off <= size && n <= size-off
+}
+
+// read reads n bytes at off, which the caller has bounded.
+func (f *elfFile) read(off, n uint64) ([]byte, error) {
+	if !f.inside(off, n) {
+		return nil, fmt.Errorf("%w: %d bytes at offset %d outside the file", errELF, n, off)
+	}
+	b := make([]byte, n)
+	at := int64(off) //nolint:gosec // G115: off is inside the file (checked above), whose size is an int64
+	if _, err := f.r.ReadAt(b, at); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+		return nil, fmt.Errorf("%w: read %d bytes at offset %d: %w", errELF, n, off, err)
+	}
+	return b, nil
+}
+
+// elfProg is the part of a program header the reader uses.
+type elfProg struct {
+	typ                elf.ProgType
+	off, vaddr, filesz uint64
+}
+
+func (f *elfFile) progs() ([]elfProg, error) {
+	raw, err := f.read(f.phoff, f.phnum*f.phentsize)
+	if err != nil {
+		return nil, err
+	}
+	o := f.order
+	progs := make([]elfProg, f.phnum)
+	for i := range progs {
+		p := raw[uint64(i)*f.phentsize:]
+		if f.class == elf.ELFCLASS64 {
+			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: o.Uint64(p[8:]), vaddr: o.Uint64(p[16:]), filesz: o.Uint64(p[32:])}
+		} else {
+			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: uint64(o.Uint32(p[4:])), vaddr: uint64(o.Uint32(p[8:])), filesz: uint64(o.Uint32(p[16:]))}
+		}
+	}
+	return progs, nil
+}
+
+// errNoSoname: the library has a dynamic section without DT_SONAME.
+var errNoSoname = errors.New("no DT_SONAME")
+
+// soname returns the library's DT_SONAME, found as the dynamic linker and ldconfig find it:
+// through the PT_DYNAMIC segment, with DT_STRTAB's address mapped to a file offset by the
+// PT_LOAD segment that holds it. errNoSoname says the library has none; a file with no
+// PT_DYNAMIC is not a shared library (errELF).
+func (f *elfFile) soname() (string, error) {
+	progs, err := f.progs()
+	if err != nil {
+		return "", err
+	}
+	var dyn *elfProg
+	for i := range progs {
+		if progs[i].typ == elf.PT_DYNAMIC {
+			dyn = &progs[i]
+			break
+		}
+	}
+	if dyn == nil {
+		return "", fmt.Errorf("%w: no PT_DYNAMIC segment: not a shared library", errELF)
+	}
+	if dyn.filesz > maxELFDynamic {
+		return "", fmt.Errorf("%w: dynamic segment of %d bytes, more than %d", errELF, dyn.filesz, maxELFDynamic)
+	}
+	raw, err := f.read(dyn.off, dyn.filesz)
+	if err != nil {
+		return "", err
+	}
+	var strtab, strsz, soname uint64
+	haveStrtab, haveSoname := false, false
+entries:
+	for i := uint64(0); i+f.dynEntrySize <= uint64(len(raw)); i += f.dynEntrySize {
+		var tag, val uint64
+		if f.class == elf.ELFCLASS64 {
+			tag, val = f.order.Uint64(raw[i:]), f.order.Uint64(raw[i+8:])
+		} else {
+			tag, val = uint64(f.order.Uint32(raw[i:])), uint64(f.order.Uint32(raw[i+4:]))
+		}
+		switch tag {
+		case uint64(elf.DT_NULL):
+			break entries
+		case uint64(elf.DT_STRTAB):
+			strtab, haveStrtab = val, true
+		case uint64(elf.DT_STRSZ):
+			strsz = val
+		case uint64(elf.DT_SONAME):
+			soname, haveSoname = val, true
+		}
+	}
+	if !haveSoname {
+		return "", errNoSoname
+	}
+	if !haveStrtab || soname >= strsz {
+		return "", fmt.Errorf("%w: DT_SONAME outside the string table", errELF)
+	}
+	off, ok := uint64(0), false
+	for _, p := range progs {
+		if p.typ == elf.PT_LOAD && strtab >= p.vaddr && strtab-p.vaddr < p.filesz {
+			off, ok = p.off+(strtab-p.vaddr), true
+			break
+		}
+	}
+	if !ok || off+soname < off {
+		return "", fmt.Errorf("%w: string table at address %#x is in no loaded segment", errELF, strtab)
+	}
+	return f.cString(off+soname, min(strsz-soname, maxELFString+1))
+}
+
+// cString reads the NUL-terminated string at off, which must end within limit bytes.
+func (f *elfFile) cString(off, limit uint64) (string, error) {
+	size := uint64(max(f.size, 0))
+	if off >= size {
+		return "", fmt.Errorf("%w: string at offset %d outside the file", errELF, off)
+	}
+	b, err := f.read(off, min(limit, size-off))
+	if err != nil {
+		return "", err
+	}
+	i := bytes.IndexByte(b, 0)
+	switch {
+	case i < 0:
+		return "", fmt.Errorf("%w: string at offset %d is not NUL-terminated within %d bytes", errELF, off, len(b))
+	case i == 0:
+		return "", fmt.Errorf("%w: empty string at offset %d", errELF, off)
+	}
+	return string(b[:i]), nil
+}
+
+// section returns the contents of the section called name, or nil when there is none; a
+// section larger than limit is an error. The section-name table is read first, at most
+// maxELFShstrtab bytes of it.
+func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
+	if f.shnum == 0 {
+		return nil, nil
+	}
+	if f.shstrndx >= f.shnum {
+		return nil, fmt.Errorf("%w: section-name table index %d of %d sections", errELF, f.shstrndx, f.shnum)
+	}
+	raw, err := f.read(f.shoff, f.shnum*f.shentsize)
+	if err != nil {
+		return nil, err
+	}
+	type sect struct{ name, off, size, typ uint64 }
+	o := f.order
+	get := func(i uint64) sect {
+		s := raw[i*f.shentsize:]
+		if f.class == elf.ELFCLASS64 {
+			return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: o.Uint64(s[24:]), size: o.Uint64(s[32:])}
+		}
+		return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: uint64(o.Uint32(s[16:])), size: uint64(o.Uint32(s[20:]))}
+	}
+	strs := get(f.shstrndx)
+	if strs.size > maxELFShstrtab {
+		return nil, fmt.Errorf("%w: section-name table of %d bytes, more than %d", errELF, strs.size, maxELFShstrtab)
+	}
+	names, err := f.read(strs.off, strs.size)
+	if err != nil {
+		return nil, err
+	}
+	for i := uint64(0); i < f.shnum; i++ {
+		s := get(i)
+		if s.name >= uint64(len(names)) {
+			continue
+		}
+		n := names[s.name:]
+		if end := bytes.IndexByte(n, 0); end < 0 || string(n[:end]) != name {
+			continue
+		}
+		if s.typ == uint64(elf.SHT_NOBITS) {
+			return nil, nil
+		}
+		if s.size > limit {
+			return nil, fmt.Errorf("%w: section %s of %d bytes, more than %d", errELF, name, s.size, limit)
+		}
+		return f.read(s.off, s.size)
+	}
+	return nil, nil
+}

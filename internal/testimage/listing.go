@@ -1,0 +1,56 @@
+package testimage
+
+import (
+	"fmt"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// CacheLine is a line of ldconfig -p: "\tKey (Desc) => Path".
+type CacheLine struct{ Key, Desc, Path string }
+
+func (l CacheLine) String() string { return l.Key + " (" + l.Desc + ") => " + l.Path }
+
+// ListCache returns what ldconfig (the binary at the given path) prints with -p for the
+// cache file at file, in its order: the answers the loader would read from it.
+func ListCache(ldconfig, file string) ([]CacheLine, error) {
+	out, err := exec.Command(ldconfig, "-p", "-C", file).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s -p -C %s: %w", ldconfig, file, err)
+	}
+	var lines []CacheLine
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "\t") {
+			continue
+		}
+		key, rest, _ := strings.Cut(line[1:], " (")
+		desc, p, ok := strings.Cut(rest, ") => ")
+		if !ok {
+			return nil, fmt.Errorf("%s -p -C %s: unexpected line %q", ldconfig, file, line)
+		}
+		lines = append(lines, CacheLine{Key: key, Desc: desc, Path: p})
+	}
+	return lines, nil
+}
+
+// ResolveDir returns p, an absolute path inside root, with the symbolic links of its
+// directory resolved inside root, so that /lib/x86_64-linux-gnu/x and
+// /usr/lib/x86_64-linux-gnu/x compare equal in a usr-merged root. It is for roots whose
+// links stay inside them, as Build's do; a directory that does not exist leaves p as it is.
+func ResolveDir(root, p string) string {
+	dir, err := filepath.EvalSymlinks(filepath.Join(root, path.Dir(p)))
+	if err != nil {
+		return p
+	}
+	rootReal, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return p
+	}
+	rel, err := filepath.Rel(rootReal, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return path.Join("/", filepath.ToSlash(rel), path.Base(p))
+}
