@@ -3,7 +3,10 @@
 // container state on stdin. It is built without cgo (a static binary), so no environment or
 // image content can inject code into it.
 //
-//	gpu-hook update-ldcache --ldconfig PATH --driver-version V --library PATH...  (createContainer)
+//	gpu-hook update-ldcache --ldconfig PATH --driver-version V [--log FILE --log-format F] --library PATH...  (createContainer)
+//
+// update-ldcache adds the injected libraries to the image's ld.so.cache in-process, and runs
+// the host's ldconfig (confined to the container root) only where that cannot be shown equal.
 //	gpu-hook prestart --cuda V --driver V --gpu INDEX,ARCH,BRAND...                (prestart)
 //	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
 package main

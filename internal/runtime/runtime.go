@@ -44,6 +44,10 @@ type Options struct {
 	CDI     CDI
 	HandOff func() error
 
+	// RuncLog and RuncLogFormat are the create's --log and --log-format, passed on to the
+	// loader-cache hook (PrepareBundle sets them from the invocation).
+	RuncLog, RuncLogFormat string
+
 	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
 	// device root (discover.FindDeviceNodes); QueryNVML answers a discovery-cache miss (by
 	// default `gpu-ctk info --json`, found next to Executable or in PATH).
@@ -90,6 +94,12 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read spec: %w", err)
+	}
+	if inv.Log != "" {
+		opts.RuncLog, opts.RuncLogFormat = inv.Log, inv.LogFormat
+		if !filepath.IsAbs(opts.RuncLog) {
+			opts.RuncLog = filepath.Join(opts.Cwd, opts.RuncLog)
+		}
 	}
 	in, err := Decide(path, raw, opts, log)
 	if err != nil || in.HandedOff {
@@ -316,7 +326,8 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
 	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, MIGCaps: res.Host.MIGCaps, ProcRoot: cfg.Driver.ProcRoot,
-		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(),
+		HookLog: opts.RuncLog, HookLogFormat: opts.RuncLogFormat}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the

@@ -48,6 +48,10 @@ type Host struct {
 	LDConfig string
 	// HookTimeout is every hook's timeout in seconds (0: none).
 	HookTimeout int
+	// HookLog and HookLogFormat are the low-level runtime's --log and --log-format of this
+	// create: the loader-cache hook appends what it notes there (runc drops a successful
+	// hook's stderr). Empty: no --log.
+	HookLog, HookLogFormat string
 	// MPS are the MPS shares (for a request that names one).
 	MPS MPS
 }
@@ -303,6 +307,12 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
 		if host.HookTimeout > 0 {
 			args = append(args, "--timeout", strconv.Itoa(host.HookTimeout))
+		}
+		if host.HookLog != "" {
+			args = append(args, "--log", host.HookLog)
+			if host.HookLogFormat != "" {
+				args = append(args, "--log-format", host.HookLogFormat)
+			}
 		}
 		for _, lib := range libraries {
 			args = append(args, "--library", lib)

@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
@@ -216,5 +217,29 @@ func TestLDCacheThroughProc(t *testing.T) {
 	}
 	if c := readContainerCache(t, rootfs); c.Generator == hook.CacheGenerator() {
 		t.Error("the cache was written in-process through a link into /proc")
+	}
+}
+
+// TestLDCacheNoteInRuncLog: runc drops a successful hook's output, so when the loader cache
+// needs ldconfig (here: an image with a library of its own and no cache) the hook appends why
+// to the create's --log, where the engine's debug log shows it.
+func TestLDCacheNoteInRuncLog(t *testing.T) {
+	e := newEnv(t, 1)
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
+	if err := fakehost.BuildCUDALibrary(filepath.Join(b, "rootfs/usr/lib/x86_64-linux-gnu/libimage.so.1.0"), "libimage.so.1", 12000); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	if r := e.run(t, b, "--log", logPath, "--log-format", "json"); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	found := ""
+	for _, l := range jsonLines(t, logPath) {
+		if msg, _ := l["msg"].(string); strings.HasPrefix(msg, "gpu-hook: loader cache: ran ") {
+			found = msg
+		}
+	}
+	if !strings.Contains(found, "over the whole image (slower) because ") {
+		t.Errorf("runc's log lacks the hook's note:\n%v", jsonLines(t, logPath))
 	}
 }
