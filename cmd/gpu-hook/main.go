@@ -7,6 +7,7 @@
 //
 // update-ldcache adds the injected libraries to the image's ld.so.cache in-process, and runs
 // the host's ldconfig (confined to the container root) only where that cannot be shown equal.
+//
 //	gpu-hook prestart --cuda V --driver V --gpu INDEX,ARCH,BRAND...                (prestart)
 //	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
 package main
