@@ -9,6 +9,9 @@ VERSION := $(shell scripts/version.sh)
 endif
 LDFLAGS := -s -w -X github.com/gpu-runtime/gpu-runtime/internal/version.Version=$(VERSION)
 PREFIX ?= /usr/local
+# golangci-lint, pinned; built once from the Go module proxy into .cache (make lint).
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := .cache/golangci-lint/$(GOLANGCI_LINT_VERSION)/golangci-lint
 # Set on the command line only (make package BIN=… DIST=…), never from the environment.
 BIN := bin
 DIST := dist
@@ -27,9 +30,8 @@ deps: ## install what the tests need, saying what before installing it (apt: run
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
-test: deps build ## install what is missing (saying what), then unit, end-to-end and package tests and brief fuzzing (root)
-	$(GO) vet ./...
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+test: deps build ## install what is missing (saying what), then lint (golangci-lint too), unit, end-to-end and package tests and brief fuzzing (root)
+	$(MAKE) lint
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) test-packages
 	$(MAKE) fuzz
@@ -67,10 +69,11 @@ bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and 
 	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
 	$(GO) test -run '^$$' -bench CreatePath -benchmem ./internal/runtime/
 
-lint: ## gofmt, go vet, go mod tidy check, shell syntax (and shellcheck where installed)
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+lint: $(GOLANGCI_LINT) ## gofmt, go vet, go mod tidy check, golangci-lint (.golangci.yml; pinned, built into .cache), shell syntax (and shellcheck where installed)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
+	$(GOLANGCI_LINT) run ./...
 	@for f in scripts/*.sh packaging/scripts/*; do bash -n "$$f" || exit 1; done
 	@for f in packaging/scripts/*; do dash -n "$$f" || exit 1; done
 	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh packaging/scripts/*; else echo "lint: shellcheck is not installed: shell scripts only syntax-checked"; fi
@@ -99,6 +102,10 @@ uninstall: ## remove what make install installed, first unregistering the runtim
 
 clean: ## remove build outputs (bin/, dist/)
 	rm -rf $(BIN) $(DIST)
+
+$(GOLANGCI_LINT):
+	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) from the Go module proxy into $(dir $@) (once; about 2 minutes)"
+	GOBIN=$(abspath $(dir $@)) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 realgpu-kit: ## build the real-GPU check's kit into .realgpu-kit/ (static runc, rootfs, gpu-probe; see tests/realgpu/README.md)
 	./scripts/build-realgpu-kit.sh --out $(or $(KIT),.realgpu-kit)
