@@ -236,7 +236,9 @@ func waitReady(cfg config.MPSConfig, name string, wait time.Duration) error {
 		if st.Running && err == nil {
 			return nil
 		}
-		if st.PID != 0 && !st.Running {
+		// Between its fork and its exec the daemon is still gpu-ctk: only a process that is
+		// gone has failed.
+		if st.PID != 0 && !st.Running && exited(st.PID, 0) {
 			return fmt.Errorf("the daemon of MPS share %q exited: %s; see %s", name, st.Why, cfg.LogDir(name))
 		}
 		if time.Now().After(deadline) {

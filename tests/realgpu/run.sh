@@ -649,8 +649,9 @@ TOML
   MPS_SCRIPT='echo "realgpu: mps pipe $CUDA_MPS_PIPE_DIRECTORY $(ls /tmp/nvidia-mps | tr "\n" " ")"
 gpu-probe; echo "realgpu: probe exit=$?"'
   log "\$ gpu-ctk mps start"
-  if ! GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" timeout --kill-after=5 60 "$CTK" mps start >>"$LOG" 2>&1; then
-    record "$MPSC" FAIL "gpu-ctk mps start failed (see run.log)"
+  if ! GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" timeout --kill-after=5 60 "$CTK" mps start >"$WORK/mps-start.out" 2>&1; then
+    cat "$WORK/mps-start.out" >>"$LOG"
+    record "$MPSC" FAIL "gpu-ctk mps start: $(first_line "$WORK/mps-start.out" 'gpu-ctk:')"
   else
     GPU_RUNTIME_CONFIG="$WORK/config-mps.toml" run_container mps-large gpu-runtime "$MPS_SCRIPT" NVIDIA_MPS_SHARE=large
     large_out=$CASE_OUT large_rc=$RC
