@@ -265,9 +265,9 @@ pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
 log=${CUDA_MPS_LOG_DIRECTORY:-/var/log/nvidia-mps}
 daemon() {
   mkdir -p "$pipe" "$log" || exit 1
+  echo "$$" >"$pipe/fake-daemon.pid"
   rm -f "$pipe/control"
   mkfifo -m 600 "$pipe/control" || exit 1
-  echo "$$" >"$pipe/fake-daemon.pid"
   {
     echo "start CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
     echo "shm $(stat -c '%d:%i' /dev/shm)"

@@ -149,8 +149,17 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	}
 	cmds := defaults(share, len(o.UUIDs))
 	if len(cmds) > 0 {
-		if err := control(cfg, name, o, cmds); err != nil {
-			return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+		// A daemon that has just made its pipe may not answer yet: try again for a while.
+		deadline := time.Now().Add(o.Wait)
+		for {
+			err := control(cfg, name, o, cmds)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return did, nil
