@@ -48,6 +48,9 @@ type Host struct {
 	LDConfig string
 	// HookTimeout is every hook's timeout in seconds (0: none).
 	HookTimeout int
+	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
+	// UnhealthySkip ("" too) or UnhealthyFail. Each device's health is in Driver's GPUs.
+	UnhealthyAll string
 }
 
 // Plan is the outcome of planning.
@@ -69,7 +72,11 @@ func Build(req request.Request, host Host) (Plan, error) {
 		return p, nil
 	}
 	var errs []error
-	devices, err := selectDevices(req, host.Driver.GPUs)
+	devices, err := selectDevices(req, host.Driver)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	devices, healthWarnings, err := screenAll(req, devices, host.UnhealthyAll)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -92,7 +99,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	p.Warnings = warnings
+	p.Warnings = append(healthWarnings, warnings...)
 	p.Edits.Add(common)
 	for _, ch := range imexChannels(req, host.Devices) {
 		node, err := host.node(ch, request.EnvIMEXChannels+": IMEX channel "+strings.TrimPrefix(ch, IMEXChannelDir+"/channel"))
