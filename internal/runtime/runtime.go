@@ -305,8 +305,12 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 		return plan.Host{}, err
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
+	// Health is read for every create, never cached: a small file and one /proc file per GPU.
+	for _, w := range discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}) {
+		log.Warn(w)
+	}
 	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, MIGCaps: res.Host.MIGCaps, ProcRoot: cfg.Driver.ProcRoot,
-		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(), UnhealthyAll: cfg.Health.All}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
