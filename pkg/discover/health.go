@@ -1,7 +1,6 @@
 package discover
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/csv"
 	"errors"
@@ -111,9 +110,6 @@ type HealthOptions struct {
 	ProcRoot string
 }
 
-// maxInformationSize bounds the read of a GPU's information file (a few hundred bytes).
-const maxInformationSize = 16 << 10
-
 // ReadHealth sets the Health of every GPU and MIG device of gpus, in place: a GPU whose
 // driver /proc entry is gone, or that the driver says it excluded, then every device the
 // health file has a record for. A MIG device is also unhealthy when its GPU is (Device
@@ -121,13 +117,27 @@ const maxInformationSize = 16 << 10
 // file per GPU and the health file, and never NVML. Problems that leave a signal unread
 // (an untrusted or corrupt health file) come back as warnings: such a file is ignored.
 func ReadHealth(gpus []GPU, opts HealthOptions) []string {
+	procRoot := opts.ProcRoot
+	if procRoot == "" {
+		procRoot = "/"
+	}
+	// Each GPU's entry is opened relative to the gpus directory: shorter lookups than whole
+	// paths, and without the directory (the driver not loaded, or another proc root)
+	// nothing is known of any GPU, at the cost of this one call.
+	gpusDir := filepath.Join(procRoot, ProcGPUs)
+	dir, err := unix.Open(gpusDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		defer unix.Close(dir)
+	}
 	for i := range gpus {
 		g := &gpus[i]
 		g.Health = nil
 		for j := range g.MIGDevices {
 			g.MIGDevices[j].Health = nil
 		}
-		g.Health = procHealth(opts.ProcRoot, g.BusID)
+		if err == nil {
+			g.Health = procHealth(dir, gpusDir, g.BusID)
+		}
 	}
 	if opts.File == "" {
 		return nil
@@ -156,43 +166,50 @@ func ReadHealth(gpus []GPU, opts HealthOptions) []string {
 	return nil
 }
 
-// procHealth reads what the driver's /proc says of the GPU at busID: gone when the gpus
-// directory exists without its entry, excluded when its information file says
-// "GPU Excluded: Yes". An unreadable or unknown bus id says nothing.
-func procHealth(procRoot, busID string) *Health {
+// excludedLine is the line of a GPU's information file that says the driver excludes it
+// (kernel-open/nvidia/nv-procfs.c: "GPU Excluded:\t %s\n", "Yes" or "No").
+var excludedLine = []byte("GPU Excluded:")
+
+// procHealth reads what the driver's /proc says of the GPU at busID, given the gpus
+// directory (dir, an O_PATH handle of gpusDir): gone when the directory has no entry for it,
+// excluded when its information file says "GPU Excluded: Yes". An unreadable or unknown bus
+// id says nothing. It costs an openat, one read and a close (raw system calls: this runs for
+// every GPU of every create).
+func procHealth(dir int, gpusDir, busID string) *Health {
 	name, ok := ProcBusID(busID)
 	if !ok {
 		return nil
 	}
-	if procRoot == "" {
-		procRoot = "/"
-	}
-	dir := filepath.Join(procRoot, ProcGPUs)
-	info := filepath.Join(dir, name, "information")
-	shown := filepath.Join("/", ProcGPUs, name) // as the user knows it
-	f, err := os.OpenFile(info, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		// Gone only when the driver is there to say so: without its gpus directory (the
-		// driver not loaded, or another proc root) nothing is known of any GPU.
-		if _, err := os.Stat(filepath.Join(dir, name)); errors.Is(err, fs.ErrNotExist) {
-			if _, err := os.Stat(dir); err == nil {
-				return &Health{Signal: HealthGone, Reason: "gone: the driver has no " + shown + " (the GPU fell off the bus, or was removed)", Source: filepath.Join(dir, name)}
-			}
+	shown := "/" + ProcGPUs + "/" + name // as the user knows it
+	fd, err := unix.Openat(dir, name+"/information", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.ENOENT) {
+		var st unix.Stat_t
+		if errors.Is(unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW), unix.ENOENT) {
+			return &Health{Signal: HealthGone, Reason: "gone: the driver has no " + shown + " (the GPU fell off the bus, or was removed)", Source: gpusDir + "/" + name}
 		}
 		return nil
 	}
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, maxInformationSize))
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(key) == "GPU Excluded" && strings.EqualFold(strings.TrimSpace(value), "Yes") {
-			return &Health{Signal: HealthExcluded, Reason: `excluded by the administrator: ` + shown + `/information says "GPU Excluded: Yes" (NVreg_ExcludedGpus)`, Source: info}
-		}
+	defer unix.Close(fd)
+	// One read: the file is ~400 bytes, and procfs gives a read all of it that fits.
+	var buf [4096]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil || n <= 0 {
+		return nil
 	}
-	return nil
+	data := buf[:n]
+	i := bytes.Index(data, excludedLine)
+	if i < 0 {
+		return nil
+	}
+	value, _, _ := bytes.Cut(data[i+len(excludedLine):], []byte("\n"))
+	if !bytes.EqualFold(bytes.TrimSpace(value), []byte("Yes")) {
+		return nil
+	}
+	return &Health{Signal: HealthExcluded, Reason: "excluded by the administrator: " + shown + `/information says "GPU Excluded: Yes" (NVreg_ExcludedGpus)`,
+		Source: gpusDir + "/" + name + "/information"}
 }
 
 // HealthRecord is one record of the health file: a device (a GPU or a MIG device, by UUID)
