@@ -127,7 +127,7 @@ func ReadHealth(gpus []GPU, opts HealthOptions) []string {
 	gpusDir := filepath.Join(procRoot, ProcGPUs)
 	dir, err := unix.Open(gpusDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
-		defer unix.Close(dir)
+		defer func() { _ = unix.Close(dir) }()
 	}
 	for i := range gpus {
 		g := &gpus[i]
@@ -192,7 +192,7 @@ func procHealth(dir int, gpusDir, busID string) *Health {
 	if err != nil {
 		return nil
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: nothing to lose
 	// One read: the file is ~400 bytes, and procfs gives a read all of it that fits.
 	var buf [4096]byte
 	n, err := unix.Read(fd, buf[:])
