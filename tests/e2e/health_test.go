@@ -456,3 +456,50 @@ func TestHealthWatch(t *testing.T) {
 	}
 	w.waitLog(t, 0, "health watch: stopped")
 }
+
+// TestHealthBootUnit: the packaged gpu-runtime-health.service runs gpu-ctk health watch,
+// which, run as the unit says, watches a fake host and stops cleanly on SIGTERM (what
+// systemctl stop sends), reloading on SIGHUP (systemctl reload).
+func TestHealthBootUnit(t *testing.T) {
+	h := newHealthEnv(t, fakehost.Default(2))
+	unit, err := os.ReadFile("../../packaging/systemd/gpu-runtime-health.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, line := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			keys[k] = v
+		}
+	}
+	argv := strings.Fields(keys["ExecStart"])
+	if strings.Join(argv, " ") != "/usr/bin/gpu-ctk health watch" || keys["ExecReload"] != "/bin/kill -HUP $MAINPID" || keys["Type"] != "simple" || keys["WantedBy"] != "multi-user.target" {
+		t.Fatalf("unit: %q", keys)
+	}
+	w := &watchProcess{log: filepath.Join(t.TempDir(), "watch.log")}
+	f, err := os.OpenFile(w.log, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w.cmd = exec.Command(filepath.Join(binDir, "gpu-ctk"), argv[1:]...)
+	w.cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+h.config)
+	w.cmd.Stdout, w.cmd.Stderr = f, f
+	must(t, w.cmd.Start())
+	t.Cleanup(func() {
+		if w.cmd.ProcessState == nil {
+			_ = w.cmd.Process.Kill()
+			_ = w.cmd.Wait()
+		}
+	})
+	w.waitLog(t, 0, "watching 2 GPU(s)")
+	must(t, w.cmd.Process.Signal(syscall.SIGHUP))
+	w.waitLog(t, 0, "SIGHUP: re-initialising NVML")
+	w.waitLog(t, 1, "watching 2 GPU(s)")
+	must(t, h.host.AppendXid(h.host.Options.GPUs[0].UUID, 79))
+	w.waitLog(t, 0, "recorded "+h.host.Options.GPUs[0].UUID+" as unhealthy")
+	must(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	if err := w.cmd.Wait(); err != nil {
+		t.Errorf("systemctl stop (SIGTERM): %v", err)
+	}
+}
