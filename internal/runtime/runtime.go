@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
@@ -200,9 +201,15 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	// Native devices: every device unless only CDI devices were named.
 	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
 	checks := len(req.Requirements) > 0 && !req.DisableRequire
+	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
-	if native || (in.CDI != nil && checks) {
+	if native || (in.CDI != nil && checks) || gpuCDI {
 		if in.Host, err = discoverHost(opts, log); err != nil {
+			return in, err
+		}
+	}
+	if gpuCDI {
+		if err := plan.CheckCDIHealth(in.CDI.Names(), plan.DevicesOf(in.CDI.DeviceNodes(), in.Host)); err != nil {
 			return in, err
 		}
 	}
@@ -257,6 +264,16 @@ func hasDevice(s *specs.Spec, path string) bool {
 	}
 	for _, d := range s.Linux.Devices {
 		if filepath.Clean(d.Path) == path {
+			return true
+		}
+	}
+	return false
+}
+
+// hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.
+func hasGPUNode(paths []string) bool {
+	for _, p := range paths {
+		if n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
 			return true
 		}
 	}

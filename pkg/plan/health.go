@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
@@ -113,4 +114,21 @@ func screenAll(req request.Request, devices []Device, policy string) ([]Device, 
 		return nil, nil, fmt.Errorf("%w: %s: every device of this host is unhealthy: %s", ErrUnhealthy, what, strings.Join(problems, "; "))
 	}
 	return healthy, warnings, nil
+}
+
+// CheckCDIHealth fails when the devices that CDI devices inject (DevicesOf their nodes)
+// include an unhealthy one. A CDI device's edits are applied as its spec says, so nothing can
+// be left out of it: nvidia.com/gpu=all fails too, whatever health.all says.
+func CheckCDIHealth(names []string, devices []Device) error {
+	var problems []string
+	for _, d := range devices {
+		if d.Health() != nil {
+			text, h, clear := healthText(d)
+			problems = append(problems, text+" ("+h.Fix(clear)+")")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: CDI devices %s give %s; ask for other devices", ErrUnhealthy, quote.List(names), strings.Join(problems, "; "))
 }

@@ -503,3 +503,25 @@ func TestHealthBootUnit(t *testing.T) {
 		t.Errorf("systemctl stop (SIGTERM): %v", err)
 	}
 }
+
+// TestHealthCDI: CDI names resolved by gpu-runtime (containerd 1.6, docker 20.10) are held to
+// the same rule; a CDI device cannot leave a device out, so nvidia.com/gpu=all fails too.
+func TestHealthCDI(t *testing.T) {
+	h := newHealthEnv(t, fakehost.Default(2))
+	dir := t.TempDir()
+	h.health(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+	h.ctk(t, 0, "cdi", "generate", "--output", filepath.Join(dir, "nvidia.yaml"))
+	gpu1 := h.host.Options.GPUs[1].UUID
+	h.ctk(t, 0, "health", "mark", gpu1, "--reason", "maintenance")
+	why := "maintenance since " + h.record(t, gpu1).Since.UTC().Format(time.RFC3339) + " (recorded in " + h.file + ")"
+	for _, name := range []string{"nvidia.com/gpu=1", "nvidia.com/gpu=all"} {
+		r, _, _, lastErr := h.create(t, "NVIDIA_VISIBLE_DEVICES="+name)
+		want := `gpu-runtime: unhealthy device: CDI devices "` + name + `" give GPU 1 (` + gpu1 + `): ` + why + ` (when it is repaired, or the record was a false alarm, return it to service: gpu-ctk health clear ` + gpu1 + `); ask for other devices`
+		if r.code == 0 || lastErr != want {
+			t.Errorf("%s: exit %d\nlog:  %s\nwant: %s", name, r.code, lastErr, want)
+		}
+	}
+	if r, nodes, _, _ := h.create(t, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"); r.code != 0 || strings.Join(nodes, " ") != "/dev/nvidia0" {
+		t.Errorf("nvidia.com/gpu=0: exit %d, nodes %q\n%s", r.code, nodes, r.stderr)
+	}
+}
