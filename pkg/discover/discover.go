@@ -1,6 +1,7 @@
 // Package discover finds what an NVIDIA host has — driver version, CUDA version, GPUs, driver
-// files and device nodes — under explicit driver and device roots. It returns plain data and
-// never writes to the host.
+// files, device nodes and device health — under explicit driver, device and proc roots. It
+// returns plain data; the only files it writes are its own, root's: the discovery cache and
+// the health file.
 package discover
 
 import (
