@@ -203,9 +203,17 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	checks := len(req.Requirements) > 0 && !req.DisableRequire
 	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
-	if native || (in.CDI != nil && checks) || gpuCDI {
+	switch {
+	case native || (in.CDI != nil && checks):
 		if in.Host, err = discoverHost(opts, log); err != nil {
 			return in, err
+		}
+	case gpuCDI: // only for health: CDI devices need no discovery, so its failure is a warning
+		if host, err := discoverHost(opts, log); err != nil {
+			log.Warnf("the health of the GPUs of CDI devices %s is not checked: %v", quote.List(in.CDI.Names()), err)
+			gpuCDI = false
+		} else {
+			in.Host = host
 		}
 	}
 	if gpuCDI {

@@ -524,4 +524,13 @@ func TestHealthCDI(t *testing.T) {
 	if r, nodes, _, _ := h.create(t, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"); r.code != 0 || strings.Join(nodes, " ") != "/dev/nvidia0" {
 		t.Errorf("nvidia.com/gpu=0: exit %d, nodes %q\n%s", r.code, nodes, r.stderr)
 	}
+	// CDI devices need no discovery: where it fails, health is not checked, and they still work.
+	broken := t.TempDir()
+	h.host = withDriverRoot(h.host, broken)
+	h.health(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+	r, nodes, warnings, _ := h.create(t, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1")
+	want := `the health of the GPUs of CDI devices "nvidia.com/gpu=1" is not checked: query NVML (` + filepath.Join(binDir, "gpu-ctk") + ` info): NVML library not found: load libnvidia-ml.so.1 from driver root "` + broken + `": tried `
+	if r.code != 0 || strings.Join(nodes, " ") != "/dev/nvidia1" || len(warnings) != 1 || !strings.HasPrefix(warnings[0], want) {
+		t.Errorf("without discovery: exit %d, nodes %q, warnings %q\nwant a warning starting %q\n%s", r.code, nodes, warnings, want, r.stderr)
+	}
 }
