@@ -59,6 +59,7 @@ fuzz: ## run each fuzz target briefly (execution counts, not durations: a durati
 	$(GO) test -run='^$$' -fuzz=FuzzSpecEncode -fuzztime=20000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzCheckKeys -fuzztime=100000x ./pkg/oci/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeCache -fuzztime=100000x ./pkg/discover/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeHealth -fuzztime=100000x ./pkg/discover/
 
 demo: ## make a fake 2-GPU host, show what gpu-ctk explain says a container asking for GPU 1 gets, run it through gpu-runtime and real runc, then show the error for a GPU that does not exist (installs only what is missing of runc, busybox-static and gcc, saying so)
 	./scripts/install-deps.sh --demo

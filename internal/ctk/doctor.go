@@ -37,7 +37,7 @@ doctor checks what GPU containers need on this host, one check a line, each star
 warn or fail, and a failing or warning check ends with its fix: the configuration (the file
 gpu-runtime reads: GPU_RUNTIME_CONFIG or /etc/gpu-runtime/config.toml), the driver, NVML and
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
-persistence mode, MIG, gpu-hook and ldconfig, the low-level runtime, the discovery cache,
+persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
 the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
 is registered, docker's --gpus hook, the cgroup version, and the CDI spec. The exit status is
 1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
@@ -120,6 +120,7 @@ func (d *doctor) run() {
 	d.checkNVML()
 	d.checkDeviceNodes()
 	d.checkGPUs()
+	d.checkHealth()
 	d.checkHook()
 	d.checkRuntime()
 	d.checkCache()
@@ -334,6 +335,46 @@ func (d *doctor) checkGPUs() {
 		}
 		d.add("MIG", statusOK, strings.Join(migs, ", ")+"; "+how+" in place for all "+fmt.Sprint(migDevices), "")
 	}
+}
+
+// checkHealth: the devices gpu-runtime keeps from containers, and a health file it cannot trust.
+func (d *doctor) checkHealth() {
+	if d.driver == nil {
+		return
+	}
+	gpus := append([]discover.GPU(nil), d.driver.GPUs...)
+	for i := range gpus {
+		gpus[i].MIGDevices = append([]discover.MIGDevice(nil), gpus[i].MIGDevices...)
+	}
+	drv := *d.driver
+	drv.GPUs = gpus
+	warnings := discover.ReadHealth(gpus, discover.HealthOptions{File: d.cfg.Health.File, ProcRoot: d.cfg.Driver.ProcRoot})
+	if len(warnings) > 0 {
+		d.add("health", statusWarn, strings.Join(warnings, "; "), "gpu-ctk health clear all rewrites it, root-owned with mode 0600 (records in it are lost: gpu-ctk health mark them again)")
+		return
+	}
+	sick := healthSummary(drv)
+	devices := len(plan.Devices(drv.GPUs))
+	switch {
+	case len(sick) == 0:
+		d.add("health", statusOK, fmt.Sprintf("every device healthy (%d): none gone, excluded or recorded in %s", devices, orNone(d.cfg.Health.File)), "")
+	default:
+		status := statusWarn
+		detail := fmt.Sprintf("%d of %d device(s) given to no container: %s", len(sick), devices, strings.Join(sick, "; "))
+		if len(sick) >= devices {
+			status = statusFail
+			detail = "every device is unhealthy: " + strings.Join(sick, "; ")
+		}
+		d.add("health", status, detail, "repair or replace them (gpu-ctk health says why each is held back); gpu-ctk health clear UUID returns a recorded one to service")
+	}
+}
+
+// orNone names a health file, or says there is none.
+func orNone(file string) string {
+	if file == "" {
+		return "a health file (health.file is \"\")"
+	}
+	return file
 }
 
 func onOff(b bool) string {

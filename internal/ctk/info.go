@@ -24,8 +24,9 @@ const infoUsage = `usage:
 
 info asks NVML (loaded from the driver root) for the driver, the CUDA version it supports and
 every GPU — index, minor, UUID, name, brand, PCI bus, compute capability, MIG mode and MIG
-devices — as gpu-runtime sees them. gpu-runtime runs gpu-ctk info --json when its discovery
-cache misses.
+devices — as gpu-runtime sees them, and which devices gpu-runtime keeps from containers as
+unhealthy (gpu-ctk health; not with --driver-root, which reads no configuration). gpu-runtime
+runs gpu-ctk info --json --driver-root when its discovery cache misses.
 `
 
 // runInfo prints the driver version, CUDA version and every GPU. --json is the interface
@@ -40,6 +41,7 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())
 	}
+	var health *discover.HealthOptions // read when the configuration is
 	if *root == "" {
 		cfg, warnings, err := config.LoadFromEnv(os.Getenv)
 		if err != nil {
@@ -49,10 +51,16 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
 		}
 		*root = cfg.Driver.Root
+		health = &discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}
 	}
 	d, err := nvmlinfo.Query(*root)
 	if err != nil {
 		return err
+	}
+	if health != nil {
+		for _, w := range discover.ReadHealth(d.GPUs, *health) {
+			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -79,7 +87,24 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if health != nil {
+		return writeHealthSummary(stdout, d)
+	}
 	return nil
+}
+
+// writeHealthSummary ends gpu-ctk info: which devices gpu-runtime keeps from containers.
+func writeHealthSummary(w io.Writer, d discover.Driver) error {
+	sick := healthSummary(d)
+	for _, x := range d.Excluded {
+		sick = append(sick, "GPU "+x.UUID+": excluded by the driver (NVreg_ExcludedGpus): NVML and CUDA do not see it")
+	}
+	text := "\nHealth: every device healthy (gpu-ctk health)\n"
+	if len(sick) > 0 {
+		text = "\nUnhealthy (given to no container; gpu-ctk health):\n  " + strings.Join(sick, "\n  ") + "\n"
+	}
+	_, err := io.WriteString(w, text)
+	return err
 }
 
 // migMode describes a GPU's MIG mode: "-" when it has none, "enabled", "disabled", or the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -66,6 +67,30 @@ func (h *Host) AppendNVMLEvent(line string) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close NVML events file: %w", err)
+	}
+	return nil
+}
+
+// driverAsideRel is where UnloadDriver moves proc/driver/nvidia, relative to ProcRoot.
+const driverAsideRel = "proc/driver/.nvidia-unloaded"
+
+// UnloadDriver plays the NVIDIA kernel module being unloaded: the host's proc/driver/nvidia
+// goes (it is moved aside), so the fake NVML's nvmlInit fails with
+// NVML_ERROR_DRIVER_NOT_LOADED and its event waits, in a process that had initialised it, with
+// NVML_ERROR_GPU_IS_LOST; LoadDriver puts it back. (The real driver cannot be unloaded while
+// NVML holds it; a GPU reset, or a driver container replaced under a running client, ends
+// the same way for the client.)
+func (h *Host) UnloadDriver() error {
+	if err := os.Rename(filepath.Join(h.ProcRoot, "proc/driver/nvidia"), filepath.Join(h.ProcRoot, driverAsideRel)); err != nil {
+		return fmt.Errorf("unload the fake driver: %w", err)
+	}
+	return nil
+}
+
+// LoadDriver undoes UnloadDriver.
+func (h *Host) LoadDriver() error {
+	if err := os.Rename(filepath.Join(h.ProcRoot, driverAsideRel), filepath.Join(h.ProcRoot, "proc/driver/nvidia")); err != nil {
+		return fmt.Errorf("load the fake driver: %w", err)
 	}
 	return nil
 }

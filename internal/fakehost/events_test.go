@@ -3,6 +3,7 @@ package fakehost
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -204,5 +205,108 @@ func TestAppendNVMLEvent(t *testing.T) {
 	}
 	if h.NVMLEvents != h.Dir+"/nvml-events" {
 		t.Errorf("NVMLEvents = %s, want the default in %s", h.NVMLEvents, h.Dir)
+	}
+}
+
+// runReload is the "reload" child: a health watcher's NVML while the driver is unloaded and
+// loaded again, one line per step.
+func runReload(t *testing.T, path string) any {
+	h := &Host{Dir: os.Getenv(childHostDirEnv), NVMLEvents: os.Getenv(childEventsEnv)}
+	h.ProcRoot = filepath.Join(h.Dir, "procroot")
+	var steps []string
+	step := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
+	lib := nvml.New(nvml.WithLibraryPath(path))
+	watch := func() nvml.EventSet {
+		step("init: %v", lib.Init())
+		gpu1, _ := lib.DeviceGetHandleByIndex(1)
+		set, _ := lib.EventSetCreate()
+		step("register: %v", gpu1.RegisterEvents(nvml.EventTypeXidCriticalError, set))
+		return set
+	}
+	wait := func(set nvml.EventSet) {
+		e, ret := set.Wait(2000)
+		if ret != nvml.SUCCESS {
+			step("wait: %v", ret)
+			return
+		}
+		step("wait: Xid %d", e.EventData)
+	}
+	set := watch()
+	uuid1 := os.Getenv("FAKEHOST_TEST_UUID1")
+	if err := h.AppendXid(uuid1, 79); err != nil {
+		t.Fatal(err)
+	}
+	wait(set)
+	if err := h.UnloadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	wait(set)
+	wait(set)
+	step("free: %v", set.Free())
+	step("shutdown: %d", lib.Shutdown()) // a number: go-nvml names returns through the library, unloaded by then
+	step("init while unloaded: %v", lib.Init())
+	if err := h.LoadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	set = watch()
+	if err := h.AppendXid(uuid1, 48); err != nil {
+		t.Fatal(err)
+	}
+	wait(set)
+	step("shutdown: %d", lib.Shutdown())
+	return steps
+}
+
+// TestNVMLDriverReload: NVML of a driver that goes away and comes back, as a health watcher
+// sees it.
+func TestNVMLDriverReload(t *testing.T) {
+	requireBuildable(t)
+	h := buildHost(t, Default(2))
+	var got []string
+	if stderr := runChild(t, &got, childLibsEnv+"="+h.NVMLPath(), childScenarioEnv+"=reload", childEventsEnv+"="+h.NVMLEvents,
+		childHostDirEnv+"="+h.Dir, "FAKEHOST_TEST_UUID1="+h.Options.GPUs[1].UUID); stderr != "" {
+		t.Errorf("child stderr: %s", stderr)
+	}
+	want := []string{
+		"init: Success", "register: Success", "wait: Xid 79",
+		"wait: GPU is lost", "wait: GPU is lost", "free: Success", "shutdown: 0",
+		"init while unloaded: Driver Not Loaded",
+		"init: Success", "register: Success", "wait: Xid 48", "shutdown: 0",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(h.ProcRoot, ProcVersionRel)); err != nil {
+		t.Errorf("the driver is not back: %v", err)
+	}
+}
+
+// TestProcGPUSignals: a GPU's /proc directory can go and come back excluded, as the driver
+// shows it.
+func TestProcGPUSignals(t *testing.T) {
+	requireBuildable(t)
+	h := buildHost(t, Default(2))
+	dir, err := h.ProcGPUDir(1)
+	if err != nil || dir != filepath.Join(h.ProcRoot, "proc/driver/nvidia/gpus/0000:"+strings.ToLower(h.Options.GPUs[1].BusID[9:])) {
+		t.Fatalf("ProcGPUDir(1) = %s, %v", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetGPUExcluded(1, true); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "information"))
+	if err != nil || !strings.HasSuffix(string(data), "GPU Excluded:\t Yes\n") || strings.Contains(string(data), "GPU UUID") {
+		t.Errorf("information = %q, %v", data, err)
+	}
+	if err := h.SetGPUExcluded(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "information")); !strings.HasSuffix(string(data), "GPU Excluded:\t No\n") {
+		t.Errorf("information = %q", data)
+	}
+	if _, err := h.ProcGPUDir(7); err == nil {
+		t.Error("ProcGPUDir(7) of a 2-GPU host")
 	}
 }

@@ -23,6 +23,7 @@ const (
 	childReportEnv   = "FAKEHOST_TEST_NVML_REPORT"   // where to write what the child read, as JSON
 	childScenarioEnv = "FAKEHOST_TEST_NVML_SCENARIO" // what the child does: a key of childScenarios
 	childEventsEnv   = "FAKEHOST_TEST_NVML_EVENTS"   // the events file, for the "events" scenario
+	childHostDirEnv  = "FAKEHOST_TEST_HOST_DIR"      // the host's directory, for the "reload" scenario
 )
 
 // childScenarios are what a child process can do with one fake NVML at path: each returns
@@ -30,6 +31,7 @@ const (
 var childScenarios = map[string]func(t *testing.T, path string) any{
 	"mig":    readMIG,
 	"events": runEvents,
+	"reload": runReload,
 }
 
 // nvmlReport is what the child read through go-nvml from one fake NVML.

@@ -206,3 +206,37 @@ func (h *Host) writeProc() error {
 	}
 	return nil
 }
+
+// ProcGPUDir is the directory the driver shows for a GPU (by Options index):
+// ProcRoot/proc/driver/nvidia/gpus/<bus id>. A test removes it to play a GPU that fell off
+// the bus; SetGPUExcluded writes it back.
+func (h *Host) ProcGPUDir(index int) (string, error) {
+	for _, g := range h.Options.GPUs {
+		if g.Index == index {
+			b, _ := parseBusID(g.BusID) // validated by Build
+			return filepath.Join(h.ProcRoot, ProcGPUsRel, procBusID(b)), nil
+		}
+	}
+	return "", fmt.Errorf("fake host has no GPU %d", index)
+}
+
+// SetGPUExcluded writes a GPU's information file as the driver shows it for a GPU it excludes
+// (NVreg_ExcludedGpus: "GPU Excluded: Yes", no UUID) or not, creating its directory if a test
+// removed it. NVML is not changed: it goes on enumerating the GPUs it was built with, so this
+// plays a GPU excluded since the discovery cache was written.
+func (h *Host) SetGPUExcluded(index int, excluded bool) error {
+	dir, err := h.ProcGPUDir(index)
+	if err != nil {
+		return err
+	}
+	for _, g := range h.Options.GPUs {
+		if g.Index == index {
+			g.Excluded = excluded
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("create proc directory %q: %w", dir, err)
+			}
+			return os.WriteFile(filepath.Join(dir, "information"), []byte(procGPUInformation(g, h.Options.DriverVersion)), 0o444)
+		}
+	}
+	return nil
+}

@@ -63,7 +63,34 @@ func Query(root string) (discover.Driver, error) {
 		}
 		d.GPUs = append(d.GPUs, gpu)
 	}
+	if d.Excluded, err = queryExcluded(lib); err != nil {
+		return discover.Driver{}, err
+	}
 	return d, nil
+}
+
+// queryExcluded lists the GPUs the driver excludes (NVreg_ExcludedGpus), which NVML does not
+// count among its devices. Drivers whose NVML predates the call have none to report.
+func queryExcluded(lib nvml.Interface) ([]discover.ExcludedGPU, error) {
+	if lib.Extensions().LookupSymbol("nvmlGetExcludedDeviceCount") != nil {
+		return nil, nil
+	}
+	count, ret := lib.GetExcludedDeviceCount()
+	if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
+		return nil, nil
+	}
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr(lib, "count excluded GPUs", ret)
+	}
+	var out []discover.ExcludedGPU
+	for i := 0; i < count; i++ {
+		info, ret := lib.GetExcludedDeviceInfoByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(lib, fmt.Sprintf("get excluded GPU %d", i), ret)
+		}
+		out = append(out, discover.ExcludedGPU{UUID: cString(info.Uuid[:]), BusID: cString(info.PciInfo.BusId[:])})
+	}
+	return out, nil
 }
 
 func queryGPU(lib nvml.Interface, i int) (discover.GPU, error) {

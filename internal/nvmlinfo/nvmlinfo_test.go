@@ -13,9 +13,11 @@ import (
 )
 
 // One NVML load per test process: go-nvml binds symbols process-wide. GPU 0 is in MIG mode
-// with four MIG devices, two sharing a GPU instance; GPU 1 is MIG-capable with MIG off.
+// with four MIG devices, two sharing a GPU instance; GPU 1 is MIG-capable with MIG off; a
+// third GPU is excluded by the driver.
 func TestQuery(t *testing.T) {
-	opts := fakehost.Default(2)
+	opts := fakehost.Default(3)
+	opts.GPUs[2].Excluded = true
 	if err := opts.GPUs[0].AddMIGDevices("1c.3g.40gb", "2c.3g.40gb", "2g.20gb", "1g.10gb"); err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +52,9 @@ func TestQuery(t *testing.T) {
 		if !reflect.DeepEqual(g, want) {
 			t.Errorf("gpu %d = %+v\nwant %+v", i, g, want)
 		}
+	}
+	if want := []discover.ExcludedGPU{{UUID: opts.GPUs[2].UUID, BusID: opts.GPUs[2].BusID}}; !reflect.DeepEqual(d.Excluded, want) {
+		t.Errorf("excluded = %+v, want %+v", d.Excluded, want)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
@@ -215,9 +216,23 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	// Native devices: every device unless only CDI devices were named.
 	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
 	checks := len(req.Requirements) > 0 && !req.DisableRequire
+	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
-	if native || (in.CDI != nil && checks) {
+	switch {
+	case native || (in.CDI != nil && checks):
 		if in.Host, err = discoverHost(opts, log); err != nil {
+			return in, err
+		}
+	case gpuCDI: // only for health: CDI devices need no discovery, so its failure is a warning
+		if host, err := discoverHost(opts, log); err != nil {
+			log.Warnf("the health of the GPUs of CDI devices %s is not checked: %v", quote.List(in.CDI.Names()), err)
+			gpuCDI = false
+		} else {
+			in.Host = host
+		}
+	}
+	if gpuCDI {
+		if err := plan.CheckCDIHealth(in.CDI.Names(), plan.DevicesOf(in.CDI.DeviceNodes(), in.Host)); err != nil {
 			return in, err
 		}
 	}
@@ -283,6 +298,16 @@ func hasDevice(s *specs.Spec, path string) bool {
 	return false
 }
 
+// hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.
+func hasGPUNode(paths []string) bool {
+	for _, p := range paths {
+		if n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // hasDockerHook: the raw check skips the walk for the usual spec without one.
 func hasDockerHook(sf *oci.SpecFile) bool {
 	return request.RawMayContain(sf.Raw, request.DockerHookName) && oci.HasHookNamed(sf.Spec, request.DockerHookName)
@@ -325,9 +350,13 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 		return plan.Host{}, err
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
+	// Health is read for every create, never cached: a small file and one /proc file per GPU.
+	for _, w := range discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}) {
+		log.Warn(w)
+	}
 	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, MIGCaps: res.Host.MIGCaps, ProcRoot: cfg.Driver.ProcRoot,
 		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(),
-		HookLog: opts.RuncLog, HookLogFormat: opts.RuncLogFormat}, nil
+		HookLog: opts.RuncLog, HookLogFormat: opts.RuncLogFormat, UnhealthyAll: cfg.Health.All}, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the

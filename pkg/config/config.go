@@ -53,6 +53,7 @@ type Config struct {
 	Discovery DiscoveryConfig `toml:"discovery"`
 	CDI       CDIConfig       `toml:"cdi"`
 	MPS       MPSConfig       `toml:"mps"`
+	Health    HealthConfig    `toml:"health"`
 }
 
 // CDIConfig is the [cdi] table: where CDI specs are read from.
@@ -169,6 +170,7 @@ func Default() Config {
 		MPS: MPSConfig{
 			Root: "/run/gpu-runtime/mps",
 		},
+		Health: defaultHealth(),
 	}
 }
 
@@ -421,6 +423,8 @@ func (c *Config) clean() []string {
 	}
 	requiredPath("mps.root", &c.MPS.Root)
 	c.MPS.clean(bad)
+	optionalPath("health.file", &c.Health.File)
+	c.Health.clean(bad)
 	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
 		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
 	}
@@ -446,6 +450,12 @@ func formatValue(v any) string {
 		q := make([]string, len(v))
 		for i, s := range v {
 			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	case []int:
+		q := make([]string, len(v))
+		for i, n := range v {
+			q[i] = strconv.Itoa(n)
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	default:
@@ -518,6 +528,7 @@ const (
 	kindStrings
 	kindBool
 	kindInt
+	kindInts
 )
 
 func (k valueKind) String() string {
@@ -530,6 +541,8 @@ func (k valueKind) String() string {
 		return "a boolean"
 	case kindInt:
 		return "an integer"
+	case kindInts:
+		return "an array of integers"
 	default:
 		return "an array of strings"
 	}
@@ -553,6 +566,9 @@ var schema = sync.OnceValue(func() map[string]valueKind {
 				m[key] = kindString
 			case reflect.Slice:
 				m[key] = kindStrings
+				if f.Type.Elem().Kind() == reflect.Int {
+					m[key] = kindInts
+				}
 			case reflect.Bool:
 				m[key] = kindBool
 			case reflect.Int:
@@ -715,14 +731,18 @@ func checkTypes(data []byte) []string {
 			if v.Kind != unstable.Integer {
 				problem(line, col, key, tomlKind(v))
 			}
-		case kindStrings:
+		case kindStrings, kindInts:
+			elem := unstable.String
+			if want == kindInts {
+				elem = unstable.Integer
+			}
 			if v.Kind != unstable.Array {
 				problem(line, col, key, tomlKind(v))
 				return
 			}
 			it := v.Children()
 			for it.Next() {
-				if e := it.Node(); e.Kind != unstable.String && e.Kind != unstable.Comment {
+				if e := it.Node(); e.Kind != elem && e.Kind != unstable.Comment {
 					problem(line, col, key, "an array containing "+tomlKind(e))
 					return
 				}

@@ -62,8 +62,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			named++
 		}
 	}
-	if named != 25 {
-		t.Errorf("schema has %d keys, want 25 (8 tables, 17 keys): %v", named, schema())
+	if named != 29 {
+		t.Errorf("schema has %d keys, want 29 (9 tables, 20 keys): %v", named, schema())
 	}
 }
 
@@ -145,6 +145,10 @@ devices = ["0", "GPU-8f3a"]
 active-thread-percentage = 80
 pinned-memory-limit = "60GiB"
 uid = 1000
+[health]
+file = "/var/run//gpu-health.csv"
+all = "fail"
+ignore-xids = [13, 43]
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -159,6 +163,7 @@ uid = 1000
 				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}},
 				MPS: MPSConfig{Root: "/run/mps", Share: "large", Shares: map[string]MPSShare{
 					"large": {Devices: []string{"0", "GPU-8f3a"}, ActiveThreadPercentage: 80, PinnedMemoryLimit: "60GiB", UID: 1000}}},
+				Health: HealthConfig{File: "/var/run/gpu-health.csv", All: "fail", IgnoreXids: []int{13, 43}},
 			},
 		},
 		{
@@ -292,6 +297,31 @@ func TestParseErrors(t *testing.T) {
 			description: "string for an array",
 			data:        "[runtime]\n  runtimes = \"runc\"\n",
 			wantErr:     `parse config /x.toml: line 2, column 3: runtime.runtimes must be an array of strings, not a string`,
+		},
+		{
+			description: "health.all neither skip nor fail",
+			data:        "[health]\nall = \"ignore\"\n",
+			wantErr:     `config /x.toml: invalid health.all "ignore": want "skip" (leave unhealthy devices out of NVIDIA_VISIBLE_DEVICES=all) or "fail"`,
+		},
+		{
+			description: "health.ignore-xids with a string",
+			data:        "[health]\nignore-xids = [13, \"31\"]\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: health.ignore-xids must be an array of integers, not an array containing a string`,
+		},
+		{
+			description: "health.ignore-xids not an array",
+			data:        "[health]\nignore-xids = 13\n",
+			wantErr:     `parse config /x.toml: line 2, column 1: health.ignore-xids must be an array of integers, not an integer`,
+		},
+		{
+			description: "health.ignore-xids with a negative number",
+			data:        "[health]\nignore-xids = [13, -1]\n",
+			wantErr:     `config /x.toml: invalid health.ignore-xids [13, -1]: want Xid numbers (positive integers), such as [13, 31, 43, 45, 68, 109]`,
+		},
+		{
+			description: "health.file relative",
+			data:        "[health]\nfile = \"health.csv\"\n",
+			wantErr:     `config /x.toml: invalid health.file "health.csv": want an absolute path or ""`,
 		},
 		{
 			description: "array of integers",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
@@ -25,11 +26,11 @@ func Keys() []string {
 	return out
 }
 
-// keyKind returns the Go kind of key's field (reflect.String, Bool or Slice).
-func keyKind(key string) (reflect.Kind, bool) {
+// keyType returns the Go type of key's field (a string, bool, or slice of strings or ints).
+func keyType(key string) (reflect.Type, bool) {
 	sectionName, name, ok := strings.Cut(key, ".")
 	if !ok {
-		return 0, false
+		return nil, false
 	}
 	t := reflect.TypeFor[Config]()
 	for i := range t.NumField() {
@@ -39,11 +40,11 @@ func keyKind(key string) (reflect.Kind, bool) {
 		}
 		for j := range section.Type.NumField() {
 			if f := section.Type.Field(j); f.Tag.Get("toml") == name && f.Type.Kind() != reflect.Map {
-				return f.Type.Kind(), true
+				return f.Type, true
 			}
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 // Set returns data, a configuration file named name, with key ("section.name") set to value,
@@ -53,11 +54,11 @@ func keyKind(key string) (reflect.Kind, bool) {
 // comma-separated items or a TOML array. The result must pass Parse: a bad key or value is
 // an error naming it, and nothing is returned.
 func Set(data []byte, name, key, value string) ([]byte, error) {
-	kind, ok := keyKind(key)
+	typ, ok := keyType(key)
 	if !ok {
 		return nil, invalid(nil, "unknown key %q: the keys are %s", key, strings.Join(Keys(), ", "))
 	}
-	literal, err := tomlValue(kind, value)
+	literal, err := tomlValue(typ, value)
 	if err != nil {
 		return nil, invalid(nil, "%s: %v", key, err)
 	}
@@ -70,8 +71,8 @@ func Set(data []byte, name, key, value string) ([]byte, error) {
 }
 
 // tomlValue writes a user's value as a TOML literal of the key's kind.
-func tomlValue(kind reflect.Kind, value string) (string, error) {
-	switch kind {
+func tomlValue(typ reflect.Type, value string) (string, error) {
+	switch typ.Kind() {
 	case reflect.Bool:
 		if value != "true" && value != "false" {
 			return "", fmt.Errorf("%q is not true or false", value)
@@ -84,7 +85,15 @@ func tomlValue(kind reflect.Kind, value string) (string, error) {
 		}
 		var items []string
 		for _, item := range strings.Split(v, ",") {
-			if item = strings.TrimSpace(item); item != "" {
+			item = strings.TrimSpace(item)
+			switch {
+			case item == "":
+			case typ.Elem().Kind() == reflect.Int:
+				if _, err := strconv.Atoi(item); err != nil {
+					return "", fmt.Errorf("%q is not an integer", item)
+				}
+				items = append(items, item)
+			default:
 				items = append(items, quote.TOMLString(item))
 			}
 		}

@@ -36,7 +36,7 @@ type Host struct {
 const maxCacheSize = 16 << 20
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 6
+const CacheVersion = 7
 
 type cacheFile struct {
 	Version     int
@@ -260,38 +260,12 @@ func listTree(dir string, depth int) []string {
 	return out
 }
 
-// readCache returns the cache file if it is trustworthy — not a symlink (it is opened with
-// O_NOFOLLOW), a regular file (opened without blocking, so a FIFO cannot hang a create),
-// owned by the user gpu-runtime runs as (root) and of mode 0600 exactly — of this version
-// and has a driver version; the caller checks its fingerprint.
+// readCache returns the cache file if it is trustworthy (readTrusted), of this version and
+// has a driver version; the caller checks its fingerprint.
 func readCache(p string) (cacheFile, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: it is a symbolic link", p)
-	}
+	data, err := readTrusted(p, "discovery cache", maxCacheSize)
 	if err != nil {
 		return cacheFile{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return cacheFile{}, fmt.Errorf("stat discovery cache %s: %w", p, err)
-	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.Mode().IsRegular():
-		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: not a regular file", p)
-	case st == nil || int64(st.Uid) != int64(os.Geteuid()):
-		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: owned by uid %d, not %d", p, st.Uid, os.Geteuid())
-	case fi.Mode().Perm() != 0o600:
-		return cacheFile{}, fmt.Errorf("discovery cache %s ignored: mode %04o, not 0600", p, fi.Mode().Perm())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxCacheSize+1))
-	if err == nil && len(data) > maxCacheSize {
-		err = fmt.Errorf("larger than %d bytes", maxCacheSize)
-	}
-	if err != nil {
-		return cacheFile{}, fmt.Errorf("read discovery cache %s: %w", p, err)
 	}
 	c, err := decodeCache(data)
 	if err != nil {
@@ -315,12 +289,13 @@ func readCache(p string) (cacheFile, error) {
 //	driver,<version>,<CUDA version>,<NVML path>
 //	gpu,<index>,<minor>,<UUID>,<name>,<brand>,<bus ID>,<compute capability>,<MIG: capable current pending as 0/1>
 //	mig,<MIG index>,<UUID>,<GI>,<CI>,<profile>,<memory MiB>,<GI cap minor>,<CI cap minor>   of the gpu record above
+//	excluded,<UUID>,<bus ID>                 a GPU the driver excludes
 //	caps,<nvidia-caps major>,<config minor>,<monitor minor>
 //	file,<kind>,<capability>,<prefix>,<bits>,<host path>,<container path>
 const cacheMagic = "gpu-runtime discovery cache"
 
 // cacheFields is the number of fields of each record kind.
-var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 9, "mig": 9, "caps": 4, "file": 7}
+var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 9, "mig": 9, "excluded": 3, "caps": 4, "file": 7}
 
 // migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.
 func migFlags(g GPU) string {
@@ -351,6 +326,9 @@ func encodeCache(c cacheFile) ([]byte, error) {
 			records = append(records, []string{"mig", strconv.Itoa(m.Index), m.UUID, strconv.Itoa(m.GI), strconv.Itoa(m.CI), m.Profile,
 				strconv.Itoa(m.MemoryMiB), strconv.Itoa(m.GICap), strconv.Itoa(m.CICap)})
 		}
+	}
+	for _, x := range d.Excluded {
+		records = append(records, []string{"excluded", x.UUID, x.BusID})
 	}
 	mc := c.Host.MIGCaps
 	records = append(records, []string{"caps", strconv.Itoa(mc.Major), strconv.Itoa(mc.Config), strconv.Itoa(mc.Monitor)})
@@ -430,6 +408,8 @@ func decodeCache(data []byte) (cacheFile, error) {
 			g := &gpus[len(gpus)-1]
 			g.MIGDevices = append(g.MIGDevices, MIGDevice{Index: number(rec[1]), UUID: rec[2], GI: number(rec[3]), CI: number(rec[4]),
 				Profile: rec[5], MemoryMiB: number(rec[6]), GICap: number(rec[7]), CICap: number(rec[8])})
+		case "excluded":
+			c.Host.Driver.Excluded = append(c.Host.Driver.Excluded, ExcludedGPU{UUID: rec[1], BusID: rec[2]})
 		case "caps":
 			c.Host.MIGCaps = MIGCaps{Major: number(rec[1]), Config: number(rec[2]), Monitor: number(rec[3])}
 		case "file":
@@ -440,6 +420,43 @@ func decodeCache(data []byte) (cacheFile, error) {
 			return c, nerr
 		}
 	}
+}
+
+// readTrusted reads a file of root's that decides what containers get (the discovery cache,
+// the health file) if it can be trusted: not a symlink (it is opened with O_NOFOLLOW), a
+// regular file (opened without blocking, so a FIFO cannot hang a create), owned by the user
+// gpu-runtime runs as (root) and of mode 0600 exactly, and at most max bytes. what names the
+// file in errors; a missing file is an error wrapping fs.ErrNotExist.
+func readTrusted(p, what string, max int) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s %s ignored: it is a symbolic link", what, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s %s: %w", what, p, err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s %s ignored: not a regular file", what, p)
+	case st == nil || int64(st.Uid) != int64(os.Geteuid()):
+		return nil, fmt.Errorf("%s %s ignored: owned by uid %d, not %d", what, p, st.Uid, os.Geteuid())
+	case fi.Mode().Perm() != 0o600:
+		return nil, fmt.Errorf("%s %s ignored: mode %04o, not 0600", what, p, fi.Mode().Perm())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err == nil && len(data) > max {
+		err = fmt.Errorf("larger than %d bytes", max)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", what, p, err)
+	}
+	return data, nil
 }
 
 func writeCache(p string, c cacheFile) error {

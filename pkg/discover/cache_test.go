@@ -256,7 +256,7 @@ func TestCacheRoundTrip(t *testing.T) {
 						{Index: 1, UUID: "MIG-y", GI: 7, CI: 0, Profile: "1g.10gb+me", MemoryMiB: 9728, GICap: 0, CICap: 0},
 					}},
 				{Index: 1, Minor: 4, UUID: "GPU-b", Name: "line\nbreak", MIGCapable: true, MIGPending: true},
-			}},
+			}, Excluded: []ExcludedGPU{{UUID: "GPU-c", BusID: "00000000:0A:00.0"}}},
 			MIGCaps: MIGCaps{Major: 237, Config: 1, Monitor: 2},
 			Files: []File{
 				{Kind: KindLibrary, Capability: "compute", Prefix: "libcuda", Bits: 64, HostPath: "/r/usr/lib/libcuda.so.550.54.15", ContainerPath: "/usr/lib/libcuda.so.550.54.15"},

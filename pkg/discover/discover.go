@@ -1,6 +1,7 @@
 // Package discover finds what an NVIDIA host has — driver version, CUDA version, GPUs, driver
-// files and device nodes — under explicit driver and device roots. It returns plain data and
-// never writes to the host.
+// files, device nodes and device health — under explicit driver, device and proc roots. It
+// returns plain data; the only files it writes are its own, root's: the discovery cache and
+// the health file.
 package discover
 
 import (
@@ -26,6 +27,9 @@ type GPU struct {
 	MIGPending bool `json:"mig_pending,omitempty"`
 	// MIGDevices are its MIG devices in NVML's enumeration order (nvmlDeviceGetMigDeviceHandleByIndex).
 	MIGDevices []MIGDevice `json:"mig_devices,omitempty"`
+	// Health is why the GPU must not be given to containers (nil: nothing says so); read
+	// afresh for each container by ReadHealth, never cached.
+	Health *Health `json:"health,omitempty"`
 }
 
 // MIGEnabled reports whether the GPU is in MIG mode, current and pending (reference §9): then
@@ -47,6 +51,9 @@ type MIGDevice struct {
 	// 0 when the driver does not list them (minor 0 is never a MIG capability).
 	GICap int `json:"gi_cap"`
 	CICap int `json:"ci_cap"`
+	// Health is why the MIG device must not be given to containers, for reasons of its own
+	// (its GPU's are the GPU's); nil: nothing says so. Read by ReadHealth, never cached.
+	Health *Health `json:"health,omitempty"`
 }
 
 // MIGCaps is how the driver exposes MIG capabilities, read from its /proc files.
@@ -66,6 +73,9 @@ type Driver struct {
 	Version     string `json:"driver_version"` // e.g. 550.54.15
 	CUDAVersion string `json:"cuda_version"`   // e.g. 12.4
 	GPUs        []GPU  `json:"gpus"`
+	// Excluded are the GPUs the driver excludes (NVreg_ExcludedGpus): NVML does not count
+	// them among GPUs, and they have no index.
+	Excluded []ExcludedGPU `json:"excluded_gpus,omitempty"`
 	// NVMLPath is the host path of the libnvidia-ml that answered.
 	NVMLPath string `json:"nvml_path"`
 }

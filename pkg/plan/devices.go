@@ -173,8 +173,10 @@ var ErrMIGEnabled = errors.New("GPU in MIG mode requested whole")
 
 // selectDevices resolves the request's device list against the host's GPUs and MIG devices.
 // With MIG config or monitor access (a MIG manager), a GPU in MIG mode may be given whole,
-// and "all" is every GPU whole plus every MIG device.
-func selectDevices(req request.Request, gpus []discover.GPU) ([]Device, error) {
+// and "all" is every GPU whole plus every MIG device. A device the list names that is
+// unhealthy is an error (screenAll decides for "all").
+func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
+	gpus := drv.GPUs
 	manager := req.MIGConfig || req.MIGMonitor
 	switch req.Mode {
 	case request.AllGPUs:
@@ -206,6 +208,10 @@ func selectDevices(req request.Request, gpus []discover.GPU) ([]Device, error) {
 			unknownMIG = append(unknownMIG, tok)
 			continue
 		case errors.Is(err, ErrUnknownDevice):
+			if xerr := excludedToken(tok, drv); xerr != nil {
+				errs = append(errs, xerr)
+				continue
+			}
 			unknown = append(unknown, tok)
 			continue
 		case err != nil:
@@ -226,6 +232,10 @@ func selectDevices(req request.Request, gpus []discover.GPU) ([]Device, error) {
 			continue
 		}
 		seen[d.UUID] = tok
+		if d.Health() != nil {
+			errs = append(errs, unhealthyToken(req, tok, d))
+			continue
+		}
 		out = append(out, d)
 	}
 	if len(unknownMIG) > 0 {

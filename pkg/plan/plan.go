@@ -54,6 +54,9 @@ type Host struct {
 	HookLog, HookLogFormat string
 	// MPS are the MPS shares (for a request that names one).
 	MPS MPS
+	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
+	// UnhealthySkip ("" too) or UnhealthyFail. Each device's health is in Driver's GPUs.
+	UnhealthyAll string
 }
 
 // Plan is the outcome of planning.
@@ -75,10 +78,14 @@ func Build(req request.Request, host Host) (Plan, error) {
 		return p, nil
 	}
 	var errs []error
-	devices, err := selectDevices(req, host.Driver.GPUs)
+	devices, err := selectDevices(req, host.Driver)
 	if err == nil && req.MPSShare != "" {
 		devices, err = mpsDevices(req, host, devices)
 	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	devices, healthWarnings, err := screenAll(req, devices, host.UnhealthyAll)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -104,7 +111,7 @@ func Build(req request.Request, host Host) (Plan, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	p.Warnings = warnings
+	p.Warnings = append(healthWarnings, warnings...)
 	p.Edits.Add(common)
 	for _, ch := range imexChannels(req, host.Devices) {
 		node, err := host.node(ch, request.EnvIMEXChannels+": IMEX channel "+strings.TrimPrefix(ch, IMEXChannelDir+"/channel"))

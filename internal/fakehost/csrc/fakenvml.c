@@ -380,13 +380,59 @@ static int otherHostLoaded(void)
     return conflict;
 }
 
+/*
+ * The kernel module. On a real host the driver is loaded while /proc/driver/nvidia exists;
+ * nvmlInit then fails with NVML_ERROR_DRIVER_NOT_LOADED ("NVIDIA driver is not running").
+ * This library plays the driver of the fake host it lies in: loaded while the host's
+ * procroot/proc/driver/nvidia/version exists (Host.UnloadDriver moves it aside), found by
+ * looking for procroot/proc next to each directory above the library. A library that lies in
+ * no fake host (bind-mounted into a container, say) has its driver always loaded.
+ */
+static char procVersionPath[4096 + 64];
+
+static void findProcRoot(void)
+{
+    Dl_info info;
+    char dir[4096], real[4096], probe[4096 + 32];
+    if (dladdr((void *)findProcRoot, &info) == 0 || info.dli_fname == NULL) {
+        return;
+    }
+    const char *slash = strrchr(info.dli_fname, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash != NULL ? (int)(slash - info.dli_fname) : 1,
+             slash != NULL ? info.dli_fname : ".");
+    if (realpath(dir, real) == NULL) {
+        return;
+    }
+    for (int up = 0; up < 6; up++) {
+        char *last = strrchr(real, '/');
+        if (last == NULL || last == real) {
+            break;
+        }
+        *last = '\0';
+        struct stat st;
+        snprintf(probe, sizeof(probe), "%s/procroot/proc", real);
+        if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(procVersionPath, sizeof(procVersionPath), "%s/procroot/proc/driver/nvidia/version", real);
+            return;
+        }
+    }
+}
+
+static int driverLoaded(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, findProcRoot);
+    struct stat st;
+    return procVersionPath[0] == '\0' || stat(procVersionPath, &st) == 0;
+}
+
 static nvmlReturn_t doInit(void)
 {
     sleepNs(fakehost_init_delay_ns);
     if (otherHostLoaded()) {
         return NVML_ERROR_UNKNOWN;
     }
-    if (fakehost_init_error) {
+    if (fakehost_init_error || !driverLoaded()) {
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     pthread_mutex_lock(&lock);
@@ -1353,7 +1399,13 @@ static long long nowNs(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Waits up to timeoutms for the set's next event: NVML_ERROR_TIMEOUT if none arrives. */
+/*
+ * Waits up to timeoutms for the set's next event: NVML_ERROR_TIMEOUT if none arrives. When the
+ * driver goes away under it (Host.UnloadDriver: the real driver cannot be unloaded while NVML
+ * holds it, but a GPU reset or a replaced driver container ends the same way) it fails with
+ * NVML_ERROR_GPU_IS_LOST, what NVML documents for a GPU that "has fallen off the bus or is
+ * otherwise inaccessible"; so do later waits, until the client initialises NVML again.
+ */
 API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     CHECK_INIT();
@@ -1362,6 +1414,9 @@ API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, 
     }
     long long deadline = nowNs() + (long long)timeoutms * 1000000LL;
     for (;;) {
+        if (!driverLoaded()) {
+            return NVML_ERROR_GPU_IS_LOST;
+        }
         pthread_mutex_lock(&eventsLock);
         struct nvmlEventSet_st *s = liveSet(set);
         nvmlEventData_t event;

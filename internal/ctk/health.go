@@ -1,0 +1,583 @@
+package ctk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+func init() {
+	Register("health", "show, watch and change which GPUs gpu-runtime keeps from containers", runHealth)
+}
+
+const healthUsage = `usage:
+  gpu-ctk health [--json]
+  gpu-ctk health watch
+  gpu-ctk health mark UUID --reason TEXT [--xid N]
+  gpu-ctk health clear UUID|all
+
+gpu-runtime gives no container a device that is unhealthy: a GPU whose
+/proc/driver/nvidia/gpus/<bus id> is gone, one the driver excludes ("GPU Excluded: Yes"),
+and a GPU or MIG device recorded in the health file (health.file, default
+/run/gpu-runtime/health.csv). A container naming one fails with the reason;
+NVIDIA_VISIBLE_DEVICES=all leaves it out with a warning (health.all = "skip") or fails
+(health.all = "fail").
+
+  health         each device (from NVML) with its state and the reason; records for devices
+                 this host does not have are listed too
+  watch          wait on NVML events of every GPU and MIG device — Xid critical errors
+                 (except health.ignore-xids: application errors) and double-bit ECC errors —
+                 and record each device they make unhealthy; runs until stopped (SIGTERM),
+                 re-initialising NVML when the driver goes away and comes back; SIGHUP
+                 re-initialises it at once. The package's gpu-runtime-health.service runs it.
+  mark           record a device as unhealthy (an operator, a DCGM policy script)
+  clear          remove a device's record (or every record): it is given to containers again
+`
+
+func runHealth(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "watch":
+			return runHealthWatch(args[1:], stdout, stderr)
+		case "mark":
+			return runHealthMark(args[1:], stdout, stderr)
+		case "clear":
+			return runHealthClear(args[1:], stdout, stderr)
+		}
+	}
+	fs := flag.NewFlagSet("gpu-ctk health", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if help, err := parseFlags(fs, args, healthUsage, stdout); help || err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unknown health command %q: the commands are watch, mark and clear (gpu-ctk health --help)", ErrUsage, fs.Arg(0))
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	return showHealth(cfg, *asJSON, stdout, stderr)
+}
+
+// DeviceHealth is one line of gpu-ctk health.
+type DeviceHealth struct {
+	// Index is "0", "0:1", or "" for a device this host does not show (an excluded GPU, a
+	// record of a device that is gone).
+	Index string `json:"index"`
+	UUID  string `json:"uuid"`
+	// Kind is "GPU" or "MIG device".
+	Kind string `json:"kind"`
+	// State is "healthy" or "unhealthy".
+	State  string           `json:"state"`
+	Health *discover.Health `json:"health,omitempty"`
+}
+
+// deviceHealth lists the health of every device of drv (its GPUs' Health read), the GPUs
+// the driver excludes, and the health file's records of devices drv does not have.
+func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file string) []DeviceHealth {
+	var out []DeviceHealth
+	known := map[string]bool{}
+	add := func(index, uuid, kind string, h *discover.Health) {
+		state := "healthy"
+		if h != nil {
+			state = "unhealthy"
+		}
+		out = append(out, DeviceHealth{Index: index, UUID: uuid, Kind: kind, State: state, Health: h})
+		known[strings.ToUpper(uuid)] = true
+	}
+	for _, g := range drv.GPUs {
+		add(strconv.Itoa(g.Index), g.UUID, "GPU", g.Health)
+		for i := range g.MIGDevices {
+			m := &g.MIGDevices[i]
+			h := m.Health
+			if g.Health != nil {
+				h = g.Health
+			}
+			add(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID, "MIG device", h)
+		}
+	}
+	for _, x := range drv.Excluded {
+		where := ""
+		if bus, ok := discover.ProcBusID(x.BusID); ok {
+			where = " at " + bus
+		}
+		add("", x.UUID, "GPU", &discover.Health{Signal: discover.HealthExcluded, Reason: "excluded by the driver (NVreg_ExcludedGpus)" + where + ": NVML and CUDA do not see it"})
+	}
+	for _, r := range records {
+		if known[strings.ToUpper(r.UUID)] {
+			continue
+		}
+		kind := "GPU"
+		if strings.HasPrefix(strings.ToUpper(r.UUID), "MIG-") {
+			kind = "MIG device"
+		}
+		add("", r.UUID, kind, &discover.Health{Signal: discover.HealthRecorded, Reason: r.Reason + " (not on this host now)", Xid: r.Xid, Since: r.Since, Source: file})
+	}
+	return out
+}
+
+// showHealth prints every device's health. Without NVML it prints the health file's records.
+func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error {
+	drv, nvmlErr := nvmlinfo.Query(cfg.Driver.Root)
+	var records []discover.HealthRecord
+	if cfg.Health.File != "" {
+		var err error
+		records, err = discover.ReadHealthFile(cfg.Health.File)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintln(stderr, "gpu-ctk: warning: "+err.Error()+"; gpu-runtime ignores it (gpu-ctk health clear all rewrites it)")
+			records = nil
+		}
+	}
+	if nvmlErr != nil {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+nvmlErr.Error()+"; only the health file's records are shown")
+		drv = discover.Driver{}
+	} else {
+		discover.ReadHealth(drv.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})
+	}
+	devices := deviceHealth(drv, records, cfg.Health.File)
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if devices == nil {
+			devices = []DeviceHealth{}
+		}
+		return enc.Encode(devices)
+	}
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tREASON")
+	for _, d := range devices {
+		index, since, reason := d.Index, "-", "-"
+		if index == "" {
+			index = "-"
+		}
+		if d.Kind == "MIG device" && d.Index != "" {
+			index = "  " + index
+		}
+		if h := d.Health; h != nil {
+			reason = h.Reason
+			if !h.Since.IsZero() {
+				since = h.Since.UTC().Format(time.RFC3339)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", index, d.UUID, d.State, since, reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if _, err := stdout.Write(b.Bytes()); err != nil {
+		return err
+	}
+	if nvmlErr != nil {
+		return nvmlErr
+	}
+	return nil
+}
+
+const healthMarkUsage = `usage:
+  gpu-ctk health mark UUID --reason TEXT [--xid N]
+
+mark records a GPU or MIG device (by UUID, as gpu-ctk info lists them) in the health file:
+gpu-runtime then gives it to no container until gpu-ctk health clear UUID. A device already
+recorded keeps its record. The device must exist on this host when NVML can say so.
+`
+
+// positional splits a subcommand's arguments into the first positional one and the rest, so
+// that flags may follow it (gpu-ctk health mark GPU-… --reason …).
+func positional(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+func runHealthMark(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk health mark", flag.ContinueOnError)
+	reason := fs.String("reason", "", "why it is kept from containers (required; one line)")
+	xid := fs.Uint64("xid", 0, "the Xid, when an Xid error is the reason")
+	uuid, rest := positional(args)
+	if help, err := parseFlags(fs, rest, healthMarkUsage, stdout); help || err != nil {
+		return err
+	}
+	if uuid == "" && fs.NArg() > 0 { // the UUID after flags: flags may follow it too
+		uuid = fs.Arg(0)
+		if help, err := parseFlags(fs, fs.Args()[1:], healthMarkUsage, stdout); help || err != nil {
+			return err
+		}
+	}
+	switch {
+	case uuid == "":
+		return fmt.Errorf("%w: health mark needs the UUID of a GPU or MIG device (gpu-ctk health mark --help)", ErrUsage)
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: health mark takes one UUID, got also %q", ErrUsage, fs.Args())
+	case !discover.ValidHealthUUID(uuid):
+		return fmt.Errorf("%w: %q is not a GPU or MIG device UUID (GPU-… or MIG-…, as gpu-ctk info lists them)", ErrUsage, uuid)
+	case *reason == "":
+		return fmt.Errorf("%w: health mark needs --reason TEXT: it is what a container asking for the device is told", ErrUsage)
+	}
+	if why := discover.ValidHealthReason(*reason); why != "" {
+		return fmt.Errorf("%w: --reason %q: %s", ErrUsage, *reason, why)
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.Health.File == "" {
+		return errors.New(`health.file is "": there is no health file to record the device in; set health.file in the gpu-runtime config`)
+	}
+	if drv, err := nvmlinfo.Query(cfg.Driver.Root); err != nil {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+err.Error()+"; "+uuid+" is recorded without checking that this host has it")
+	} else if !hasDevice(drv, uuid) {
+		return fmt.Errorf("no GPU or MIG device %s on this host (gpu-ctk info lists them)", uuid)
+	}
+	rec := discover.HealthRecord{UUID: uuid, Reason: *reason, Xid: *xid, Since: time.Now().UTC().Truncate(time.Second)}
+	added, warning, err := addRecords(cfg.Health.File, []discover.HealthRecord{rec})
+	if warning != "" {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+warning)
+	}
+	if err != nil {
+		return err
+	}
+	if len(added) == 0 {
+		_, _ = fmt.Fprintf(stdout, "%s was already recorded as unhealthy (gpu-ctk health shows why); its record is kept\n", uuid)
+		return nil
+	}
+	_, err = fmt.Fprintf(stdout, "recorded %s as unhealthy: %s (in %s); gpu-runtime gives it to no container until gpu-ctk health clear %s\n", uuid, *reason, cfg.Health.File, uuid)
+	return err
+}
+
+// hasDevice reports whether drv has a GPU or MIG device of that UUID.
+func hasDevice(drv discover.Driver, uuid string) bool {
+	for _, g := range drv.GPUs {
+		if strings.EqualFold(g.UUID, uuid) {
+			return true
+		}
+		for _, m := range g.MIGDevices {
+			if strings.EqualFold(m.UUID, uuid) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addRecords adds the records of devices the health file does not have yet; it returns
+// those it added, and a warning about a file that could not be trusted (it is replaced).
+func addRecords(file string, recs []discover.HealthRecord) (added []discover.HealthRecord, warning string, err error) {
+	warning, err = discover.UpdateHealthFile(file, func(have []discover.HealthRecord) ([]discover.HealthRecord, error) {
+		for _, r := range recs {
+			if !slices.ContainsFunc(have, func(h discover.HealthRecord) bool { return strings.EqualFold(h.UUID, r.UUID) }) {
+				have = append(have, r)
+				added = append(added, r)
+			}
+		}
+		return have, nil
+	})
+	return added, warning, err
+}
+
+const healthClearUsage = `usage:
+  gpu-ctk health clear UUID|all
+
+clear removes a device's record from the health file (all: every record): gpu-runtime gives
+it to containers again. It does not touch what the driver says (a GPU that is gone or
+excluded stays unhealthy), and does not repair anything: run it once the device is fixed,
+or when the record was a false alarm.
+`
+
+// ErrNoRecord: clear named a device the health file has no record of.
+var ErrNoRecord = errors.New("no health record")
+
+func runHealthClear(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk health clear", flag.ContinueOnError)
+	if help, err := parseFlags(fs, args, healthClearUsage, stdout); help || err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: health clear takes one UUID, or all (gpu-ctk health clear --help)", ErrUsage)
+	}
+	target := fs.Arg(0)
+	if target != "all" && !discover.ValidHealthUUID(target) {
+		return fmt.Errorf("%w: %q is not a GPU or MIG device UUID, nor all", ErrUsage, target)
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.Health.File == "" {
+		return errors.New(`health.file is "": there is no health file to clear`)
+	}
+	var cleared []string
+	warning, err := discover.UpdateHealthFile(cfg.Health.File, func(have []discover.HealthRecord) ([]discover.HealthRecord, error) {
+		var keep []discover.HealthRecord
+		for _, r := range have {
+			if target == "all" || strings.EqualFold(r.UUID, target) {
+				cleared = append(cleared, r.UUID)
+				continue
+			}
+			keep = append(keep, r)
+		}
+		if len(cleared) == 0 && target != "all" {
+			return nil, fmt.Errorf("%w: the health file %s has no record of %s; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)", ErrNoRecord, cfg.Health.File, target)
+		}
+		return keep, nil
+	})
+	if warning != "" {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+warning)
+	}
+	if err != nil {
+		return err
+	}
+	if len(cleared) == 0 {
+		_, err = fmt.Fprintf(stdout, "no records in %s\n", cfg.Health.File)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "cleared %s: gpu-runtime gives it to containers again\n", strings.Join(cleared, ", "))
+	return err
+}
+
+const healthWatchUsage = `usage:
+  gpu-ctk health watch [--driver-root DIR]
+
+watch waits on NVML events of every GPU and MIG device — Xid critical errors and double-bit
+ECC errors — and records each device they make unhealthy in the health file (health.file),
+where gpu-runtime reads it. Xids in health.ignore-xids (application errors: 13, 31, 43, 45,
+68, 109 by default) are logged and ignored. An event with GPU and compute instance ids
+concerns that MIG device only; without, the whole GPU (and so its MIG devices). It runs until
+SIGTERM or SIGINT, logging to stderr what it does. When NVML cannot be initialised or stops
+answering (the driver unloaded, the driver root unmounted) it releases NVML and tries again,
+waiting 1s, 2s, 4s … up to a minute between tries; SIGHUP re-initialises it at once (after a
+GPU is added, say). Records are never removed by watch: gpu-ctk health clear does that.
+`
+
+func runHealthWatch(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpu-ctk health watch", flag.ContinueOnError)
+	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
+	if help, err := parseFlags(fs, args, healthWatchUsage, stdout); help || err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: health watch takes no arguments, got %q", ErrUsage, fs.Args())
+	}
+	cfg, err := loadConfig(stderr)
+	if err != nil {
+		return err
+	}
+	if *root != "" {
+		cfg.Driver.Root = *root
+	}
+	if cfg.Health.File == "" {
+		return errors.New(`health.file is "": there is no health file to record unhealthy devices in; set health.file in the gpu-runtime config`)
+	}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	w := &watcher{
+		root: cfg.Driver.Root, file: cfg.Health.File, ignore: cfg.Health.IgnoreXids, log: log,
+		open:   func(root string) (eventSource, error) { return nvmlinfo.OpenEvents(root) },
+		now:    time.Now,
+		reload: hup,
+	}
+	return w.run(ctx)
+}
+
+// eventSource is what the watcher waits on: nvmlinfo.Events.
+type eventSource interface {
+	GPUs() []discover.GPU
+	Warnings() []string
+	Wait(timeout time.Duration) (nvmlinfo.Event, bool, error)
+	Close()
+}
+
+// watcher is gpu-ctk health watch: its seams (open, now, the backoff and wait durations) are
+// fields, so that its unit tests need no NVML and no waiting.
+type watcher struct {
+	root   string
+	file   string
+	ignore []int
+	log    logrus.FieldLogger
+	open   func(root string) (eventSource, error)
+	now    func() time.Time
+	reload <-chan os.Signal
+	// waitSlice is how long one NVML wait lasts (how soon a stop is noticed); backoff the
+	// first pause after a failed initialisation, doubled up to maxBackoff. Zero: 1s, 1s, 1m.
+	waitSlice, backoff, maxBackoff time.Duration
+}
+
+func (w *watcher) durations() (slice, first, max time.Duration) {
+	slice, first, max = w.waitSlice, w.backoff, w.maxBackoff
+	if slice == 0 {
+		slice = time.Second
+	}
+	if first == 0 {
+		first = time.Second
+	}
+	if max == 0 {
+		max = time.Minute
+	}
+	return slice, first, max
+}
+
+// run watches until ctx ends; it returns nil then.
+func (w *watcher) run(ctx context.Context) error {
+	slice, first, max := w.durations()
+	pause := first
+	w.log.WithFields(logrus.Fields{"driver_root": w.root, "health_file": w.file, "ignore_xids": w.ignore}).Info("health watch: starting")
+	for ctx.Err() == nil {
+		src, err := w.open(w.root)
+		if err != nil {
+			w.log.WithError(err).Warnf("health watch: NVML cannot be initialised; trying again in %s", pause)
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			case <-w.reload:
+			}
+			pause = min(2*pause, max)
+			continue
+		}
+		pause = first
+		var uuids []string
+		for _, g := range src.GPUs() {
+			uuids = append(uuids, fmt.Sprintf("%d=%s", g.Index, g.UUID))
+		}
+		w.log.WithField("gpus", uuids).Infof("health watch: watching %d GPU(s) for Xid and double-bit ECC errors", len(uuids))
+		for _, warning := range src.Warnings() {
+			w.log.Warn("health watch: " + warning)
+		}
+		w.watch(ctx, src, slice)
+		src.Close()
+	}
+	w.log.Info("health watch: stopped")
+	return nil
+}
+
+// watch handles src's events until ctx ends, a reload is asked for, or NVML fails.
+func (w *watcher) watch(ctx context.Context, src eventSource, slice time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.reload:
+			w.log.Info("health watch: SIGHUP: re-initialising NVML")
+			return
+		default:
+		}
+		ev, ok, err := src.Wait(slice)
+		if err != nil {
+			w.log.WithError(err).Warn("health watch: NVML stopped answering (the driver or a GPU went away?); releasing it and initialising it again")
+			return
+		}
+		if ok {
+			w.handle(ev)
+		}
+	}
+}
+
+// xidNames says what well-known Xids mean (NVIDIA's Xid catalog); the others are named by
+// number only.
+var xidNames = map[uint64]string{
+	48: "double-bit ECC error", 63: "ECC page retirement or row remapping", 64: "ECC page retirement or row remapping failure",
+	74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate", 94: "contained ECC error",
+	95: "uncontained ECC error", 119: "GSP RPC timeout", 120: "GSP error",
+}
+
+// handle records the devices an event makes unhealthy.
+func (w *watcher) handle(ev nvmlinfo.Event) {
+	fields := logrus.Fields{"gpu": ev.GPU.UUID, "gpu_index": ev.GPU.Index}
+	if ev.GI != nvmlinfo.NoInstance {
+		fields["gpu_instance"], fields["compute_instance"] = ev.GI, int64(ev.CI)
+		if ev.CI == nvmlinfo.NoInstance {
+			fields["compute_instance"] = "all"
+		}
+	}
+	log := w.log.WithFields(fields)
+	reason := "double-bit ECC error"
+	if ev.Kind == nvmlinfo.EventXid {
+		fields["xid"] = ev.Xid
+		log = w.log.WithFields(fields)
+		if slices.ContainsFunc(w.ignore, func(x int) bool { return x > 0 && uint64(x) == ev.Xid }) {
+			log.Infof("health watch: Xid %d ignored: an application's error, not the GPU's (health.ignore-xids)", ev.Xid)
+			return
+		}
+		reason = "Xid " + strconv.FormatUint(ev.Xid, 10)
+		if name, ok := xidNames[ev.Xid]; ok {
+			reason += ": " + name
+		}
+	}
+	var recs []discover.HealthRecord
+	now := w.now().UTC().Truncate(time.Second)
+	switch {
+	case ev.GI == nvmlinfo.NoInstance:
+		recs = append(recs, discover.HealthRecord{UUID: ev.GPU.UUID, Reason: reason, Xid: ev.Xid, Since: now})
+	case len(ev.MIGDevices) == 0:
+		log.Warnf("health watch: %s on GPU instance %d of GPU %s, which holds no such MIG device now: nothing recorded", reason, ev.GI, ev.GPU.UUID)
+		return
+	default:
+		for _, m := range ev.MIGDevices {
+			recs = append(recs, discover.HealthRecord{UUID: m.UUID, Reason: reason, Xid: ev.Xid, Since: now})
+		}
+	}
+	added, warning, err := addRecords(w.file, recs)
+	if warning != "" {
+		log.Warn("health watch: " + warning)
+	}
+	if err != nil {
+		log.WithError(err).Errorf("health watch: %s: cannot record it", reason)
+		return
+	}
+	for _, r := range recs {
+		if slices.Contains(added, r) {
+			log.WithField("device", r.UUID).Warnf("health watch: %s: recorded %s as unhealthy in %s; gpu-runtime gives it to no container until gpu-ctk health clear %s", reason, r.UUID, w.file, r.UUID)
+		} else {
+			log.WithField("device", r.UUID).Infof("health watch: %s: %s was already recorded as unhealthy", reason, r.UUID)
+		}
+	}
+}
+
+// healthSummary describes the unhealthy devices of drv for gpu-ctk info and doctor: "GPU 1
+// (GPU-…): Xid 79 …", one per device, nil when all are healthy.
+func healthSummary(drv discover.Driver) []string {
+	var out []string
+	for _, d := range plan.Devices(drv.GPUs) {
+		if h := d.Health(); h != nil {
+			what := "GPU " + d.String()
+			if d.IsMIG() {
+				what = "MIG device " + d.String()
+			}
+			out = append(out, what+": "+h.String())
+		}
+	}
+	// A GPU in MIG mode is not a device of its own, but its health is its MIG devices'.
+	for _, g := range drv.GPUs {
+		if g.MIGEnabled() && g.Health != nil && len(g.MIGDevices) == 0 {
+			out = append(out, fmt.Sprintf("GPU %d (%s): %s", g.Index, g.UUID, g.Health))
+		}
+	}
+	return out
+}

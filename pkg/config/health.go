@@ -1,0 +1,49 @@
+package config
+
+import "slices"
+
+// HealthConfig is the [health] table: which devices are kept from containers, and what the
+// health watcher (gpu-ctk health watch) records.
+type HealthConfig struct {
+	// File is the health file: one record per unhealthy device, written by gpu-ctk health
+	// (watch, mark, clear) and read on every GPU create. "" = none (the driver's /proc signals
+	// still count).
+	File string `toml:"file"`
+	// All says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device: HealthAllSkip
+	// (leave it out, with a warning) or HealthAllFail (fail the create).
+	All string `toml:"all"`
+	// IgnoreXids are the Xids the watcher does not count against a device: application
+	// errors, which say nothing about the GPU.
+	IgnoreXids []int `toml:"ignore-xids"`
+}
+
+// The values of health.all.
+const (
+	HealthAllSkip = "skip"
+	HealthAllFail = "fail"
+)
+
+// DefaultIgnoreXids are the Xids NVIDIA's device plugin ignores: 13 (graphics engine
+// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
+// cleanup), 68 (NVDEC0 exception) and 109 (context switch timeout) — caused by the
+// application, not by the GPU.
+var DefaultIgnoreXids = []int{13, 31, 43, 45, 68, 109}
+
+// defaultHealth is the [health] table's defaults.
+func defaultHealth() HealthConfig {
+	return HealthConfig{
+		File:       "/run/gpu-runtime/health.csv",
+		All:        HealthAllSkip,
+		IgnoreXids: slices.Clone(DefaultIgnoreXids),
+	}
+}
+
+// clean validates the [health] table.
+func (h *HealthConfig) clean(bad func(key string, value any, want string)) {
+	if h.All != HealthAllSkip && h.All != HealthAllFail {
+		bad("health.all", h.All, `"skip" (leave unhealthy devices out of NVIDIA_VISIBLE_DEVICES=all) or "fail"`)
+	}
+	if slices.ContainsFunc(h.IgnoreXids, func(x int) bool { return x <= 0 }) {
+		bad("health.ignore-xids", h.IgnoreXids, "Xid numbers (positive integers), such as [13, 31, 43, 45, 68, 109]")
+	}
+}

@@ -1,0 +1,134 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
+)
+
+// ErrUnhealthy marks a request for a device that must not be given to containers: gone,
+// excluded by the administrator, or recorded as failing (discover.Health).
+var ErrUnhealthy = errors.New("unhealthy device")
+
+// What NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device (Host.UnhealthyAll; the
+// config's health.all).
+const (
+	UnhealthySkip = "skip" // leave it out, with a warning (the default)
+	UnhealthyFail = "fail" // fail the create
+)
+
+// Health returns why d must not be given to containers, nil when nothing says so: its GPU's
+// health (a MIG device of a failing GPU fails with it), else a MIG device's own.
+func (d Device) Health() *discover.Health {
+	if d.GPU.Health != nil {
+		return d.GPU.Health
+	}
+	if d.MIG != nil {
+		return d.MIG.Health
+	}
+	return nil
+}
+
+// healthText says why d is unhealthy: "GPU 1 (GPU-…): Xid 79 … since …", "MIG device 0:1
+// (MIG-…, 3g.40gb): its GPU 0 (GPU-…): gone: …". clear is the UUID the record is held
+// against (the GPU's for a MIG device of an unhealthy GPU).
+func healthText(d Device) (text string, h discover.Health, clear string) {
+	h = *d.Health()
+	what := "GPU " + d.String()
+	if d.IsMIG() {
+		what = "MIG device " + d.String()
+		if d.GPU.Health != nil {
+			return fmt.Sprintf("%s: its GPU %d (%s): %s", what, d.GPU.Index, d.GPU.UUID, h), h, d.GPU.UUID
+		}
+	}
+	return what + ": " + h.String(), h, d.UUID
+}
+
+// unhealthyToken is the error for a device a request names that is unhealthy.
+func unhealthyToken(req request.Request, tok string, d Device) error {
+	text, h, clear := healthText(d)
+	return fmt.Errorf("%w: %q in %s names %s; ask for another device, or %s", ErrUnhealthy, tok, requestedIn(req), text, h.Fix(clear))
+}
+
+// requestedIn names where the device list came from, in the user's words.
+func requestedIn(req request.Request) string {
+	if n, ok := dockerCount(req); ok {
+		return fmt.Sprintf("docker run --gpus %d", n)
+	}
+	if req.DockerGPUs && req.Mode == request.DeviceList {
+		return "docker run --gpus device=" + strings.Join(req.Devices, ",")
+	}
+	return request.EnvVisibleDevices
+}
+
+// excludedToken says whether tok names a GPU the driver excludes (by UUID: it has no index),
+// and the error that says so.
+func excludedToken(tok string, drv discover.Driver) error {
+	for _, x := range drv.Excluded {
+		if strings.EqualFold(x.UUID, tok) {
+			where := ""
+			if bus, ok := discover.ProcBusID(x.BusID); ok {
+				where = " at " + bus
+			}
+			return fmt.Errorf("%w: %q in %s names GPU %s%s, which the driver excludes (NVreg_ExcludedGpus): NVML and CUDA do not see it; ask for another device, or remove it from NVreg_ExcludedGpus and reload the driver",
+				ErrUnhealthy, tok, request.EnvVisibleDevices, x.UUID, where)
+		}
+	}
+	return nil
+}
+
+// screenAll applies the health policy to what NVIDIA_VISIBLE_DEVICES=all selected: unhealthy
+// devices are left out with a warning each (UnhealthySkip) or fail the create
+// (UnhealthyFail). When every device is unhealthy the create fails either way: a container
+// that asked for every GPU and would get none is not what anyone wants from "all".
+func screenAll(req request.Request, devices []Device, policy string) ([]Device, []string, error) {
+	if req.Mode != request.AllGPUs {
+		return devices, nil, nil
+	}
+	what := request.EnvVisibleDevices + "=all"
+	if req.DockerGPUs {
+		what = "docker run --gpus all"
+	}
+	var healthy []Device
+	var warnings, problems []string
+	for _, d := range devices {
+		if d.Health() == nil {
+			healthy = append(healthy, d)
+			continue
+		}
+		text, h, clear := healthText(d)
+		problems = append(problems, text)
+		warnings = append(warnings, fmt.Sprintf("%s: unhealthy %s left out (%s)", what, text, h.Fix(clear)))
+	}
+	switch {
+	case len(problems) == 0:
+		return devices, nil, nil
+	case policy == UnhealthyFail:
+		return nil, nil, fmt.Errorf("%w: %s includes %s; with health.all = %q such a container does not start: fix or clear the device (gpu-ctk health), or set health.all = %q",
+			ErrUnhealthy, what, strings.Join(problems, "; "), UnhealthyFail, UnhealthySkip)
+	case len(healthy) == 0:
+		return nil, nil, fmt.Errorf("%w: %s: every device of this host is unhealthy: %s", ErrUnhealthy, what, strings.Join(problems, "; "))
+	}
+	return healthy, warnings, nil
+}
+
+// CheckCDIHealth fails when the devices that CDI devices inject (DevicesOf their nodes)
+// include an unhealthy one. A CDI device's edits are applied as its spec says, so nothing can
+// be left out of it: nvidia.com/gpu=all fails too, whatever health.all says.
+func CheckCDIHealth(names []string, devices []Device) error {
+	var problems []string
+	for _, d := range devices {
+		if d.Health() != nil {
+			text, h, clear := healthText(d)
+			problems = append(problems, text+" ("+h.Fix(clear)+")")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: CDI devices %s give %s; ask for other devices", ErrUnhealthy, quote.List(names), strings.Join(problems, "; "))
+}
