@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,9 @@ import (
 const CapabilitiesDir = "/proc/driver/nvidia/capabilities"
 
 // capName is a MIG capability as mig-minors and the planner name it.
-var capName = regexp.MustCompile(`^(mig/(config|monitor)|gpu[0-9]+/mig/gi[0-9]+(/ci[0-9]+)?/access)$`)
+var capName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(mig/(config|monitor)|gpu[0-9]+/mig/gi[0-9]+(/ci[0-9]+)?/access)$`)
+})
 
 // statfs magic numbers (linux/magic.h).
 const (
@@ -37,7 +40,7 @@ const (
 // the container are resolved inside root.
 func ProcCaps(root, procRoot string, caps []string) error {
 	for _, c := range caps {
-		if !capName.MatchString(c) {
+		if !capName().MatchString(c) {
 			return fmt.Errorf("proc-caps: %q is not a MIG capability", c)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // MPSConfig is the [mps] table: MPS shares, each served by its own control daemon whose
@@ -56,15 +57,15 @@ func (m MPSConfig) ShareNames() []string {
 }
 
 // shareNameRE: a share's name is a directory name under Root and a volume-mount path element.
-var shareNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+var shareNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 // memoryLimitRE: a number and a unit, as MPS's set_default_device_pinned_mem_limit takes it
 // (M or G), or with the B/iB spellings people write.
-var memoryLimitRE = regexp.MustCompile(`^([0-9]{1,9})\s*(M|MB|MiB|G|GB|GiB)$`)
+var memoryLimitRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,9})\s*(M|MB|MiB|G|GB|GiB)$`) })
 
 // MPSMemoryLimit is a pinned-memory limit in the form MPS accepts: "60G", "61440M".
 func MPSMemoryLimit(s string) (string, bool) {
-	m := memoryLimitRE.FindStringSubmatch(strings.TrimSpace(s))
+	m := memoryLimitRE().FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return "", false
 	}
@@ -83,7 +84,7 @@ func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
 	for _, name := range m.ShareNames() {
 		s := m.Shares[name]
 		key := "mps.shares." + dottedKey([]string{name})
-		if !shareNameRE.MatchString(name) {
+		if !shareNameRE().MatchString(name) {
 			bad(key, name, "a share name of letters, digits, '.', '_' and '-' (63 at most)")
 			continue
 		}
