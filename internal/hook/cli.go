@@ -57,21 +57,10 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		_, err := io.WriteString(stdout, Usage)
 		return err
 	case "update-ldcache":
-		var opts LDCacheOptions
-		var libs multi
-		var timeout int
-		fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable), run where the cache cannot be updated in-process")
-		fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
-		fs.Var(&libs, "library", "container path of an injected library (repeatable)")
-		fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
-		var log runcLog
-		fs.StringVar(&log.path, "log", "", "also append warnings and notes to this log file (the low-level runtime's --log)")
-		fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json (the low-level runtime's --log-format)")
-		if err := fs.Parse(args[1:]); err != nil {
+		opts, log, err := parseUpdateLDCache(fs, args[1:])
+		if err != nil {
 			return err
 		}
-		opts.Libraries = libs
-		opts.Deadline = Deadline(timeout)
 		root, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
@@ -133,6 +122,39 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		return err
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+// parseUpdateLDCache parses the flags of update-ldcache (args after the subcommand) on fs.
+func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLog, error) {
+	var opts LDCacheOptions
+	var libs multi
+	var timeout int
+	fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable), run where the cache cannot be updated in-process")
+	fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
+	fs.Var(&libs, "library", "container path of an injected library (repeatable)")
+	fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
+	var log runcLog
+	fs.StringVar(&log.path, "log", "", "also append warnings and notes to this log file (the low-level runtime's --log)")
+	fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json (the low-level runtime's --log-format)")
+	if err := fs.Parse(args); err != nil {
+		return opts, log, err
+	}
+	opts.Libraries = libs
+	opts.Deadline = Deadline(timeout)
+	return opts, log, nil
+}
+
+// ParseLDCacheArgs parses the arguments of an update-ldcache hook entry, as gpu-hook would
+// (args[0] the hook's name, args[1] "update-ldcache"): gpu-runtime reads the entry it wrote
+// to do the update at create instead (UpdateLDCacheAtCreate).
+func ParseLDCacheArgs(args []string) (LDCacheOptions, error) {
+	if len(args) < 2 || args[1] != "update-ldcache" {
+		return LDCacheOptions{}, fmt.Errorf("not an update-ldcache hook: %q", args)
+	}
+	fs := flag.NewFlagSet("gpu-hook update-ldcache", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	opts, _, err := parseUpdateLDCache(fs, args[2:])
+	return opts, err
 }
 
 // Deadline is how long ldconfig may run inside a hook whose timeout is seconds: a margin

@@ -136,6 +136,9 @@ type cacheWriter struct {
 	// directory (name ""), by directory identity: in a usr-merged image /lib/x and
 	// /usr/lib/x are one directory.
 	ours map[fileKey]bool
+	// sources, when not nil, name the host files of the injected libraries, by container
+	// path: the update runs before they are mounted (UpdateLDCacheAtCreate).
+	sources map[string]string
 }
 
 // fileKey names a directory entry by its directory's device and inode.
@@ -191,6 +194,20 @@ func (w *cacheWriter) dir(d string) (*os.File, error) {
 	return h, nil
 }
 
+// mkdir makes the directory d inside the root, where a library will be mounted, as the
+// low-level runtime would (0755), and keeps its handle.
+func (w *cacheWriter) mkdir(d string) error {
+	if _, ok := w.dirs[d]; ok {
+		return nil
+	}
+	h, err := securejoin.MkdirAllHandle(w.root, d, 0o755)
+	if err != nil {
+		return fmt.Errorf("create %s in container root %s: %w", d, w.rootPath, err)
+	}
+	w.dirs[d] = h
+	return nil
+}
+
 // imageCache reads and parses the image's /etc/ld.so.cache; nil, nil when the image has
 // none.
 func (w *cacheWriter) imageCache() (*ldcache.Cache, error) {
@@ -229,7 +246,13 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("injected library %s: open its directory: %w", lib, err)
 		}
-		soname, flags, err := readLibrary(h, name)
+		var soname string
+		var flags int32
+		if w.sources != nil {
+			soname, flags, err = readHostLibrary(w.sources[lib], name)
+		} else {
+			soname, flags, err = readLibrary(h, name)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("injected library %s: %w", lib, err)
 		}
@@ -285,6 +308,32 @@ func readLibrary(dir *os.File, name string) (soname string, flags int32, err err
 		return "", 0, err
 	}
 	defer f.Close()
+	return libraryInfo(f, size, name)
+}
+
+// readHostLibrary is readLibrary for a host file (src, a driver library gpu-runtime will
+// mount as name), read before it is mounted.
+func readHostLibrary(src, name string) (soname string, flags int32, err error) {
+	if !path.IsAbs(src) {
+		return "", 0, fmt.Errorf("no host file to read it from (%q)", src)
+	}
+	f, err := os.OpenFile(src, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", 0, fmt.Errorf("stat %s: %w", src, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", 0, fmt.Errorf("%s: %w", src, errNotRegular)
+	}
+	return libraryInfo(f, st.Size, name)
+}
+
+// libraryInfo reads the SONAME and cache flags of the library f (size bytes) named name.
+func libraryInfo(f *os.File, size int64, name string) (soname string, flags int32, err error) {
 	ef, err := readELF(f, size)
 	if err != nil {
 		return "", 0, err
@@ -492,6 +541,10 @@ func (w *cacheWriter) muslLoader() string {
 	return ""
 }
 
+// scanDirs are the directories a host's ldconfig may have built in, scanned besides the
+// configured ones (and their multiarch subdirectories).
+var scanDirs = []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/usr/lib32", "/libx32", "/usr/libx32"}
+
 // noImageLibraries checks, for an image without a cache, that every directory ldconfig
 // would scan holds no library but the injected ones, so that the cache ldconfig would write
 // lists exactly those. The directories: those of the image's loader configuration, those of
@@ -505,7 +558,7 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 	if len(warnings) > 0 {
 		return fmt.Errorf("the image has no %s and %s", ldcache.DefaultPath, warnings[0])
 	}
-	dirs := []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/usr/lib32", "/libx32", "/usr/libx32"}
+	dirs := slices.Clone(scanDirs)
 	for _, line := range strings.Split(string(conf), "\n") {
 		if line == "" {
 			continue

@@ -1,6 +1,8 @@
 package hook
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
@@ -263,4 +266,97 @@ func diffLines(a, b []testimage.CacheLine) string {
 		}
 	}
 	return out.String()
+}
+
+// TestLDCacheAtCreateEquivalence: the update gpu-runtime does at create, before the
+// libraries are mounted (reading them at their host files), leaves the same root as the
+// hook's in-process update after the mounts: the same cache, byte for byte, the same SONAME
+// and development links, the same compat configuration.
+func TestLDCacheAtCreateEquivalence(t *testing.T) {
+	small := testimage.Options{Libraries: 200, UsrMerge: true, CUDALibraries: 10, I386Libraries: 4}
+	for _, tc := range []struct {
+		description string
+		opts        testimage.Options
+	}{
+		{"busybox-like image: libraries in /lib, no ld.so.conf", testimage.Options{Libraries: 5, LibDir: "/lib", NoConfig: true}},
+		{"small CUDA image", small},
+		{"forward compat newer than the driver", func() testimage.Options { o := small; o.CompatVersion = "560.35.03"; return o }()},
+		{"glibc-hwcaps subdirectories", testimage.Options{Libraries: 50, UsrMerge: true, GlibcHwcaps: []string{"x86-64-v3"}, HwcapsLibraries: 5}},
+		{"no cache and no libraries", testimage.Options{NoConfig: true, NoCache: true}},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			rootHook, _ := buildRoot(t, tc.opts)
+			rootCreate, _ := buildRoot(t, tc.opts)
+			host := t.TempDir()
+			opts := LDCacheOptions{LDConfig: failingLDConfig(t), DriverVersion: driverVer, Sources: map[string]string{}}
+			opts.Libraries = inject(t, rootHook, driverLibs)
+			inject(t, host, driverLibs)
+			for _, l := range opts.Libraries {
+				opts.Sources[l] = filepath.Join(host, l)
+			}
+
+			if res, err := UpdateLDCacheAtCreate(rootCreate, opts); err != nil || res.Method != MethodInProcess {
+				t.Fatalf("UpdateLDCacheAtCreate = %+v, %v; want it done in-process", res, err)
+			}
+			inject(t, rootCreate, driverLibs) // the mounts, after the create
+			hookOpts := opts
+			hookOpts.Sources = nil
+			if res, err := UpdateLDCache(rootHook, hookOpts); err != nil || res.Method != MethodInProcess {
+				t.Fatalf("UpdateLDCache = %+v, %v; want it done in-process", res, err)
+			}
+
+			for _, f := range []string{"etc/ld.so.cache", strings.TrimPrefix(CompatConf, "/")} {
+				a, errA := os.ReadFile(filepath.Join(rootHook, f))
+				b, errB := os.ReadFile(filepath.Join(rootCreate, f))
+				if !bytes.Equal(a, b) || (errA == nil) != (errB == nil) {
+					t.Errorf("/%s differs: the hook's %d bytes (%v), at create %d bytes (%v)", f, len(a), errA, len(b), errB)
+				}
+			}
+			for _, l := range driverLibs {
+				for _, name := range []string{l.soname, DevLinkName(l.file)} {
+					a, errA := os.Readlink(filepath.Join(rootHook, l.dir, name))
+					b, errB := os.Readlink(filepath.Join(rootCreate, l.dir, name))
+					if a != b || (errA == nil) != (errB == nil) {
+						t.Errorf("%s/%s: the hook's link -> %q (%v), at create -> %q (%v)", l.dir, name, a, errA, b, errB)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLDCacheAtCreateErrors: at create, a library without a host file to read, or one that
+// is not a regular file, is an error (the runtime then leaves the update to the hook).
+func TestLDCacheAtCreateErrors(t *testing.T) {
+	root, _ := buildRoot(t, testimage.Options{Libraries: 5, UsrMerge: true})
+	lib := libDir64 + "/libcuda.so.550.54.15"
+	for _, tc := range []struct {
+		description string
+		sources     map[string]string
+		want        string
+	}{
+		{"no sources", nil, "update the loader cache at create: no host files for the libraries"},
+		{"no host file for the library", map[string]string{}, `injected library ` + lib + `: no host file to read it from ("")`},
+		{"a FIFO as the host file", map[string]string{lib: "fifo"}, ""},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			sources := tc.sources
+			want := tc.want
+			if tc.description == "a FIFO as the host file" {
+				fifo := filepath.Join(t.TempDir(), "fifo")
+				if err := unix.Mkfifo(fifo, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				sources = map[string]string{lib: fifo}
+				want = "injected library " + lib + ": " + fifo + ": not a regular file"
+			}
+			res, err := UpdateLDCacheAtCreate(root, LDCacheOptions{LDConfig: hostLDConfig, Libraries: []string{lib}, Sources: sources})
+			if err == nil && res.Method == MethodLDConfig {
+				err = errors.New(res.Reason)
+			}
+			if err == nil || err.Error() != want {
+				t.Errorf("error %v, want %q", err, want)
+			}
+		})
+	}
 }

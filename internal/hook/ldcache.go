@@ -11,6 +11,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
@@ -26,6 +27,9 @@ type LDCacheOptions struct {
 	DriverVersion string
 	// Deadline bounds the ldconfig run (gpu-runtime passes the hook's timeout less a margin).
 	Deadline time.Duration
+	// Sources, for UpdateLDCacheAtCreate, name the host file each injected library (by
+	// container path) will be mounted from: before the mounts, it is read there.
+	Sources map[string]string
 }
 
 // DefaultDeadline bounds ldconfig when no deadline is given.
@@ -104,6 +108,57 @@ func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
 	return res, err
 }
 
+// UpdateLDCacheAtCreate is UpdateLDCache's in-process update done before the container
+// exists: gpu-runtime calls it at create, on the root the engine prepared, so that the
+// container needs no hook process. The libraries are not mounted yet: each is read at its
+// host file (opts.Sources) and the directories they will be mounted into are made inside the
+// root, as the low-level runtime would make them. Everything in the root is reached as the
+// hook reaches it, through handles confined to the root. It never runs ldconfig: where the
+// hook would (MethodLDConfig, with the reason), the caller leaves the update to the hook,
+// which does it all again; what was done here is what the hook does first anyway.
+func UpdateLDCacheAtCreate(root string, opts LDCacheOptions) (LDCacheResult, error) {
+	if opts.Sources == nil {
+		return LDCacheResult{}, errors.New("update the loader cache at create: no host files for the libraries")
+	}
+	w, err := newCacheWriter(root)
+	if err != nil {
+		return LDCacheResult{}, err
+	}
+	defer w.close()
+	w.sources = opts.Sources
+	p, warnings, err := w.prepare(opts)
+	res := LDCacheResult{Warnings: warnings}
+	if err != nil {
+		return res, err
+	}
+	res.Method, res.Reason = w.write(p)
+	return res, nil
+}
+
+// LoaderPaths are the paths inside the root that the loader-cache update reads or writes,
+// or whose contents it lists, for the libraries libs (container paths): the loader's cache
+// and configuration, the directories ldconfig may scan (the image's configured ones
+// included), the libraries' directories and the CUDA compat directory. Something mounted at
+// one of them, above one or below one is seen by the hook but not by UpdateLDCacheAtCreate,
+// which runs before the mounts.
+func LoaderPaths(root string, libs []string) []string {
+	paths := []string{ldcache.DefaultPath, "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir}
+	paths = append(paths, scanDirs...)
+	for _, lib := range libs {
+		paths = append(paths, path.Dir(path.Clean(lib)))
+	}
+	if h, err := openRoot(root); err == nil {
+		conf, _ := flattenLDSOConf(h)
+		_ = h.Close()
+		for _, line := range strings.Split(string(conf), "\n") {
+			if path.IsAbs(line) {
+				paths = append(paths, path.Clean(line))
+			}
+		}
+	}
+	return paths
+}
+
 // ldPlan is what prepareLDCache found: the cleaned library paths, the directories ldconfig
 // is given (the compat directory first when its libcuda is preferred), and whether it is.
 type ldPlan struct {
@@ -147,6 +202,11 @@ func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 		}
 		lib = path.Clean(lib)
 		p.libs = append(p.libs, lib)
+		if w.sources != nil {
+			if err := w.mkdir(path.Dir(lib)); err != nil {
+				return p, nil, err
+			}
+		}
 		if d := path.Dir(lib); !seen[d] {
 			seen[d] = true
 			p.dirs = append(p.dirs, d)

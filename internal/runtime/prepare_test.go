@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -134,7 +136,7 @@ func (e *createEnv) logLines(t *testing.T, level string) []map[string]any {
 }
 
 // TestPrepareBundleInjects: the create path edits the spec with the plan's edits — GPU 1's
-// node and rule, the control nodes, the driver files read-only, the loader-cache hook — logs
+// node and rule, the control nodes, the driver files read-only, the loader cache — logs
 // every edit at debug and the summary at info, and the next create is answered by the
 // discovery cache, without NVML.
 func TestPrepareBundleInjects(t *testing.T) {
@@ -163,8 +165,8 @@ func TestPrepareBundleInjects(t *testing.T) {
 	if !libcuda {
 		t.Errorf("no read-only libcuda mount: %+v", s.Mounts)
 	}
-	if s.Hooks == nil || len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != e.opts.Config.Hook.Path {
-		t.Errorf("hooks %+v", s.Hooks)
+	if s.Hooks != nil && len(s.Hooks.CreateContainer) != 0 {
+		t.Errorf("hooks %+v, want none: the loader cache is updated at create (TestPrepareBundleLDCacheAtCreate)", s.Hooks)
 	}
 	info := e.logLines(t, "info")
 	if len(info) != 1 || info[0]["msg"] != "injected NVIDIA GPUs" || info[0]["container_id"] != "c1" || fmt.Sprint(info[0]["gpus"]) != "["+e.host.Options.GPUs[1].UUID+"]" {
@@ -357,5 +359,106 @@ func TestDecideAgreesWithApply(t *testing.T) {
 	}
 	if got := len(in.File.Spec.Linux.Devices); got != nodes || nodes != len(in.Plan.Edits.DeviceNodes) {
 		t.Errorf("%d devices applied, %d described, %d planned", got, nodes, len(in.Plan.Edits.DeviceNodes))
+	}
+}
+
+// TestPrepareBundleLDCacheAtCreate: the loader cache is updated at create, and the hook left
+// out, where what gpu-runtime sees before the mounts is what the hook would see after them:
+// the mounts engines add (/proc, /dev/shm, /etc/hosts…) do not stand in the way; a user
+// namespace, a mount over what the update reads or writes, a spec without a usable root or
+// hook.ldcache-at-create = false leave the hook in place, and the debug log says why.
+func TestPrepareBundleLDCacheAtCreate(t *testing.T) {
+	engineMounts := `[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev/shm","type":"tmpfs","source":"shm"},` +
+		`{"destination":"/etc/hosts","type":"bind","source":"/etc/hosts","options":["rbind","ro"]},` +
+		`{"destination":"/etc/resolv.conf","type":"bind","source":"/etc/resolv.conf","options":["rbind","ro"]}]`
+	const left = "loader cache: left to the update-ldcache hook: "
+	testCases := []struct {
+		description string
+		edit        func(s map[string]any)
+		config      func(c *config.Config)
+		line        string
+	}{
+		{description: "engine mounts", edit: func(s map[string]any) { s["mounts"] = json.RawMessage(engineMounts) },
+			line: "loader cache: written at create, in-process (12 libraries); no update-ldcache hook"},
+		{description: "hook.ldcache-at-create = false", config: func(c *config.Config) { c.Hook.LDCacheAtCreate = false },
+			line: left + "hook.ldcache-at-create is false"},
+		{description: "user namespace", edit: func(s map[string]any) {
+			s["linux"].(map[string]any)["namespaces"] = json.RawMessage(`[{"type":"mount"},{"type":"user"}]`)
+		}, line: left + "the container has a user namespace (files the hook writes are its root's)"},
+		{description: "a volume at /usr", edit: func(s map[string]any) {
+			s["mounts"] = json.RawMessage(`[{"destination":"/usr","type":"bind","source":"/tmp","options":["rbind"]}]`)
+		}, line: left + "something is mounted at /usr, and the update reads or writes /usr/local/cuda/compat: the hook sees the mount"},
+		{description: "a volume at /", edit: func(s map[string]any) {
+			s["mounts"] = json.RawMessage(`[{"destination":"/","type":"bind","source":"/tmp","options":["rbind"]}]`)
+		}, line: left + "something is mounted at /, and the update reads or writes /etc/ld.so.cache: the hook sees the mount"},
+		{description: "no root", edit: func(s map[string]any) { delete(s, "root") }, line: left + "the spec has no root.path"},
+		{description: "two roots", edit: func(s map[string]any) { s["ROOT"] = map[string]any{"path": "/"} },
+			line: left + `root: ambiguous members: more than one member named "root" in any case`},
+		{description: "a root that is not a directory", edit: func(s map[string]any) { s["root"] = map[string]any{"path": "/dev/null"} },
+			line: left + "open container root /dev/null: open /dev/null: not a directory"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			e := newCreateEnv(t)
+			if tc.config != nil {
+				tc.config(&e.opts.Config)
+			}
+			inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, false)
+			if tc.edit != nil {
+				p := filepath.Join(b, "config.json")
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var s map[string]any
+				if err := json.Unmarshal(data, &s); err != nil {
+					t.Fatal(err)
+				}
+				tc.edit(s)
+				if data, err = json.Marshal(s); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := PrepareBundle(inv, e.opts); err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, l := range e.logLines(t, "debug") {
+				if msg, _ := l["msg"].(string); strings.HasPrefix(msg, "loader cache: ") {
+					lines = append(lines, msg)
+				}
+			}
+			if len(lines) != 1 || lines[0] != tc.line {
+				t.Errorf("debug lines %q, want %q", lines, tc.line)
+			}
+			s, _ := readSpec(t, b)
+			hook := s.Hooks != nil && len(s.Hooks.CreateContainer) == 1 && s.Hooks.CreateContainer[0].Args[1] == "update-ldcache"
+			atCreate := strings.HasPrefix(tc.line, "loader cache: written at create")
+			if hook == atCreate {
+				t.Errorf("update-ldcache hook in the spec: %v, want %v (%+v)", hook, !atCreate, s.Hooks)
+			}
+			cache := filepath.Join(b, "rootfs/etc/ld.so.cache")
+			if _, err := os.Stat(cache); (err == nil) != atCreate {
+				t.Errorf("the root's /etc/ld.so.cache: %v, want it written: %v", err, atCreate)
+			}
+			if !atCreate {
+				return
+			}
+			entries, err := ldcache.Load(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(entries, func(en ldcache.Entry) bool {
+				return en.Name == "libcuda.so.1" && en.Path == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+			}) {
+				t.Errorf("no libcuda.so.1 in the cache written at create: %+v", entries)
+			}
+			if link, err := os.Readlink(filepath.Join(b, "rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.1")); err != nil || link != "libcuda.so.550.54.15" {
+				t.Errorf("SONAME link libcuda.so.1 -> %q (%v)", link, err)
+			}
+		})
 	}
 }

@@ -122,6 +122,7 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 	if err := in.Apply(); err != nil {
 		return err
 	}
+	updateLDCacheAtCreate(in, bundle, opts, log)
 	if err := in.File.Write(); err != nil {
 		return err
 	}

@@ -97,6 +97,11 @@ type HookConfig struct {
 	// Timeout is how long the runtime lets each hook gpu-runtime writes run before it kills
 	// the hook and fails the create (a Go duration, whole seconds, at least 1s).
 	Timeout string `toml:"timeout"`
+	// LDCacheAtCreate has gpu-runtime update the container's loader cache itself at create,
+	// before the low-level runtime runs, wherever that gives what the update-ldcache hook
+	// would, and leave that hook out of the spec: one process less per GPU container. False
+	// leaves the update to the hook on every container.
+	LDCacheAtCreate bool `toml:"ldcache-at-create"`
 }
 
 // TimeoutSeconds is Hook.Timeout in whole seconds, rounded up (validated by Load/Parse).
@@ -151,9 +156,10 @@ func Default() Config {
 			ProcRoot: "/",
 		},
 		Hook: HookConfig{
-			Path:     "",
-			LDConfig: "/sbin/ldconfig",
-			Timeout:  "30s",
+			Path:            "",
+			LDConfig:        "/sbin/ldconfig",
+			Timeout:         "30s",
+			LDCacheAtCreate: true,
 		},
 		Request: RequestConfig{
 			AcceptEnvvarWhenUnprivileged:   true,

@@ -62,8 +62,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			named++
 		}
 	}
-	if named != 29 {
-		t.Errorf("schema has %d keys, want 29 (9 tables, 20 keys): %v", named, schema())
+	if named != 30 {
+		t.Errorf("schema has %d keys, want 30 (9 tables, 21 keys): %v", named, schema())
 	}
 }
 
@@ -128,6 +128,7 @@ dev-root = "/run/nvidia/driver/./"
 path = "/usr/local/bin/gpu-hook"
 ldconfig = "/usr/sbin/ldconfig"
 timeout = "1m30s"
+ldcache-at-create = false
 [request]
 accept-envvar-when-unprivileged = false
 accept-device-list-as-volume-mounts = true

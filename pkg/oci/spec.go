@@ -179,6 +179,30 @@ func (f *SpecFile) decode() error {
 	return f.member(f.resources, "linux.resources.devices", &s.Linux.Resources.Devices)
 }
 
+// Root decodes the spec's root as runc reads it (read only: it is not part of Spec, the
+// editable view); nil when the spec has none. Members whose names differ from "root" only in
+// case, which Go's decoder would merge, are an error.
+func (f *SpecFile) Root() (*specs.Root, error) {
+	var raw json.RawMessage
+	for _, name := range f.top.names {
+		if !strings.EqualFold(name, "root") {
+			continue
+		}
+		if raw != nil {
+			return nil, fmt.Errorf("root: %w: more than one member named %q in any case", errAmbiguous, "root")
+		}
+		raw = f.top.members[name]
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	var r *specs.Root
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("root: %w", err)
+	}
+	return r, nil
+}
+
 // object decodes the member path (dot-separated) of parent as a JSON object whose members
 // named decoded are read by gpu-runtime; nil when absent or null.
 func object(parent *rawObject, path string, decoded []string) (*rawObject, error) {

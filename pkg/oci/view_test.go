@@ -368,3 +368,35 @@ func TestParseSpecTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecRoot: the root is read as runc's decoder reads it — whatever the case of its
+// name — and two members it would merge are an error, not a guess.
+func TestSpecRoot(t *testing.T) {
+	for _, c := range []struct{ spec, want, err string }{
+		{spec: `{"root":{"path":"rootfs","readonly":true}}`, want: "rootfs"},
+		{spec: `{"ROOT":{"path":"/abs"}}`, want: "/abs"},
+		{spec: `{"mounts":[]}`, want: "<nil>"},
+		{spec: `{"root":null}`, want: "<nil>"},
+		{spec: `{"Root":{"path":"a"},"root":{"path":"b"}}`, err: `root: ambiguous members: more than one member named "root" in any case`},
+		{spec: `{"root":{"path":1}}`, err: "root: json: cannot unmarshal number into Go struct field Root.path of type string"},
+	} {
+		f, err := ParseSpec(writeSpec(t, c.spec, 0o644), []byte(c.spec))
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		r, err := f.Root()
+		got := "<nil>"
+		if r != nil {
+			got = r.Path
+		}
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("%s: error %v, want %q", c.spec, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: root %q (%v), want %q", c.spec, got, err, c.want)
+		}
+	}
+}

@@ -230,7 +230,7 @@ func TestBuildMIGWholeEdits(t *testing.T) {
 		Hooks: []edits.Hook{{Stage: "createContainer", Path: "/opt/bin/gpu-hook", Env: HookEnv, Timeout: 30,
 			Args: []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--driver-version", "550.54.15", "--timeout", "30",
 				"--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"},
-			Why: "loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (1)"}},
+			Why: "loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (1); gpu-runtime makes them itself at create and leaves this hook out where it can (hook.ldcache-at-create)"}},
 		RemoveHooks: []string{request.DockerHookName},
 	}
 	if !reflect.DeepEqual(p.Edits, want) {

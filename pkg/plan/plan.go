@@ -326,7 +326,7 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 		}
 		e.Hooks = append(e.Hooks, edits.Hook{
 			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
-			Why: fmt.Sprintf("loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (%d)", len(libraries)),
+			Why: fmt.Sprintf("loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (%d); gpu-runtime makes them itself at create and leaves this hook out where it can (hook.ldcache-at-create)", len(libraries)),
 		})
 	}
 	return e, warnings, errors.Join(errs...)

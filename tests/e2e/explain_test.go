@@ -154,7 +154,25 @@ func TestExplain(t *testing.T) {
 			for _, m := range all.Mounts {
 				wantMounts = append(wantMounts, fmt.Sprintf("%s <- %s %v", m.ContainerPath, m.HostPath, m.Options))
 			}
+			// The loader-cache hook explain shows is left out where gpu-runtime did its work at
+			// create; the debug log says which it was.
+			atCreate, decided := false, false
+			for _, l := range jsonLines(t, logPath) {
+				msg, _ := l["msg"].(string)
+				switch {
+				case strings.HasPrefix(msg, "loader cache: written at create"):
+					atCreate, decided = true, true
+				case strings.HasPrefix(msg, "loader cache: left to the update-ldcache hook"):
+					decided = true
+				}
+			}
+			if !decided {
+				t.Errorf("the create's debug log does not say where the loader cache was updated")
+			}
 			for _, h := range all.Hooks {
+				if atCreate && len(h.Args) > 1 && h.Args[1] == "update-ldcache" {
+					continue
+				}
 				wantHooks = append(wantHooks, fmt.Sprintf("%s %s %q %q %d", h.Stage, h.Path, h.Args, h.Env, h.Timeout))
 			}
 			var beforeDevs, afterDevs []specs.LinuxDevice
