@@ -38,3 +38,42 @@ func BenchmarkUpdateLDCache(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateLDCacheAtCreate measures the same update as gpu-runtime does it at create
+// (UpdateLDCacheAtCreate: the libraries read at their host files), and the loader paths it
+// checks mounts against.
+//
+//	TMPDIR=/dev/shm go test -run='^$' -bench=UpdateLDCacheAtCreate ./internal/hook/
+func BenchmarkUpdateLDCacheAtCreate(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts testimage.Options
+	}{
+		{"realistic", testimage.Default()},
+		{"busybox", testimage.Options{NoConfig: true, NoCache: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			root, host := b.TempDir(), b.TempDir()
+			if _, err := testimage.Build(root, bc.opts); err != nil {
+				b.Skipf("SKIP: %v", err)
+			}
+			opts := LDCacheOptions{LDConfig: hostLDConfig, DriverVersion: driverVer, Libraries: injectB(b, host, driverLibs), Sources: map[string]string{}}
+			for _, l := range opts.Libraries {
+				opts.Sources[l] = host + l
+			}
+			b.Run("update", func(b *testing.B) {
+				for b.Loop() {
+					res, err := UpdateLDCacheAtCreate(root, opts)
+					if err != nil || res.Method != MethodInProcess {
+						b.Fatalf("UpdateLDCacheAtCreate = %+v, %v", res, err)
+					}
+				}
+			})
+			b.Run("loader-paths", func(b *testing.B) {
+				for b.Loop() {
+					LoaderPaths(root, opts.Libraries)
+				}
+			})
+		})
+	}
+}
