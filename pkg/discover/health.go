@@ -332,6 +332,10 @@ func DecodeHealth(data []byte) ([]HealthRecord, error) {
 		if r.Since, err = time.Parse(time.RFC3339, rec[3]); err != nil {
 			return nil, bad("since %q is not an RFC 3339 time", quoteShort(rec[3]))
 		}
+		if y := r.Since.UTC().Year(); y < 0 || y > 9999 {
+			// Written back in UTC, it would not parse: year 0 at +01:00 is year -1.
+			return nil, bad("since %q is outside the years 0000–9999 in UTC", quoteShort(rec[3]))
+		}
 		out = append(out, r)
 	}
 }

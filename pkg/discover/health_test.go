@@ -197,6 +197,10 @@ func TestHealthFileTrust(t *testing.T) {
 			`health file {P} ignored: not a health file: line 3: xid "x79" is not an Xid number`},
 		{"a bad time", func(p string) error { return os.WriteFile(p, []byte(valid+"GPU-b,Xid 79,79,yesterday\n"), 0o600) },
 			`health file {P} ignored: not a health file: line 3: since "yesterday" is not an RFC 3339 time`},
+		{"a time before year 0 in UTC", func(p string) error {
+			return os.WriteFile(p, []byte(valid+"GPU-b,Xid 79,79,0000-01-01T00:00:00+01:00\n"), 0o600)
+		},
+			`health file {P} ignored: not a health file: line 3: since "0000-01-01T00:00:00+01:00" is outside the years 0000–9999 in UTC`},
 		{"an empty reason", func(p string) error { return os.WriteFile(p, []byte(valid+"GPU-b,,79,2026-11-25T10:00:00Z\n"), 0o600) },
 			`health file {P} ignored: not a health file: line 3: the reason of GPU-b is not valid: it is empty`},
 		{"a reason of two lines", func(p string) error {
