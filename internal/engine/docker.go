@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
 )
 
 // Keys of moby's daemon.json (daemon/config.Config and api/types.Runtime).
@@ -46,7 +48,7 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 		return edit{}, err
 	}
 	var path string
-	if raw, ok := entry.get(dockerPathKey); ok {
+	if raw, ok := entry.Get(dockerPathKey); ok {
 		if err := json.Unmarshal(raw, &path); err != nil {
 			return edit{}, fmt.Errorf("%w: runtimes.%s.path is not a string", ErrUnexpected, opts.RuntimeName)
 		}
@@ -59,26 +61,26 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 	changed := false
 	if entry == nil || path != opts.RuntimePath {
 		if entry == nil {
-			entry = jsonObject{{Key: dockerPathKey}, {Key: dockerArgsKey, Value: json.RawMessage("[]")}}
+			entry = &jsonobject.Object{Members: []jsonobject.Member{{Name: dockerPathKey}, {Name: dockerArgsKey, Value: json.RawMessage("[]")}}}
 		} else if path != "" {
 			notes = append(notes, fmt.Sprintf("docker runtime %q pointed at %q; now %q", opts.RuntimeName, path, opts.RuntimePath))
 		}
-		entry.set(dockerPathKey, jsonString(opts.RuntimePath))
-		runtimes.set(opts.RuntimeName, entry.marshal())
-		top.set(dockerRuntimesKey, runtimes.marshal())
+		entry.Set(dockerPathKey, jsonobject.String(opts.RuntimePath))
+		runtimes.Set(opts.RuntimeName, entry.Encode())
+		top.Set(dockerRuntimesKey, runtimes.Encode())
 		changed = true
 	}
 	if opts.SetAsDefault && def != opts.RuntimeName {
 		if def != "" {
 			notes = append(notes, fmt.Sprintf("docker default-runtime was %q; now %q", def, opts.RuntimeName))
 		}
-		top.set(dockerDefaultKey, jsonString(opts.RuntimeName))
+		top.Set(dockerDefaultKey, jsonobject.String(opts.RuntimeName))
 		changed = true
 	}
 	if !changed {
 		return edit{content: current}, nil
 	}
-	out, err := top.indent()
+	out, err := indent(top)
 	return edit{content: out, changed: true, notes: notes}, err
 }
 
@@ -94,17 +96,17 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	var notes []string
 	changed := false
 	if entry != nil {
-		runtimes.remove(opts.RuntimeName)
-		if len(runtimes) == 0 {
-			top.remove(dockerRuntimesKey)
+		runtimes.Remove(opts.RuntimeName)
+		if len(runtimes.Members) == 0 {
+			top.Remove(dockerRuntimesKey)
 		} else {
-			top.set(dockerRuntimesKey, runtimes.marshal())
+			top.Set(dockerRuntimesKey, runtimes.Encode())
 		}
 		changed = true
 	}
 	switch def {
 	case opts.RuntimeName:
-		top.remove(dockerDefaultKey)
+		top.Remove(dockerDefaultKey)
 		changed = true
 	case "":
 	default:
@@ -113,12 +115,12 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	if !changed {
 		return edit{content: current, notes: notes}, nil
 	}
-	out, err := top.indent()
+	out, err := indent(top)
 	return edit{content: out, changed: true, notes: notes}, err
 }
 
 // loadDocker completes opts and parses daemon.json down to our runtime's entry.
-func loadDocker(current []byte, opts Options, configure bool) (Options, jsonObject, jsonObject, jsonObject, error) {
+func loadDocker(current []byte, opts Options, configure bool) (Options, *jsonobject.Object, *jsonobject.Object, *jsonobject.Object, error) {
 	opts, err := opts.withDefaults(Docker, configure)
 	if err != nil {
 		return opts, nil, nil, nil, err
@@ -133,15 +135,15 @@ func loadDocker(current []byte, opts Options, configure bool) (Options, jsonObje
 
 // dockerRuntime returns daemon.json's runtimes object (empty when absent) and its entry name
 // (nil when absent).
-func dockerRuntime(top jsonObject, name string) (runtimes, entry jsonObject, err error) {
-	raw, ok := top.get(dockerRuntimesKey)
+func dockerRuntime(top *jsonobject.Object, name string) (runtimes, entry *jsonobject.Object, err error) {
+	raw, ok := top.Get(dockerRuntimesKey)
 	if !ok {
-		return jsonObject{}, nil, nil
+		return &jsonobject.Object{}, nil, nil
 	}
 	if runtimes, err = parseJSONObject(raw); err != nil {
 		return nil, nil, fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
 	}
-	if raw, ok = runtimes.get(name); !ok {
+	if raw, ok = runtimes.Get(name); !ok {
 		return runtimes, nil, nil
 	}
 	if entry, err = parseJSONObject(raw); err != nil {
@@ -151,8 +153,8 @@ func dockerRuntime(top jsonObject, name string) (runtimes, entry jsonObject, err
 }
 
 // dockerDefault returns daemon.json's default-runtime ("" when absent).
-func dockerDefault(top jsonObject) (string, error) {
-	raw, ok := top.get(dockerDefaultKey)
+func dockerDefault(top *jsonobject.Object) (string, error) {
+	raw, ok := top.Get(dockerDefaultKey)
 	if !ok {
 		return "", nil
 	}
@@ -163,20 +165,11 @@ func dockerDefault(top jsonObject) (string, error) {
 	return s, nil
 }
 
-// jsonMember is one key of a JSON object with its value's text.
-type jsonMember struct {
-	Key   string
-	Value json.RawMessage
-}
-
-// jsonObject is a JSON object that keeps its keys' order and its values' text.
-type jsonObject []jsonMember
-
 // parseJSONObject parses a JSON object; blank input is an empty object. Syntax errors carry
 // line and column.
-func parseJSONObject(data []byte) (jsonObject, error) {
+func parseJSONObject(data []byte) (*jsonobject.Object, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return jsonObject{}, nil
+		return &jsonobject.Object{}, nil
 	}
 	// A first pass for precise errors: syntax, trailing data, top-level type.
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -191,22 +184,9 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 	if _, ok := v.(map[string]any); !ok {
 		return nil, &ParseError{Line: 1, Column: 1, Err: errors.New("the top-level value is not a JSON object")}
 	}
-	dec = json.NewDecoder(bytes.NewReader(data))
-	if _, err := dec.Token(); err != nil { // '{'
-		return nil, jsonParseError(data, err, dec.InputOffset())
-	}
-	var obj jsonObject
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, jsonParseError(data, err, dec.InputOffset())
-		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, jsonParseError(data, err, dec.InputOffset())
-		}
-		obj = append(obj, jsonMember{Key: key, Value: raw})
+	obj, err := jsonobject.Parse(data)
+	if err != nil {
+		return nil, jsonParseError(data, err, 0)
 	}
 	return obj, nil
 }
@@ -238,78 +218,13 @@ func lineColumn(data []byte, offset int) (int, int) {
 	return line, col
 }
 
-// get returns the value of key; with duplicate keys, the last one, as encoding/json does.
-func (o jsonObject) get(key string) (json.RawMessage, bool) {
-	for i := len(o) - 1; i >= 0; i-- {
-		if o[i].Key == key {
-			return o[i].Value, true
-		}
-	}
-	return nil, false
-}
-
-// set replaces key's value where it is (dropping duplicates) or appends it.
-func (o *jsonObject) set(key string, value json.RawMessage) {
-	for i := range *o {
-		if (*o)[i].Key == key {
-			(*o)[i].Value = value
-			rest := (*o)[i+1:]
-			kept := (*o)[:i+1]
-			for _, m := range rest {
-				if m.Key != key {
-					kept = append(kept, m)
-				}
-			}
-			*o = kept
-			return
-		}
-	}
-	*o = append(*o, jsonMember{Key: key, Value: value})
-}
-
-// remove deletes every member named key.
-func (o *jsonObject) remove(key string) {
-	kept := (*o)[:0]
-	for _, m := range *o {
-		if m.Key != key {
-			kept = append(kept, m)
-		}
-	}
-	*o = kept
-}
-
-// marshal writes the object compactly; values are copied as they are.
-func (o jsonObject) marshal() json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, m := range o {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(jsonString(m.Key))
-		b.WriteByte(':')
-		b.Write(m.Value)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
-
-// indent writes the object as a daemon.json file: four-space indentation, final newline.
+// indent writes o as a daemon.json file: four-space indentation, final newline.
 // json.Indent only changes whitespace between tokens, so every value keeps its text.
-func (o jsonObject) indent() ([]byte, error) {
+func indent(o *jsonobject.Object) ([]byte, error) {
 	var b bytes.Buffer
-	if err := json.Indent(&b, o.marshal(), "", "    "); err != nil {
+	if err := json.Indent(&b, o.Encode(), "", "    "); err != nil {
 		return nil, fmt.Errorf("indent daemon.json: %w", err)
 	}
 	b.WriteByte('\n')
 	return b.Bytes(), nil
-}
-
-// jsonString encodes s as a JSON string without HTML escaping.
-func jsonString(s string) json.RawMessage {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return bytes.TrimRight(b.Bytes(), "\n")
 }

@@ -314,12 +314,13 @@ var dockerUndo = undoRule{
 			return false
 		}
 		b, err := parseJSONObject(planned)
-		if err != nil || len(a) != len(b) {
+		if err != nil || len(a.Members) != len(b.Members) {
 			return false
 		}
-		for i := range a {
+		for i, ma := range a.Members {
+			mb := b.Members[i]
 			var va, vb bytes.Buffer
-			if a[i].Key != b[i].Key || json.Compact(&va, a[i].Value) != nil || json.Compact(&vb, b[i].Value) != nil || !bytes.Equal(va.Bytes(), vb.Bytes()) {
+			if ma.Name != mb.Name || json.Compact(&va, ma.Value) != nil || json.Compact(&vb, mb.Value) != nil || !bytes.Equal(va.Bytes(), vb.Bytes()) {
 				return false
 			}
 		}
@@ -327,7 +328,7 @@ var dockerUndo = undoRule{
 	},
 	bare: func(planned []byte) bool {
 		obj, err := parseJSONObject(planned)
-		return err == nil && len(obj) == 0
+		return err == nil && len(obj.Members) == 0
 	},
 }
 

@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
 )
 
 // SpecFile is a bundle's config.json, read so that it can be written back without losing
@@ -36,66 +36,10 @@ type SpecFile struct {
 	mode fs.FileMode
 	// The JSON objects on the way to the decoded members, member name → original bytes;
 	// nil where the file has no such object.
-	top, process, linux, resources *rawObject
+	top, process, linux, resources *jsonobject.Object
 	// unknown lists the decoded members whose original holds keys this runtime-spec version
 	// does not know; Encode merges those keys back in.
 	unknown map[string]bool
-}
-
-// rawObject is a JSON object as its members in file order, each value kept as read.
-type rawObject struct {
-	names   []string
-	members map[string]json.RawMessage
-}
-
-func (o *rawObject) get(name string) (json.RawMessage, bool) {
-	if o == nil {
-		return nil, false
-	}
-	v, ok := o.members[name]
-	return v, ok
-}
-
-// set replaces a member's value in place, or appends a new member.
-func (o *rawObject) set(name string, v json.RawMessage) {
-	if _, ok := o.members[name]; !ok {
-		o.names = append(o.names, name)
-	}
-	o.members[name] = v
-}
-
-func (o *rawObject) remove(name string) {
-	if _, ok := o.members[name]; !ok {
-		return
-	}
-	delete(o.members, name)
-	o.names = slices.DeleteFunc(o.names, func(n string) bool { return n == name })
-}
-
-// clone copies o; an absent object comes back empty, ready to receive members.
-func (o *rawObject) clone() *rawObject {
-	c := &rawObject{members: map[string]json.RawMessage{}}
-	if o != nil {
-		c.names = slices.Clone(o.names)
-		for k, v := range o.members {
-			c.members[k] = v
-		}
-	}
-	return c
-}
-
-// encode writes the object back: members in order, values as held (no re-encoding of what
-// was read).
-func (o *rawObject) encode() []byte {
-	b := []byte{'{'}
-	for i, name := range o.names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		key, _ := json.Marshal(name) // a string always encodes
-		b = append(append(append(b, key...), ':'), o.members[name]...)
-	}
-	return append(b, '}')
 }
 
 // ConfigPath returns the path of a bundle's spec.
@@ -184,14 +128,14 @@ func (f *SpecFile) decode() error {
 // case, which Go's decoder would merge, are an error.
 func (f *SpecFile) Root() (*specs.Root, error) {
 	var raw json.RawMessage
-	for _, name := range f.top.names {
-		if !strings.EqualFold(name, "root") {
+	for _, m := range f.top.Members {
+		if !strings.EqualFold(m.Name, "root") {
 			continue
 		}
 		if raw != nil {
 			return nil, fmt.Errorf("root: %w: more than one member named %q in any case", errAmbiguous, "root")
 		}
-		raw = f.top.members[name]
+		raw = m.Value
 	}
 	if raw == nil {
 		return nil, nil
@@ -205,8 +149,8 @@ func (f *SpecFile) Root() (*specs.Root, error) {
 
 // object decodes the member path (dot-separated) of parent as a JSON object whose members
 // named decoded are read by gpu-runtime; nil when absent or null.
-func object(parent *rawObject, path string, decoded []string) (*rawObject, error) {
-	raw, ok := parent.get(leaf(path))
+func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobject.Object, error) {
+	raw, ok := parent.Get(leaf(path))
 	if !ok {
 		return nil, nil
 	}
@@ -216,7 +160,7 @@ func object(parent *rawObject, path string, decoded []string) (*rawObject, error
 // decodeObject splits a JSON object into its members (nil for null). A duplicate member, or
 // one that differs from a member of decoded only in case, is refused with errAmbiguous: Go's
 // JSON decoder (runc's) would merge them.
-func decodeObject(data []byte, path string, decoded []string) (*rawObject, error) {
+func decodeObject(data []byte, path string, decoded []string) (*jsonobject.Object, error) {
 	at := func(err error) error {
 		if err == nil {
 			return nil
@@ -229,67 +173,14 @@ func decodeObject(data []byte, path string, decoded []string) (*rawObject, error
 		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
+	o, err := jsonobject.Parse(data)
 	if err != nil {
 		return nil, at(err)
 	}
-	if tok == nil {
-		return nil, at(expectEnd(dec))
+	if dup := o.Duplicate(decoded); dup != "" {
+		return nil, at(fmt.Errorf("%w: %s", errAmbiguous, dup))
 	}
-	if tok != json.Delim('{') {
-		return nil, at(fmt.Errorf("want a JSON object, got %s", jsonKind(tok)))
-	}
-	o := &rawObject{members: map[string]json.RawMessage{}}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, at(err)
-		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, at(err)
-		}
-		if _, dup := o.members[name]; dup {
-			return nil, at(fmt.Errorf("%w: %q appears twice", errAmbiguous, name))
-		}
-		for _, d := range decoded {
-			if strings.EqualFold(name, d) && name != d {
-				return nil, at(fmt.Errorf("%w: %q differs from %q only in case", errAmbiguous, name, d))
-			}
-		}
-		o.set(name, v)
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, at(err)
-	}
-	return o, at(expectEnd(dec))
-}
-
-// jsonKind names the kind of JSON value a token starts.
-func jsonKind(tok json.Token) string {
-	switch tok.(type) {
-	case json.Delim:
-		return "an array"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	}
-	return "a number"
-}
-
-// expectEnd fails when anything but white space follows the value dec has read.
-func expectEnd(dec *json.Decoder) error {
-	_, err := dec.Token()
-	switch {
-	case errors.Is(err, io.EOF):
-		return nil
-	case err == nil:
-		return errors.New("data after the JSON value")
-	}
-	return err
+	return o, nil
 }
 
 // leaf is the last name of a dot-separated member path ("linux.devices" → "devices").
@@ -297,9 +188,9 @@ func leaf(path string) string { return path[strings.LastIndexByte(path, '.')+1:]
 
 // member decodes one member of parent (path names it, dot-separated) into v, noting
 // whether its original holds keys v's type does not know.
-func (f *SpecFile) member(parent *rawObject, path string, v any) error {
+func (f *SpecFile) member(parent *jsonobject.Object, path string, v any) error {
 	name := leaf(path)
-	raw, ok := parent.get(name)
+	raw, ok := parent.Get(name)
 	if !ok {
 		return nil
 	}
@@ -330,7 +221,7 @@ func (f *SpecFile) Encode() ([]byte, error) {
 		return nil, err
 	}
 	s := f.Spec
-	top := f.top.clone()
+	top := f.top.Clone()
 	var p specs.Process
 	if s.Process != nil {
 		p = *s.Process
@@ -343,8 +234,8 @@ func (f *SpecFile) Encode() ([]byte, error) {
 			rules = s.Linux.Resources.Devices
 		}
 	}
-	_, hadUser := f.process.get("user")
-	process, linux, resources := f.process.clone(), f.linux.clone(), f.resources.clone()
+	_, hadUser := f.process.Get("user")
+	process, linux, resources := f.process.Clone(), f.linux.Clone(), f.resources.Clone()
 	err := errors.Join(
 		f.put(process, "process.env", p.Env, len(p.Env) == 0),
 		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
@@ -364,7 +255,7 @@ func (f *SpecFile) Encode() ([]byte, error) {
 	putObject(linux, "resources", resources, f.resources != nil)
 	putObject(top, "process", process, f.process != nil)
 	putObject(top, "linux", linux, f.linux != nil)
-	return top.encode(), nil
+	return top.Encode(), nil
 }
 
 // checkView refuses a view in which a member that is not decoded was set: it would be lost.
@@ -405,12 +296,12 @@ func (f *SpecFile) checkView() error {
 
 // put writes the member path names into parent: v encoded, or no member when v is empty
 // (an emptied object keeps the keys this runtime-spec version does not know).
-func (f *SpecFile) put(parent *rawObject, path string, v any, empty bool) error {
+func (f *SpecFile) put(parent *jsonobject.Object, path string, v any, empty bool) error {
 	name := leaf(path)
 	if empty {
 		typ := reflect.TypeOf(v)
 		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
-			parent.remove(name)
+			parent.Remove(name)
 			return nil
 		}
 		v = reflect.New(typ.Elem()).Interface()
@@ -420,19 +311,19 @@ func (f *SpecFile) put(parent *rawObject, path string, v any, empty bool) error 
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if f.unknown[path] {
-		orig, _ := parent.get(name)
+		orig, _ := parent.Get(name)
 		if data, err = mergeUnknown(orig, data, reflect.TypeOf(v)); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	parent.set(name, data)
+	parent.Set(name, data)
 	return nil
 }
 
 // putIfChanged is put for the members gpu-runtime only reads (CDI's edits may change them):
 // one whose value is still what the file holds keeps its original bytes.
-func (f *SpecFile) putIfChanged(parent *rawObject, path string, v any, empty bool) error {
-	orig, had := parent.get(leaf(path))
+func (f *SpecFile) putIfChanged(parent *jsonobject.Object, path string, v any, empty bool) error {
+	orig, had := parent.Get(leaf(path))
 	if !had && empty {
 		return nil
 	}
@@ -447,9 +338,9 @@ func (f *SpecFile) putIfChanged(parent *rawObject, path string, v any, empty boo
 
 // putObject writes child into parent under name: always when the original had it, else
 // only when it is not empty.
-func putObject(parent *rawObject, name string, child *rawObject, had bool) {
-	if had || len(child.names) > 0 {
-		parent.set(name, child.encode())
+func putObject(parent *jsonobject.Object, name string, child *jsonobject.Object, had bool) {
+	if had || len(child.Members) > 0 {
+		parent.Set(name, child.Encode())
 	}
 }
 
