@@ -1,19 +1,18 @@
 package enginetest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -153,7 +152,7 @@ func Release(dir string) error {
 	}
 	var errs []error
 	for round := 0; round < 5; round++ {
-		mounts := mountsUnder(dir)
+		mounts, _ := mountinfo.Under(dir, "") // unreadable: nothing to unmount that we can see
 		if len(mounts) == 0 {
 			return nil
 		}
@@ -164,7 +163,7 @@ func Release(dir string) error {
 			}
 		}
 	}
-	if left := mountsUnder(dir); len(left) > 0 {
+	if left, _ := mountinfo.Under(dir, ""); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v", left))
 	}
 	return errors.Join(errs...)
@@ -236,47 +235,4 @@ func processesUnder(dir string) []int {
 		walk(pid)
 	}
 	return out
-}
-
-// mountsUnder returns the mount points under dir (dir included), deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"errors"
@@ -11,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/gpu-runtime/gpu-runtime/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -137,7 +136,7 @@ func enterRoot(root string) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	procs, err := procMountsUnder(root)
+	procs, err := mountinfo.Under(root, "proc")
 	if err != nil {
 		return err
 	}
@@ -197,63 +196,6 @@ func mountProc(root string) error {
 		return fmt.Errorf("mount procfs in container root: %w", err)
 	}
 	return nil
-}
-
-// procMountsUnder lists the mount points of procfs at or under root, deepest first.
-func procMountsUnder(root string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		mountPoint, fsType, ok := parseMountInfo(sc.Text())
-		if ok && fsType == "proc" && (mountPoint == root || strings.HasPrefix(mountPoint, root+"/")) {
-			out = append(out, mountPoint)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, nil
-}
-
-// parseMountInfo returns the mount point and file system type of a /proc/self/mountinfo
-// line: "id parent major:minor root mountpoint options [optional...] - fstype source super".
-func parseMountInfo(line string) (mountPoint, fsType string, ok bool) {
-	fields := strings.Fields(line)
-	if len(fields) < 7 {
-		return "", "", false
-	}
-	for i := 6; i < len(fields)-1; i++ {
-		if fields[i] == "-" {
-			return unescapeMountInfo(fields[4]), fields[i+1], true
-		}
-	}
-	return "", "", false
-}
-
-// unescapeMountInfo undoes the kernel's octal escapes (\040 for a space…).
-func unescapeMountInfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // sealedExecutable returns a sealed in-memory copy of the static executable at p (a file of

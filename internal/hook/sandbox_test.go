@@ -69,27 +69,6 @@ func TestFlattenLDSOConf(t *testing.T) {
 	}
 }
 
-func TestParseMountInfo(t *testing.T) {
-	testCases := []struct {
-		line       string
-		mountPoint string
-		fsType     string
-		ok         bool
-	}{
-		{"36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue", "/mnt2", "ext3", true},
-		{"25 30 0:23 / /run/b\\040dir/rootfs/proc rw,nosuid shared:13 - proc proc rw", "/run/b dir/rootfs/proc", "proc", true},
-		{"99 1 0:5 / /x rw - proc proc rw", "/x", "proc", true},
-		{"short line", "", "", false},
-		{"1 2 3:4 / /p rw no separator here", "", "", false},
-	}
-	for _, tc := range testCases {
-		mp, fs, ok := parseMountInfo(tc.line)
-		if mp != tc.mountPoint || fs != tc.fsType || ok != tc.ok {
-			t.Errorf("%q: got %q %q %v", tc.line, mp, fs, ok)
-		}
-	}
-}
-
 func TestSealedExecutable(t *testing.T) {
 	dir := t.TempDir()
 	script := filepath.Join(dir, "ldconfig")
