@@ -360,3 +360,33 @@ func TestLDCacheAtCreateErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLoaderPaths: the configured directories count only for an image without a cache (the
+// update scans them then); with one, the configuration is not even read.
+func TestLoaderPaths(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("/opt/vendor/lib\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	libs := []string{libDir64 + "/libcuda.so.550.54.15"}
+	want := []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir, libDir64}
+	for _, cache := range []bool{false, true} {
+		if cache {
+			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := LoaderPaths(root, libs)
+		for _, p := range want {
+			if !slices.Contains(got, p) {
+				t.Errorf("cache %v: %q missing from %q", cache, p, got)
+			}
+		}
+		if slices.Contains(got, "/opt/vendor/lib") == cache {
+			t.Errorf("cache %v: the configured /opt/vendor/lib listed %v, want %v: %q", cache, cache, !cache, got)
+		}
+	}
+}
