@@ -12,7 +12,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
 // The loader cache at create. The plan updates the container's loader cache with a
@@ -31,62 +33,49 @@ import (
 // Everything else — an error included — leaves the hook in the spec, to do or report it as
 // it always has; the debug log says why.
 
-// ldcacheSubcommand is the loader-cache hook's subcommand (pkg/plan writes it).
-const ldcacheSubcommand = "update-ldcache"
-
 // updateLDCacheAtCreate does the loader-cache update of in's plan now and removes its hook
-// from in's edited spec, where that gives what the hook would. bundle is the bundle
-// directory.
+// from in's edited spec, where that gives what the hook would; the debug log says which.
+// bundle is the bundle directory.
 func updateLDCacheAtCreate(in Injection, bundle string, opts Options, log logrus.FieldLogger) {
-	spec := in.File.Spec
-	hookPath := ""
-	for _, h := range in.Plan.Edits.Hooks {
-		if h.Stage == oci.StageCreateContainer && len(h.Args) > 1 && h.Args[1] == ldcacheSubcommand {
-			hookPath = h.Path
-		}
+	isLDCache := func(args []string) bool { return len(args) > 1 && args[1] == plan.LDCacheSubcommand }
+	i := -1
+	if j := slices.IndexFunc(in.Plan.Edits.Hooks, func(h edits.Hook) bool {
+		return h.Stage == oci.StageCreateContainer && isLDCache(h.Args)
+	}); j >= 0 && in.File.Spec.Hooks != nil {
+		hookPath := in.Plan.Edits.Hooks[j].Path
+		i = slices.IndexFunc(in.File.Spec.Hooks.CreateContainer, func(h specs.Hook) bool { return h.Path == hookPath && isLDCache(h.Args) })
 	}
-	if hookPath == "" || spec.Hooks == nil {
-		return
-	}
-	i := slices.IndexFunc(spec.Hooks.CreateContainer, func(h specs.Hook) bool {
-		return h.Path == hookPath && len(h.Args) > 1 && h.Args[1] == ldcacheSubcommand
-	})
 	if i < 0 {
-		return
+		return // no loader-cache hook
 	}
-	if !opts.Config.Hook.LDCacheAtCreate {
-		log.Debug("loader cache: left to the " + ldcacheSubcommand + " hook: hook.ldcache-at-create is false")
-		return
-	}
-	ours := map[string]bool{}
-	for _, m := range in.Plan.Edits.Mounts {
-		ours[path.Clean(m.ContainerPath)] = true
-	}
-	root, err := in.File.Root()
-	if err != nil {
-		log.Debug("loader cache: left to the " + ldcacheSubcommand + " hook: " + err.Error())
-		return
-	}
-	done, why := ldcacheAtCreate(spec, root, bundle, spec.Hooks.CreateContainer[i].Args, ours, log)
+	spec := in.File.Spec
+	done, why := ldcacheAtCreate(in, bundle, spec.Hooks.CreateContainer[i].Args, opts, log)
 	if !done {
-		log.Debug("loader cache: left to the " + ldcacheSubcommand + " hook: " + why)
+		log.Debug("loader cache: left to the " + plan.LDCacheSubcommand + " hook: " + why)
 		return
 	}
 	spec.Hooks.CreateContainer = slices.Delete(spec.Hooks.CreateContainer, i, i+1)
 	if len(spec.Hooks.CreateContainer) == 0 {
 		spec.Hooks.CreateContainer = nil
 	}
-	log.Debug("loader cache: " + why + "; no " + ldcacheSubcommand + " hook")
+	log.Debug("loader cache: " + why + "; no " + plan.LDCacheSubcommand + " hook")
 }
 
 // ldcacheAtCreate does the update the hook entry args would do, and says what it did; false
-// and why not where the hook must do it. specRoot is the spec's root, ours are the container
-// paths of the plan's mounts.
-func ldcacheAtCreate(spec *specs.Spec, specRoot *specs.Root, bundle string, args []string, ours map[string]bool, log logrus.FieldLogger) (bool, string) {
+// and why not where the hook must do it.
+func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, log logrus.FieldLogger) (bool, string) {
+	spec := in.File.Spec
+	if !opts.Config.Hook.LDCacheAtCreate {
+		return false, "hook.ldcache-at-create is false"
+	}
 	if spec.Linux != nil && slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
 		return ns.Type == specs.UserNamespace
 	}) {
 		return false, "the container has a user namespace (files the hook writes are its root's)"
+	}
+	specRoot, err := in.File.Root()
+	if err != nil {
+		return false, err.Error()
 	}
 	if specRoot == nil || specRoot.Path == "" {
 		return false, "the spec has no root.path"
@@ -98,6 +87,10 @@ func ldcacheAtCreate(spec *specs.Spec, specRoot *specs.Root, bundle string, args
 	ldOpts, err := hook.ParseLDCacheArgs(args)
 	if err != nil {
 		return false, err.Error()
+	}
+	ours := map[string]bool{} // the plan's mounts: not what the hook would see besides
+	for _, m := range in.Plan.Edits.Mounts {
+		ours[path.Clean(m.ContainerPath)] = true
 	}
 	// The injected libraries' mounts: where each is read from before it is mounted.
 	libs := map[string]bool{}

@@ -27,6 +27,11 @@ var (
 	ErrMissingLibrary = errors.New("missing driver library")
 )
 
+// LDCacheSubcommand is gpu-hook's subcommand that updates the container's loader cache: the
+// createContainer hook the plan adds for the injected libraries (gpu-runtime may do its work
+// at create and drop it).
+const LDCacheSubcommand = "update-ldcache"
+
 // SystemDirs are the program directories of a host, in the order of the PATH systemd gives
 // services: where gpu-runtime looks after PATH, and the PATH of every hook.
 var SystemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
@@ -168,7 +173,7 @@ func (p *Plan) AddCDIDevices(req request.Request, host Host, devices []Device) {
 // container (oci.WithHook replaces a hook of the same path and subcommand), so without this
 // the libraries only the CDI spec mounts would get no links and no cache entries.
 func (p *Plan) JoinLibraries(other edits.Edits) {
-	const sub = "update-ldcache"
+	const sub = LDCacheSubcommand
 	for i := range p.Edits.Hooks {
 		ours := &p.Edits.Hooks[i]
 		if len(ours.Args) < 2 || ours.Args[1] != sub {
@@ -311,7 +316,7 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 	}
 	e.Mounts = mountsFor(files)
 	if len(libraries) > 0 {
-		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
+		args := []string{"gpu-hook", LDCacheSubcommand, "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
 		if host.HookTimeout > 0 {
 			args = append(args, "--timeout", strconv.Itoa(host.HookTimeout))
 		}
