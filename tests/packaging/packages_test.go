@@ -946,15 +946,35 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 		t.Errorf("%%preun 0 removed a hook:\n%s", out)
 	}
 	nvidiaHookIntact(t)
-	if err := os.MkdirAll("/run/gpu-runtime", 0o755); err != nil { // as a container leaves it
+	// As containers and an MPS share leave it: the cache goes, a share's files stay (a
+	// daemon may be using them; removing them would fail the scriptlet on its mount).
+	share := "/run/gpu-runtime/mps/train/daemon.pid"
+	if err := os.MkdirAll(filepath.Dir(share), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range []string{"/run/gpu-runtime/discovery-cache.csv", share} {
+		if err := os.WriteFile(f, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustRun(t, aptEnv, "dpkg", "--remove", "gpu-runtime")
 	if out := mustRun(t, nil, "dash", m.scriptlet(t, "POSTUN"), "0"); out != "" {
 		t.Errorf("%%postun 0 said %q", out)
 	}
+	if _, err := os.Stat("/run/gpu-runtime/discovery-cache.csv"); err == nil {
+		t.Errorf("the discovery cache is left after %%postun 0")
+	}
+	if _, err := os.Stat(share); err != nil {
+		t.Errorf("%%postun 0 removed an MPS share's file: %v", err)
+	}
+	if err := os.RemoveAll("/run/gpu-runtime/mps"); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, nil, "dash", m.scriptlet(t, "POSTUN"), "0"); out != "" {
+		t.Errorf("%%postun 0 said %q", out)
+	}
 	if _, err := os.Stat("/run/gpu-runtime"); err == nil {
-		t.Errorf("/run/gpu-runtime is left after %%postun 0")
+		t.Errorf("/run/gpu-runtime is left after %%postun 0, empty")
 	}
 	mustApt(t, "purge", "gpu-runtime")
 	nvidiaHookIntact(t)
