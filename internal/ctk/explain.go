@@ -247,7 +247,7 @@ func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
 // so that every outcome is shown, not only the first failure's.
 func conditions(in runtime.Injection) []ExplainedCondition {
 	req := in.Request
-	if len(req.Requirements) == 0 || req.DisableRequire {
+	if !req.ChecksRequirements() {
 		return nil
 	}
 	host := requirements.Host{CUDA: in.Host.Driver.CUDAVersion, Driver: in.Host.Driver.Version}

@@ -216,7 +216,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	}
 	// Native devices: every device unless only CDI devices were named.
 	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
-	checks := len(req.Requirements) > 0 && !req.DisableRequire
+	checks := req.ChecksRequirements()
 	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	switch {
@@ -232,8 +232,12 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 			in.Host = host
 		}
 	}
+	var cdiDevices []plan.Device // the devices CDI's device nodes are, where it matters
+	if gpuCDI || (in.CDI != nil && checks) {
+		cdiDevices = plan.DevicesOf(in.CDI.DeviceNodes(), in.Host)
+	}
 	if gpuCDI {
-		if err := plan.CheckCDIHealth(in.CDI.Names(), plan.DevicesOf(in.CDI.DeviceNodes(), in.Host)); err != nil {
+		if err := plan.CheckCDIHealth(in.CDI.Names(), cdiDevices); err != nil {
 			return in, err
 		}
 	}
@@ -242,18 +246,25 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
 		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}
 	}
-	p, err := plan.ForCDI(req, in.Host, nil)
-	if native {
+	var p plan.Plan
+	switch {
+	case !native:
+		var checked []plan.Device // the requirement check's devices: only CDI's
+		if checks {
+			checked = cdiDevices
+		}
+		p, err = plan.ForCDI(req, in.Host, checked)
+	default:
 		p, err = plan.Build(req, in.Host)
 		if err != nil && !errors.Is(err, requirements.ErrMalformed) { // a malformed requirement is reported as it is
 			err = fmt.Errorf("plan GPU injection: %w", err)
 		}
+		if err == nil && in.CDI != nil && checks {
+			p.AddCDIDevices(req, in.Host, cdiDevices)
+		}
 	}
 	if err != nil {
 		return in, err
-	}
-	if in.CDI != nil && checks {
-		p.AddCDIDevices(req, in.Host, plan.DevicesOf(in.CDI.DeviceNodes(), in.Host))
 	}
 	if in.CDI != nil && native {
 		// Both: ours replace CDI's edits they share, the loader-cache hook included, which
@@ -309,9 +320,10 @@ func hasGPUNode(paths []string) bool {
 	return false
 }
 
-// hasDockerHook: the raw check skips the walk for the usual spec without one.
+// hasDockerHook reports whether the spec carries docker's --gpus hook (a walk of the decoded
+// hooks: nanoseconds).
 func hasDockerHook(sf *oci.SpecFile) bool {
-	return request.RawMayContain(sf.Raw, request.DockerHookName) && oci.HasHookNamed(sf.Spec, request.DockerHookName)
+	return oci.HasHookNamed(sf.Spec, request.DockerHookName)
 }
 
 func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
@@ -13,13 +14,6 @@ import (
 // ErrUnhealthy marks a request for a device that must not be given to containers: gone,
 // excluded by the administrator, or recorded as failing (discover.Health).
 var ErrUnhealthy = errors.New("unhealthy device")
-
-// What NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device (Host.UnhealthyAll; the
-// config's health.all).
-const (
-	UnhealthySkip = "skip" // leave it out, with a warning (the default)
-	UnhealthyFail = "fail" // fail the create
-)
 
 // Health returns why d must not be given to containers, nil when nothing says so: its GPU's
 // health (a MIG device of a failing GPU fails with it), else a MIG device's own.
@@ -82,8 +76,8 @@ func excludedToken(tok string, drv discover.Driver) error {
 }
 
 // screenAll applies the health policy to what NVIDIA_VISIBLE_DEVICES=all selected: unhealthy
-// devices are left out with a warning each (UnhealthySkip) or fail the create
-// (UnhealthyFail). When every device is unhealthy the create fails either way: a container
+// devices are left out with a warning each (config.HealthAllSkip) or fail the create
+// (config.HealthAllFail). When every device is unhealthy the create fails either way: a container
 // that asked for every GPU and would get none is not what anyone wants from "all".
 func screenAll(req request.Request, devices []Device, policy string) ([]Device, []string, error) {
 	if req.Mode != request.AllGPUs {
@@ -107,9 +101,9 @@ func screenAll(req request.Request, devices []Device, policy string) ([]Device, 
 	switch {
 	case len(problems) == 0:
 		return devices, nil, nil
-	case policy == UnhealthyFail:
+	case policy == config.HealthAllFail:
 		return nil, nil, fmt.Errorf("%w: %s includes %s; with health.all = %q such a container does not start: fix or clear the device (gpu-ctk health), or set health.all = %q",
-			ErrUnhealthy, what, strings.Join(problems, "; "), UnhealthyFail, UnhealthySkip)
+			ErrUnhealthy, what, strings.Join(problems, "; "), config.HealthAllFail, config.HealthAllSkip)
 	case len(healthy) == 0:
 		return nil, nil, fmt.Errorf("%w: %s: every device of this host is unhealthy: %s", ErrUnhealthy, what, strings.Join(problems, "; "))
 	}

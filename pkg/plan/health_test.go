@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
 
@@ -98,12 +99,12 @@ func TestBuildHealth(t *testing.T) {
 			}},
 		{description: `all with health.all = "fail"`, env: []string{"NVIDIA_VISIBLE_DEVICES=all"},
 			host: func(h *Host) {
-				h.UnhealthyAll = UnhealthyFail
+				h.UnhealthyAll = config.HealthAllFail
 				h.Driver.GPUs[1].Health = recorded("Xid 79: GPU has fallen off the bus", 79)
 			},
 			wantErr: `unhealthy device: NVIDIA_VISIBLE_DEVICES=all includes GPU 1 (GPU-bbbb): ` + xid79 + `; with health.all = "fail" such a container does not start: fix or clear the device (gpu-ctk health), or set health.all = "skip"`},
 		{description: `health.all = "fail" with every device healthy`, env: []string{"NVIDIA_VISIBLE_DEVICES=all"},
-			host:        func(h *Host) { h.UnhealthyAll = UnhealthyFail },
+			host:        func(h *Host) { h.UnhealthyAll = config.HealthAllFail },
 			wantDevices: []string{"0:0", "0:1", "0:2", "1", "2", "3"}},
 		{description: "all when every device is unhealthy", env: []string{"NVIDIA_VISIBLE_DEVICES=all"},
 			host: func(h *Host) {

@@ -60,7 +60,7 @@ type Host struct {
 	// MPS are the MPS shares (for a request that names one).
 	MPS MPS
 	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
-	// UnhealthySkip ("" too) or UnhealthyFail. Each device's health is in Driver's GPUs.
+	// config.HealthAllSkip ("" too) or config.HealthAllFail. Each device's health is in Driver's GPUs.
 	UnhealthyAll string
 }
 
@@ -203,7 +203,7 @@ func (p *Plan) JoinLibraries(other edits.Edits) {
 // against the host's driver and p's devices. Each requirement is parsed first: a malformed
 // one fails the create here, before the low-level runtime runs; unknown keys are warnings.
 func (p *Plan) requirementHook(req request.Request, host Host) error {
-	if len(req.Requirements) == 0 || req.DisableRequire {
+	if !req.ChecksRequirements() {
 		return nil
 	}
 	list := make([]requirements.Requirement, len(req.Requirements))
@@ -222,7 +222,7 @@ func (p *Plan) requirementHook(req request.Request, host Host) error {
 // prestartHook adds the prestart check of the request's requirements against the host's
 // driver and p's devices: a MIG device's arch and brand are its parent's.
 func (p *Plan) prestartHook(req request.Request, host Host) {
-	if len(req.Requirements) == 0 || req.DisableRequire {
+	if !req.ChecksRequirements() {
 		return
 	}
 	names := make([]string, len(req.Requirements))

@@ -96,6 +96,10 @@ func (r Request) IsGPU() bool { return r.Mode != NoGPU || r.WantsCDI() }
 // WantsCDI reports whether the container asked for CDI devices (by name or annotation).
 func (r Request) WantsCDI() bool { return len(r.CDIDevices) > 0 || len(r.CDIAnnotations) > 0 }
 
+// ChecksRequirements reports whether the container's NVIDIA_REQUIRE_* are to be checked: it has
+// some and did not set NVIDIA_DISABLE_REQUIRE.
+func (r Request) ChecksRequirements() bool { return len(r.Requirements) > 0 && !r.DisableRequire }
+
 // Env is a container environment with getenv semantics: for a variable listed more
 // than once, the last entry wins (what docker and containerd produce when merging).
 type Env map[string]string

@@ -240,12 +240,6 @@ func MayRequestGPU(rawSpec []byte) bool {
 	return escapesMarkerText(rawSpec)
 }
 
-// RawMayContain is a pre-check like MayRequestGPU for one string: false means no JSON string
-// of rawSpec can decode to text containing s (s of letters, digits, '_', '-', '.', '/').
-func RawMayContain(rawSpec []byte, s string) bool {
-	return bytes.Contains(rawSpec, []byte(s)) || escapesMarkerText(rawSpec)
-}
-
 // escapesMarkerText reports whether rawSpec spells a character that markers are made of with a
 // JSON escape ("\u0041", "\/"), so that a marker can hide from bytes.Contains. Encoders escape
 // only quotes, backslashes, control characters and (Go's) <, > and &: a spec that escapes
