@@ -278,8 +278,6 @@ var errUnknownMIG = fmt.Errorf("%w: MIG", ErrUnknownDevice)
 // the legacy "MIG-GPU-<gpu uuid>/<gi>/<ci>".
 func resolveToken(tok string, gpus []discover.GPU) (Device, error) {
 	switch {
-	case strings.Contains(tok, "/") && strings.Contains(tok, "="):
-		return Device{}, fmt.Errorf("%w: CDI device %q in %s: CDI names are not supported in this variable yet; use an index or UUID", ErrUnsupported, tok, request.EnvVisibleDevices)
 	case hasPrefixFold(tok, "MIG-GPU-") && strings.Contains(tok, "/"):
 		parts := strings.Split(tok[len("MIG-"):], "/")
 		if len(parts) != 3 {

@@ -22,7 +22,6 @@ import (
 // Sentinel errors callers tell apart with errors.Is.
 var (
 	ErrUnknownDevice  = errors.New("unknown device")
-	ErrUnsupported    = errors.New("unsupported device request")
 	ErrMissingNode    = errors.New("missing device node")
 	ErrMissingLibrary = errors.New("missing driver library")
 )

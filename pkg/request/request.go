@@ -146,9 +146,13 @@ func build(env Env, visible string, set bool) (Request, error) {
 		}
 		req.Mode = mode
 		for _, d := range devices {
-			if parser.IsQualifiedName(d) {
+			switch {
+			case parser.IsQualifiedName(d):
 				req.CDIDevices = append(req.CDIDevices, d)
-			} else {
+			case strings.Contains(d, "/") && strings.Contains(d, "="): // meant as a CDI name
+				_, _, _, err := parser.ParseQualifiedName(d)
+				return Request{}, fmt.Errorf("%w: %q in %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, d, EnvVisibleDevices, err)
+			default:
 				req.Devices = append(req.Devices, d)
 			}
 		}

@@ -75,6 +75,8 @@ func TestFromEnvErrors(t *testing.T) {
 			wantErr: `invalid GPU request: NVIDIA_VISIBLE_DEVICES="all,all": "all" cannot be combined with other devices (all, none and void each stand alone)`, is: ErrInvalid},
 		{description: "a huge value is quoted cut", env: []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Repeat("x,", 50000) + "x"},
 			wantErr: `invalid GPU request: device "x" is listed twice in NVIDIA_VISIBLE_DEVICES="` + strings.Repeat("x,", 128) + `"… (100001 bytes)`, is: ErrInvalid},
+		{description: "a malformed CDI name: the CDI parser says why", env: []string{"NVIDIA_VISIBLE_DEVICES=0,nvidia.com/=1"},
+			wantErr: `invalid GPU request: "nvidia.com/=1" in NVIDIA_VISIBLE_DEVICES is not a CDI device name (vendor.com/class=name): unqualified device "nvidia.com/=1", missing vendor`, is: ErrInvalid},
 		{description: "unknown capability", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,gaming"},
 			wantErr: `invalid GPU request: unknown driver capability "gaming" in NVIDIA_DRIVER_CAPABILITIES="compute,gaming": allowed are all, compute, compat32, display, graphics, ngx, utility, video`,
 			is:      capabilities.ErrUnknown},
