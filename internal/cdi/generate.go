@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
@@ -141,11 +140,7 @@ func containerEdits(e edits.Edits, host plan.Host) specsgo.ContainerEdits {
 	}
 	hooks := e.Hooks
 	if len(e.ProcCaps) > 0 {
-		args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
-		for _, c := range e.ProcCaps {
-			args = append(args, "--cap", c)
-		}
-		hooks = append(hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: plan.HookEnv, Timeout: host.HookTimeout})
+		hooks = append(hooks, plan.ProcCapsHook(e.ProcCaps, host))
 	}
 	for _, h := range hooks {
 		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}

@@ -129,18 +129,24 @@ func Build(req request.Request, host Host) (Plan, error) {
 		return Plan{}, errors.Join(errs...)
 	}
 	if len(p.Edits.ProcCaps) > 0 {
-		// The driver's /proc interface: runc refuses mounts under /proc, gpu-hook makes them.
-		args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
-		for _, c := range p.Edits.ProcCaps {
-			args = append(args, "--cap", c)
-		}
-		p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
-			Why: "MIG capabilities of the driver's /proc interface: runc refuses mounts under /proc, the hook shows the container only these"})
+		p.Edits.Hooks = append(p.Edits.Hooks, ProcCapsHook(p.Edits.ProcCaps, host))
 	}
 	if err := p.requirementHook(req, host); err != nil {
 		return Plan{}, err
 	}
 	return p, nil
+}
+
+// ProcCapsHook is the hook that shows a container the driver's /proc interface for the MIG
+// capabilities caps: runc refuses mounts under /proc, gpu-hook makes them (a plan's, and a CDI
+// spec's, for Edits.ProcCaps).
+func ProcCapsHook(caps []string, host Host) edits.Hook {
+	args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
+	for _, c := range caps {
+		args = append(args, "--cap", c)
+	}
+	return edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
+		Why: "MIG capabilities of the driver's /proc interface: runc refuses mounts under /proc, the hook shows the container only these"}
 }
 
 // ForCDI plans what gpu-runtime adds to a container whose GPUs all come from CDI devices,
