@@ -152,24 +152,19 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
 }
 
-// hostFromConfig discovers the host for a CDI spec in this process (NVML directly, no cache).
+// hostFromConfig discovers the host for a CDI spec in this process: NVML directly, bounded
+// by discovery.timeout (the CDI unit runs before the engines start), no cache.
 func hostFromConfig(cfg config.Config) (plan.Host, error) {
-	driver, err := nvmlinfo.Query(cfg.Driver.Root)
-	if err != nil {
-		return plan.Host{}, err
-	}
-	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
-	if err != nil {
-		return plan.Host{}, err
-	}
 	nodes, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
 	if err != nil {
 		return plan.Host{}, err
 	}
-	caps, err := discover.ReadMIGCaps(cfg.Driver.ProcRoot, driver.GPUs)
+	res, err := discover.Discover(discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
+		Timeout: cfg.Discovery.TimeoutDuration(), Query: nvmlinfo.QueryContext}, nodes)
 	if err != nil {
 		return plan.Host{}, err
 	}
+	driver, files, caps := res.Host.Driver, res.Host.Files, res.Host.MIGCaps
 	self, _ := os.Executable()
 	hookPath, err := runtime.HookPath(cfg.Hook.Path, self)
 	if err != nil {

@@ -2,6 +2,7 @@ package ctk
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -193,32 +194,23 @@ func (d *doctor) checkDriver() {
 
 func (d *doctor) checkNVML() {
 	timeout := d.cfg.Discovery.TimeoutDuration()
-	type answer struct {
-		driver discover.Driver
-		err    error
-	}
-	done := make(chan answer, 1)
-	start := time.Now()
-	go func() {
-		drv, err := nvmlinfo.Query(d.cfg.Driver.Root)
-		done <- answer{drv, err}
-	}()
-	var timer <-chan time.Time
+	ctx := context.Background()
 	if timeout > 0 {
-		timer = time.After(timeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	select {
-	case a := <-done:
-		took := time.Since(start).Round(time.Millisecond)
-		if a.err != nil {
-			d.add("NVML", statusFail, a.err.Error(), "install the driver's user-space libraries, or set driver.root to where they are (the GPU operator's: /run/nvidia/driver)")
-			return
-		}
-		d.driver = &a.driver
-		d.add("NVML", statusOK, fmt.Sprintf("%s answered in %s: driver %s, CUDA %s, %d GPU(s)", a.driver.NVMLPath, took, a.driver.Version, a.driver.CUDAVersion, len(a.driver.GPUs)), "")
-	case <-timer:
+	start := time.Now()
+	drv, err := nvmlinfo.QueryContext(ctx, d.cfg.Driver.Root)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),
 			"check nvidia-smi and the kernel log (dmesg) for Xid errors; enable persistence mode (nvidia-smi -pm 1)")
+	case err != nil:
+		d.add("NVML", statusFail, err.Error(), "install the driver's user-space libraries, or set driver.root to where they are (the GPU operator's: /run/nvidia/driver)")
+	default:
+		d.driver = &drv
+		d.add("NVML", statusOK, fmt.Sprintf("%s answered in %s: driver %s, CUDA %s, %d GPU(s)", drv.NVMLPath, time.Since(start).Round(time.Millisecond), drv.Version, drv.CUDAVersion, len(drv.GPUs)), "")
 	}
 }
 

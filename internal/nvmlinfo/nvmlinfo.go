@@ -6,6 +6,7 @@
 package nvmlinfo
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -19,6 +20,27 @@ import (
 
 // DriverRootHint ends every error about an NVML library that cannot be found or loaded.
 const DriverRootHint = "set driver.root in the gpu-runtime config (" + config.DefaultPath + ") to where the NVIDIA driver is installed"
+
+// QueryContext is Query bounded by ctx, as discover.Options.Query wants it: NVML cannot be
+// interrupted, so on a hung driver the query is left behind (the process is short-lived) and
+// ctx's error is returned.
+func QueryContext(ctx context.Context, root string) (discover.Driver, error) {
+	type answer struct {
+		driver discover.Driver
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		d, err := Query(root)
+		done <- answer{d, err}
+	}()
+	select {
+	case a := <-done:
+		return a.driver, a.err
+	case <-ctx.Done():
+		return discover.Driver{}, ctx.Err()
+	}
+}
 
 // Query loads NVML from the driver root and reads the driver and every GPU.
 func Query(root string) (discover.Driver, error) {

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
@@ -306,5 +308,37 @@ func TestDoctorMPS(t *testing.T) {
 	checks, _ = d.doctor(t)
 	if c := checks["MPS"]; c.Status != "ok" || !strings.HasPrefix(c.Detail, "shares running: large (pid ") {
 		t.Errorf("%+v", c)
+	}
+}
+
+// TestNVMLTimeoutInCTK: a hung driver bounds gpu-ctk as it bounds a create — doctor says the
+// NVML check got no answer within discovery.timeout, and cdi generate (run by the boot unit
+// before the engines start) fails with discovery's timeout error instead of hanging.
+func TestNVMLTimeoutInCTK(t *testing.T) {
+	e := newEnv(t, 1)
+	opts := fakehost.Default(1)
+	opts.NVMLInitDelay = 5 * time.Second
+	e.host = privateHost(t, filepath.Join(e.dir, "slow"), opts)
+	e.writeConfig(t, "")
+	replaceInFile(t, e.config, "[discovery]\n", "[discovery]\ntimeout = \"300ms\"\n")
+
+	start := time.Now()
+	out, code := gpuCTK(t, e, "doctor", "--json")
+	var checks []ctk.Check
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	i := slices.IndexFunc(checks, func(c ctk.Check) bool { return c.Check == "NVML" })
+	if want := "no answer within discovery.timeout (300ms): the driver is hung or still initialising"; code == 0 || i < 0 || checks[i].Status != "fail" || checks[i].Detail != want {
+		t.Errorf("doctor: exit %d, NVML check %+v; want fail with %q", code, checks, want)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--output", filepath.Join(t.TempDir(), "nvidia.yaml"))
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	stderr, err := cmd.CombinedOutput()
+	if want := "gpu-ctk: GPU discovery timed out: NVML did not answer within 300ms (setting discovery.timeout)"; err == nil || !strings.HasPrefix(string(stderr), want) {
+		t.Errorf("cdi generate: %v, output lacks %q:\n%s", err, want, stderr)
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("doctor and cdi generate took %s: the timeout did not bound them", took)
 	}
 }
