@@ -242,6 +242,16 @@ func runReload(t *testing.T, path string) any {
 	}
 	wait(set)
 	wait(set)
+	if err := h.LoadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AppendXid(uuid1, 31); err != nil {
+		t.Fatal(err)
+	}
+	wait(set) // the driver is back, but not for this set: the client must initialise NVML again
+	if err := h.UnloadDriver(); err != nil {
+		t.Fatal(err)
+	}
 	step("free: %v", set.Free())
 	step("shutdown: %d", lib.Shutdown()) // a number: go-nvml names returns through the library, unloaded by then
 	step("init while unloaded: %v", lib.Init())
@@ -269,7 +279,7 @@ func TestNVMLDriverReload(t *testing.T) {
 	}
 	want := []string{
 		"init: Success", "register: Success", "wait: Xid 79",
-		"wait: GPU is lost", "wait: GPU is lost", "free: Success", "shutdown: 0",
+		"wait: GPU is lost", "wait: GPU is lost", "wait: GPU is lost", "free: Success", "shutdown: 0",
 		"init while unloaded: Driver Not Loaded",
 		"init: Success", "register: Success", "wait: Xid 48", "shutdown: 0",
 	}

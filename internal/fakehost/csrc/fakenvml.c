@@ -1105,6 +1105,7 @@ struct nvmlEventSet_st {
     struct nvmlEventSet_st *next; /* live sets */
     long offset;                  /* -1 until the first registration */
     unsigned int nregs;
+    int lost; /* the driver went away under it: every later wait fails */
     struct {
         const struct nvmlDevice_st *gpu;
         unsigned long long types;
@@ -1414,16 +1415,21 @@ API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, 
     }
     long long deadline = nowNs() + (long long)timeoutms * 1000000LL;
     for (;;) {
-        if (!driverLoaded()) {
-            return NVML_ERROR_GPU_IS_LOST;
-        }
+        int loaded = driverLoaded();
         pthread_mutex_lock(&eventsLock);
         struct nvmlEventSet_st *s = liveSet(set);
+        if (s != NULL && !loaded) {
+            s->lost = 1; /* the set does not come back with the driver */
+        }
+        int lost = s != NULL && s->lost;
         nvmlEventData_t event;
-        int found = s != NULL && nextEvent(s, &event);
+        int found = s != NULL && !lost && nextEvent(s, &event);
         pthread_mutex_unlock(&eventsLock);
         if (s == NULL) {
             return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if (lost) {
+            return NVML_ERROR_GPU_IS_LOST;
         }
         if (found) {
             *data = event;
