@@ -250,7 +250,6 @@ func nvidiaSMI(opts *Options) string {
 		"cat <<'" + heredoc + "'\n" + table.String() + heredoc + "\n"
 }
 
-// simpleBinary generates a script that prints one line naming itself and the driver version.
 // mpsControlScript is the fake nvidia-cuda-mps-control. Like the real one it takes its pipe
 // and log directories from CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY (defaults
 // /tmp/nvidia-mps, /var/log/nvidia-mps), runs as the control daemon with -f (foreground) or
@@ -297,6 +296,7 @@ fi
 cat >"$pipe/control"
 `
 
+// simpleBinary generates a script that prints one line naming itself and the driver version.
 func simpleBinary(name, driverVersion string) string {
 	return "#!/bin/sh\n" +
 		"# " + name + " of a fake GPU host built by gpu-runtime's internal/fakehost.\n" +

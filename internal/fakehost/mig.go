@@ -208,7 +208,7 @@ func profileName(c, g int, gb uint64, me bool) string {
 	return fmt.Sprintf("%dc.%dg.%dgb%s", c, g, gb, suffix)
 }
 
-// name returns the profile name of a GPU instance profile with c compute slices.
+// profileName returns the profile name of a GPU instance profile with c compute slices.
 func (p *migProduct) profileName(gp *giProfile, c int) string {
 	gb := migMemorySizeGB(uint64(p.totalMiB)<<20, uint64(p.memMiBFor(gp.memSlices)))
 	return profileName(c, gp.slices, gb, gp.me)

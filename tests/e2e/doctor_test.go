@@ -51,15 +51,6 @@ func newDoctorEnv(t *testing.T, opts fakehost.Options) *doctorEnv {
 	return d
 }
 
-func (d *doctorEnv) ctk(t *testing.T, wantCode int, args ...string) string {
-	t.Helper()
-	out, code := gpuCTK(t, d.env, args...)
-	if code != wantCode {
-		t.Fatalf("gpu-ctk %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
-	}
-	return out
-}
-
 // doctor runs gpu-ctk doctor --json and its text form, which must agree.
 func (d *doctorEnv) doctor(t *testing.T) (map[string]ctk.Check, int) {
 	t.Helper()

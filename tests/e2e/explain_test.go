@@ -70,6 +70,17 @@ func gpuCTK(t *testing.T, e *env, args ...string) (string, int) {
 	return stdout.String(), code
 }
 
+// ctk runs gpu-ctk with e's config and returns its stdout; another exit code than wantCode
+// fails the test.
+func (e *env) ctk(t *testing.T, wantCode int, args ...string) string {
+	t.Helper()
+	out, code := gpuCTK(t, e, args...)
+	if code != wantCode {
+		t.Fatalf("gpu-ctk %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
+	}
+	return out
+}
+
 // added returns the elements of after (as keys) that before lacks, sorted.
 func added[T any](before, after []T, key func(T) string) []string {
 	have := map[string]int{}

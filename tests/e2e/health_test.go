@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -41,15 +39,6 @@ func (h *healthEnv) health(t *testing.T, extra string) {
 	h.writeConfig(t, fmt.Sprintf("[health]\nfile = %q\n%s", h.file, extra))
 }
 
-func (h *healthEnv) ctk(t *testing.T, wantCode int, args ...string) string {
-	t.Helper()
-	out, code := gpuCTK(t, h.env, args...)
-	if code != wantCode {
-		t.Fatalf("gpu-ctk %s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, out)
-	}
-	return out
-}
-
 // nodeProbe lists the container's GPU and MIG capability nodes.
 const nodeProbe = `for f in /dev/nvidia[0-9]* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $f"; done; echo probe-done`
 
@@ -67,29 +56,17 @@ func (h *healthEnv) create(t *testing.T, env ...string) (r result, nodes []strin
 		}
 	}
 	sort.Strings(nodes)
-	fh, err := os.Open(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var line struct{ Level, Msg string }
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue
-		}
-		switch line.Level {
+	for _, l := range jsonLines(t, logPath) {
+		msg, _ := l["msg"].(string)
+		switch l["level"] {
 		case "warning":
-			warnings = append(warnings, line.Msg)
+			warnings = append(warnings, msg)
 		case "error":
-			lastErr = line.Msg
+			lastErr = msg
 		}
 	}
 	if r.code != 0 {
-		if after, _ := os.ReadFile(filepath.Join(b, "config.json")); !bytes.Equal(before, after) {
-			t.Error("a refused create changed config.json")
-		}
+		wantSpecUnchanged(t, b, before)
 		if strings.Contains(r.stdout, "probe-done") {
 			t.Error("a refused container ran")
 		}

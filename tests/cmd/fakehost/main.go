@@ -3,7 +3,7 @@
 //
 //	eval "$(fakehost --dir /tmp/gpuhost --gpus 2 --mig '0=3g.40gb,2g.20gb,1g.10gb')"
 //	ls "$DEV_ROOT/dev" "$DRIVER_ROOT/usr/bin" "$PROC_ROOT/proc/driver/nvidia"
-//	echo "$GPU_UUID_1 xid 79" >>"$NVML_EVENTS"
+//	echo "${GPU_UUIDS%%,*} xid 79" >>"$NVML_EVENTS"
 //
 // It needs root, gcc and ldconfig.
 package main
