@@ -3,7 +3,6 @@ package ctk
 import (
 	"bufio"
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/hook"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
@@ -384,24 +384,10 @@ func (d *doctor) checkHook() {
 		d.add("hook", statusFail, err.Error(), "install gpu-hook next to gpu-runtime, or set hook.path")
 		return
 	}
-	ld := d.cfg.Hook.LDConfig
-	f, err := elf.Open(ld)
-	if err != nil && !strings.HasSuffix(ld, ".real") {
-		// Ubuntu's /sbin/ldconfig is a shell script in front of ldconfig.real.
-		if g, gerr := elf.Open(ld + ".real"); gerr == nil {
-			f, err, ld = g, nil, ld+".real"
-		}
-	}
+	ld, err := hook.StaticLDConfig(d.cfg.Hook.LDConfig) // what the hook runs where it needs ldconfig
 	if err != nil {
-		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s: %v", hookPath, d.cfg.Hook.LDConfig, err), "install the C library's ldconfig (glibc), or set hook.ldconfig")
+		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; %v", hookPath, err), "set hook.ldconfig to a static ldconfig (glibc's is)")
 		return
-	}
-	defer func() { _ = f.Close() }()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; ldconfig %s is dynamically linked: it cannot run confined to a container root", hookPath, ld), "set hook.ldconfig to a static ldconfig (glibc's is)")
-			return
-		}
 	}
 	d.add("hook", statusOK, fmt.Sprintf("gpu-hook %s; ldconfig %s (static)", hookPath, ld), "")
 }

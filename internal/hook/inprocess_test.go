@@ -219,7 +219,7 @@ func TestLDCacheEquivalence(t *testing.T) {
 // which has no such applet.
 func failingLDConfig(t *testing.T) string {
 	t.Helper()
-	if _, err := staticLDConfig("/bin/busybox"); err != nil {
+	if _, err := StaticLDConfig("/bin/busybox"); err != nil {
 		t.Skipf("SKIP: a static busybox is needed to stand in for ldconfig (apt-get install busybox-static): %v", err)
 	}
 	if _, err := RunLDConfig(t.TempDir(), "/bin/busybox", nil, DefaultDeadline); err == nil {

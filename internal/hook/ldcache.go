@@ -202,7 +202,7 @@ func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
 	// not run is refused all the same, on every container, not on the first image that
 	// needs it.
-	if _, err := staticLDConfig(opts.LDConfig); err != nil {
+	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {

@@ -202,7 +202,7 @@ func mountProc(root string) error {
 // the host, trusted), or of p.real when p is a wrapper script and p.real is static (Ubuntu's
 // /sbin/ldconfig is a script around /sbin/ldconfig.real).
 func sealedExecutable(p string) (*os.File, error) {
-	p, err := staticLDConfig(p)
+	p, err := StaticLDConfig(p)
 	if err != nil {
 		return nil, err
 	}
@@ -214,9 +214,9 @@ func sealedExecutable(p string) (*os.File, error) {
 	return sealedMemfd(filepath.Base(p), f)
 }
 
-// staticLDConfig returns the static executable to run for the configured ldconfig p: p, or
+// StaticLDConfig returns the static executable to run for the configured ldconfig p: p, or
 // p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
-func staticLDConfig(p string) (string, error) {
+func StaticLDConfig(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
 	}

@@ -223,6 +223,17 @@ func TestDoctor(t *testing.T) {
 				return []verdict{{"CDI", "fail", filepath.Join(d.cdiDir, "nvidia.yaml") + ": names host files that no longer exist (a driver upgrade?): " + filepath.Join(d.host.DriverRoot, "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"),
 					"regenerate it: gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"}}
 			}},
+		{description: "a dynamic ldconfig with a static ldconfig.real beside it: the hook runs .real", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) { useLDConfig(t, d, "/bin/true", "/sbin/ldconfig") },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"hook", "ok", "; ldconfig " + filepath.Join(d.dir, "ld", "ldconfig.real") + " (static)", ""}}
+			}},
+		{description: "a dynamic ldconfig", code: 1,
+			breakIt: func(t *testing.T, d *doctorEnv) { useLDConfig(t, d, "/bin/true", "") },
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"hook", "fail", "; hook.ldconfig " + filepath.Join(d.dir, "ld", "ldconfig") + " is dynamically linked: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig",
+					"set hook.ldconfig to a static ldconfig (glibc's is)"}}
+			}},
 		{description: "no CDI spec", code: 0,
 			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.cdiDir, "nvidia.yaml")) },
 			want: func(d *doctorEnv) []verdict {
@@ -257,6 +268,25 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("exit %d, %+v", code, c)
 		}
 	})
+}
+
+// useLDConfig makes d's hook.ldconfig a copy of bin, with a copy of real beside it as
+// ldconfig.real unless real is "".
+func useLDConfig(t *testing.T, d *doctorEnv, bin, real string) {
+	t.Helper()
+	dir := filepath.Join(d.dir, "ld")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{bin: "ldconfig", real: "ldconfig.real"} {
+		if src == "" {
+			continue
+		}
+		if out, err := exec.Command("cp", src, filepath.Join(dir, dst)).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v: %s", src, err, out)
+		}
+	}
+	replaceInFile(t, d.config, "[hook]\n", "[hook]\nldconfig = \""+filepath.Join(dir, "ldconfig")+"\"\n")
 }
 
 func mustRemove(t *testing.T, p string) {
