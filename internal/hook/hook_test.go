@@ -168,7 +168,7 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 		opts        LDCacheOptions
 		wantErr     string
 	}{
-		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `run ldconfig: path "ldconfig" is not absolute`},
+		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `update the container's loader cache: ldconfig path "ldconfig" is not absolute`},
 		{"relative library", LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"lib/x.so.1"}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
 		// Refused before anything is done, though the common case runs no ldconfig.
 		{"dynamic ldconfig", LDCacheOptions{LDConfig: "/bin/true"},

@@ -102,11 +102,16 @@ func listing(t *testing.T, root string) []testimage.CacheLine {
 // in-process, and still does when it cannot: ldconfig over the image, sandboxed.
 func updateWithLDConfig(t *testing.T, root string, opts LDCacheOptions) {
 	t.Helper()
-	dirs, _, err := PrepareLDCache(root, opts)
+	w, err := newCacheWriter(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RunLDConfig(root, opts.LDConfig, dirs, DefaultDeadline); err != nil {
+	defer w.close()
+	p, _, err := w.prepare(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunLDConfig(root, opts.LDConfig, p.dirs, DefaultDeadline); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -180,25 +179,9 @@ type ldPlan struct {
 	compat bool
 }
 
-// PrepareLDCache does all of UpdateLDCache but the cache update: it returns the library
-// directories that ldconfig is given, the compat directory first when its libcuda is
-// preferred.
-func PrepareLDCache(root string, opts LDCacheOptions) (dirs, warnings []string, err error) {
-	w, err := newCacheWriter(root)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer w.close()
-	p, warnings, err := w.prepare(opts)
-	return p.dirs, warnings, err
-}
-
 func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 	var p ldPlan
 	root := w.rootPath
-	if !filepath.IsAbs(opts.LDConfig) {
-		return p, nil, fmt.Errorf("run ldconfig: path %q is not absolute", opts.LDConfig)
-	}
 	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
 	// not run is refused all the same, on every container, not on the first image that
 	// needs it.
