@@ -1,7 +1,8 @@
 // Package atomicfile replaces files atomically: readers see the old content or the new,
 // never a mix, and a writer killed at any point leaves the old file in place. It is the one
 // writer of every file gpu-runtime and gpu-ctk change on the host (a bundle's config.json,
-// the discovery cache, engine configuration files, generated CDI specs).
+// the discovery cache, engine configuration files, generated CDI specs: Write) and of the
+// files gpu-runtime and gpu-hook write into a container root (its loader cache: WriteAt).
 package atomicfile
 
 import (
@@ -180,4 +181,33 @@ func RemoveStale(dir, base string) {
 func alive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// WriteAt replaces name in the directory dir — a handle resolved inside a container root,
+// O_PATH will do — with data, as ldconfig replaces its cache: a temporary file name~ created
+// new beside it (never through a link the image planted), written, given perm, synced, then
+// renamed over name (which replaces a link there, never follows it). Unlike Write it keeps no
+// owner and does not sync the directory: a container's root lives as long as the container,
+// and the create path pays for every sync.
+func WriteAt(dir *os.File, name string, data []byte, perm fs.FileMode) error {
+	tmp := name + "~"
+	dfd := int(dir.Fd())
+	_ = unix.Unlinkat(dfd, tmp, 0)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(data)
+	cerr := f.Chmod(perm)
+	serr := f.Sync()
+	if err := errors.Join(werr, cerr, serr, f.Close()); err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return err
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return fmt.Errorf("rename %s to %s: %w", tmp, name, err)
+	}
+	return nil
 }

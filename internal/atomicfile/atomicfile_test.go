@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func read(t *testing.T, p string) string {
@@ -199,5 +201,37 @@ func TestWriteFailureCleansUp(t *testing.T) {
 	if err := Write(missing, []byte("x"), 0o644, Options{}); err == nil ||
 		!strings.HasPrefix(err.Error(), "create temporary file for "+missing+": ") {
 		t.Errorf("missing dir: error = %v", err)
+	}
+}
+
+// TestWriteAt: a link the image planted at the name or at the temporary name is replaced or
+// removed, never followed; the new file has the mode asked for.
+func TestWriteAt(t *testing.T) {
+	dir, victim := t.TempDir(), t.TempDir()
+	for _, n := range []string{"ld.so.cache", "ld.so.cache~"} {
+		if err := os.Symlink(filepath.Join(victim, n), filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := WriteAt(h, "ld.so.cache", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "ld.so.cache"))
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("ld.so.cache: %v, %v; want a regular file of mode 0644", fi, err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "ld.so.cache")); string(data) != "new" {
+		t.Errorf("content %q", data)
+	}
+	if entries, _ := os.ReadDir(victim); len(entries) != 0 {
+		t.Errorf("written through a link: %v", entries)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "ld.so.cache~")); err == nil {
+		t.Error("the temporary name is left")
 	}
 }

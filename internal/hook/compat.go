@@ -13,6 +13,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
@@ -155,7 +156,7 @@ func preferCompat(root string) error {
 	}
 	defer confDir.Close()
 	content := "# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n"
-	if err := writeFileAt(confDir, path.Base(CompatConf), []byte(content), 0o644); err != nil {
+	if err := atomicfile.WriteAt(confDir, path.Base(CompatConf), []byte(content), 0o644); err != nil {
 		return fmt.Errorf("write %s in container root: %w", CompatConf, err)
 	}
 	return nil

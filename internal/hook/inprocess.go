@@ -14,6 +14,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 )
@@ -121,7 +122,7 @@ func (w *cacheWriter) write(p ldPlan) (method, reason string) {
 	if err != nil {
 		return MethodLDConfig, fmt.Sprintf("open /etc: %v", err)
 	}
-	if err := writeFileAt(etc, "ld.so.cache", data, 0o644); err != nil {
+	if err := atomicfile.WriteAt(etc, "ld.so.cache", data, 0o644); err != nil {
 		return MethodLDConfig, fmt.Sprintf("write /etc/ld.so.cache: %v", err)
 	}
 	return MethodInProcess, ""
@@ -651,32 +652,6 @@ func (w *cacheWriter) makeLinks(entries []ldEntry) error {
 		if err != nil {
 			return fmt.Errorf("create link %s -> %s: %w", e.lib.Path, e.link, err)
 		}
-	}
-	return nil
-}
-
-// writeFileAt replaces name in the directory dir (an O_PATH handle resolved in the root) with
-// data, as ldconfig replaces the cache: a temporary file name~ created new (never through a
-// link), written, given mode, synced, then renamed over name.
-func writeFileAt(dir *os.File, name string, data []byte, mode uint32) error {
-	tmp := name + "~"
-	dfd := int(dir.Fd())
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.Write(data)
-	cerr := f.Chmod(os.FileMode(mode))
-	serr := f.Sync()
-	if err := errors.Join(werr, cerr, serr, f.Close()); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return err
-	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("rename %s to %s: %w", tmp, name, err)
 	}
 	return nil
 }
