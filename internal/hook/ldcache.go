@@ -188,8 +188,8 @@ func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
-	if err := securejoin.MkdirAll(root, "/etc", 0o755); err != nil {
-		return p, nil, fmt.Errorf("create /etc in container root %s: %w", root, err)
+	if err := w.mkdir("/etc"); err != nil { // kept open: the cache is written there
+		return p, nil, err
 	}
 	seen := map[string]bool{}
 	for _, lib := range opts.Libraries {
