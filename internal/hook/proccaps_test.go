@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -81,6 +82,38 @@ func TestProcCaps(t *testing.T) {
 	for _, bad := range []string{"../../etc/passwd", "gpu0/mig/gi1/../../x", "/abs"} {
 		if err := ProcCaps(root, host, []string{bad}); err == nil || !strings.Contains(err.Error(), "is not a MIG capability") {
 			t.Errorf("%q: error = %v", bad, err)
+		}
+	}
+}
+
+// TestProcCapsErrors: what proc-caps says where the container's /proc is not there or not
+// procfs, and of a capability name it does not know (no mount is attempted in any of them).
+func TestProcCapsErrors(t *testing.T) {
+	noProc := t.TempDir()
+	notProc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(notProc, CapabilitiesDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(notProc, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		description, root string
+		caps              []string
+		wantPrefix        string
+		wantSuffix        string
+	}{
+		{"no /proc in the root", noProc, []string{"mig/config"}, "open /proc/driver/nvidia/capabilities in container root: ", " (is /proc mounted in the container?)"},
+		{"not procfs", notProc, []string{"mig/config"}, fmt.Sprintf("/proc/driver/nvidia/capabilities in container root is not procfs (statfs type %#x)", st.Type), ""},
+		{"an unknown capability", noProc, []string{"gpu0/mig/gi1/../../../x"}, `proc-caps: "gpu0/mig/gi1/../../../x" is not a MIG capability`, ""},
+	} {
+		if tc.root == notProc && (st.Type == procSuperMagic || st.Type == tmpfsMagic) {
+			continue // TMPDIR on tmpfs: covered as an earlier call's mount
+		}
+		err := ProcCaps(tc.root, "/", tc.caps)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.wantPrefix) || !strings.HasSuffix(err.Error(), tc.wantSuffix) {
+			t.Errorf("%s: error %v, want %q … %q", tc.description, err, tc.wantPrefix, tc.wantSuffix)
 		}
 	}
 }
