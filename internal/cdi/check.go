@@ -8,6 +8,7 @@ import (
 
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
@@ -72,11 +73,8 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 			}
 		}
 		sort.Strings(missing)
-		if len(missing) > 3 {
-			missing = append(missing[:3:3], fmt.Sprintf("and %d more", len(missing)-3))
-		}
 		if len(missing) > 0 {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, strings.Join(missing, ", ")))
+			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(missing, 3)))
 		}
 	}
 	return out

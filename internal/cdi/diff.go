@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -81,12 +82,7 @@ func editsDiff(what string, got, want specsgo.ContainerEdits) []string {
 			continue
 		}
 		sort.Strings(list.items)
-		shown := list.items
-		more := ""
-		if len(shown) > 5 {
-			shown, more = shown[:5], fmt.Sprintf(" and %d more", len(list.items)-5)
-		}
-		out = append(out, fmt.Sprintf("%s: %s%s %s", what, strings.Join(shown, ", "), more, list.verb))
+		out = append(out, fmt.Sprintf("%s: %s %s", what, quote.Join(list.items, 5), list.verb))
 	}
 	return out
 }

@@ -97,11 +97,7 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 func (r *Resolver) unresolvable(names []string) error {
 	offer := "offer no devices"
 	if all := r.Devices(); len(all) > 0 {
-		shown := all
-		if len(shown) > 20 {
-			shown = append(shown[:20:20], fmt.Sprintf("and %d more", len(all)-20))
-		}
-		offer = "offer " + strings.Join(shown, ", ")
+		offer = "offer " + quote.Join(all, 20)
 	}
 	msg := fmt.Sprintf("%s: the CDI specs in %s %s; generate a spec for this host with gpu-ctk cdi generate --output /etc/cdi/nvidia.yaml",
 		quote.List(names), strings.Join(r.dirs, ", "), offer)

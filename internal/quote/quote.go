@@ -30,13 +30,18 @@ func Var(name, value string) string { return name + "=" + Value(value) }
 // "a", "b", "c", "d", "e" and 99995 more.
 func List(items []string) string {
 	shown := items[:min(len(items), MaxItems)]
-	q := make([]string, len(shown))
+	q := make([]string, len(shown), len(shown)+1)
 	for i, it := range shown {
 		q[i] = Value(it)
 	}
-	out := strings.Join(q, ", ")
-	if len(items) > MaxItems {
-		out += fmt.Sprintf(" and %d more", len(items)-MaxItems)
+	return Join(append(q, items[len(shown):]...), MaxItems)
+}
+
+// Join joins the first max items as they are, comma-separated, and says how many more there
+// are: a, b, c and 7 more.
+func Join(items []string, max int) string {
+	if len(items) <= max {
+		return strings.Join(items, ", ")
 	}
-	return out
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:max], ", "), len(items)-max)
 }

@@ -33,3 +33,19 @@ func TestList(t *testing.T) {
 		}
 	}
 }
+
+func TestJoin(t *testing.T) {
+	for _, tc := range []struct {
+		items []string
+		max   int
+		want  string
+	}{
+		{nil, 3, ""},
+		{[]string{"a", "b", "c"}, 3, "a, b, c"},
+		{[]string{"a", "b", "c", "d", "e"}, 3, "a, b, c and 2 more"},
+	} {
+		if got := Join(tc.items, tc.max); got != tc.want {
+			t.Errorf("Join(%q, %d) = %q, want %q", tc.items, tc.max, got, tc.want)
+		}
+	}
+}
