@@ -134,12 +134,9 @@ func unsupported(err error) error {
 	return nil
 }
 
-// fail reports err the way runc does (its log, and stderr when the log is a file) and exits 1.
+// fail reports err the way runc does (runlog.Logger.Report) and exits 1.
 func fail(log *runlog.Logger, id string, err error) {
-	withContainer(log, id).Error("gpu-runtime: " + err.Error())
-	if log.ToFile() {
-		fmt.Fprintln(os.Stderr, "gpu-runtime: "+err.Error())
-	}
+	log.Report(id, err)
 	log.Close()
 	os.Exit(1)
 }

@@ -234,10 +234,7 @@ func cdiInject(args []string, stderr io.Writer) error {
 		}
 	}
 	if err != nil {
-		log.Error("gpu-runtime: " + err.Error())
-		if log.ToFile() {
-			fmt.Fprintln(stderr, "gpu-runtime: "+err.Error())
-		}
+		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own
 		return ErrReported
 	}
 	return nil

@@ -25,8 +25,9 @@ type Options struct {
 // Logger is a configured logger and what it opened.
 type Logger struct {
 	*logrus.Logger
-	files []*lazyFile
-	runc  *lazyFile // runc's --log; nil without one
+	files  []*lazyFile
+	runc   *lazyFile // runc's --log; nil without one
+	stderr io.Writer
 }
 
 // ToFile reports whether lines go to runc's log file rather than stderr (a file that could
@@ -35,12 +36,26 @@ func (l *Logger) ToFile() bool {
 	return l.runc != nil && (!l.runc.tried || l.runc.f != nil)
 }
 
+// Report reports a failed command the way runc does: an error line "gpu-runtime: <err>" in
+// the log (with container_id when the command names a container), and on stderr too when
+// the log is a file, where engines show it.
+func (l *Logger) Report(containerID string, err error) {
+	var line logrus.FieldLogger = l
+	if containerID != "" {
+		line = l.WithField("container_id", containerID)
+	}
+	line.Error("gpu-runtime: " + err.Error())
+	if l.ToFile() && l.stderr != nil {
+		fmt.Fprintln(l.stderr, "gpu-runtime: "+err.Error())
+	}
+}
+
 // New sets up the log destinations. Files are opened at the first line written to them:
 // most calls (start, delete, state) log nothing and open nothing. A file that cannot be
 // opened is reported on stderr and its lines go to stderr: logging must never stop a
 // container, nor lose the line.
 func New(opts Options) *Logger {
-	l := &Logger{Logger: logrus.New()}
+	l := &Logger{Logger: logrus.New(), stderr: opts.Stderr}
 	l.SetLevel(opts.Level)
 	if opts.Format == "json" {
 		l.SetFormatter(&logrus.JSONFormatter{})

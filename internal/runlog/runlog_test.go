@@ -162,3 +162,31 @@ func TestUnopenableFilesNeverDoubleLines(t *testing.T) {
 		})
 	}
 }
+
+// TestReport: a failure goes to the log with container_id, and to stderr as well when the log
+// is a file (where engines show it); without a file it is written once, to stderr.
+func TestReport(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	var stderr bytes.Buffer
+	l := New(Options{RuncLog: logPath, Format: "json", Level: logrus.InfoLevel, Stderr: &stderr})
+	l.Report("c1", errors.New("no GPU 5"))
+	l.Close()
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(data, &line); err != nil || line["level"] != "error" || line["msg"] != "gpu-runtime: no GPU 5" || line["container_id"] != "c1" {
+		t.Errorf("log line %s (%v)", data, err)
+	}
+	if stderr.String() != "gpu-runtime: no GPU 5\n" {
+		t.Errorf("stderr %q", stderr.String())
+	}
+
+	stderr.Reset()
+	l = New(Options{Level: logrus.InfoLevel, Stderr: &stderr})
+	l.Report("", errors.New("no GPU 5"))
+	if got := stderr.String(); strings.Count(got, "gpu-runtime: no GPU 5") != 1 || strings.Contains(got, "container_id") {
+		t.Errorf("stderr %q: want the line once, without container_id", got)
+	}
+}
