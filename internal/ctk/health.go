@@ -118,11 +118,7 @@ func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file str
 		}
 	}
 	for _, x := range drv.Excluded {
-		where := ""
-		if bus, ok := discover.ProcBusID(x.BusID); ok {
-			where = " at " + bus
-		}
-		add("", x.UUID, "GPU", &discover.Health{Signal: discover.HealthExcluded, Reason: "excluded by the driver (NVreg_ExcludedGpus)" + where + ": NVML and CUDA do not see it"})
+		add("", x.UUID, "GPU", &discover.Health{Signal: discover.HealthExcluded, Reason: x.Reason()})
 	}
 	for _, r := range records {
 		if known[strings.ToUpper(r.UUID)] {

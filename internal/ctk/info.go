@@ -97,7 +97,7 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 func writeHealthSummary(w io.Writer, d discover.Driver) error {
 	sick := healthSummary(d)
 	for _, x := range d.Excluded {
-		sick = append(sick, "GPU "+x.UUID+": excluded by the driver (NVreg_ExcludedGpus): NVML and CUDA do not see it")
+		sick = append(sick, "GPU "+x.UUID+": "+x.Reason())
 	}
 	text := "\nHealth: every device healthy (gpu-ctk health)\n"
 	if len(sick) > 0 {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -82,5 +83,32 @@ func TestInfoErrors(t *testing.T) {
 				t.Fatalf("error = %v, want prefix %q (usage %v)", err, tc.wantPrefix, tc.usage)
 			}
 		})
+	}
+}
+
+// TestHealthSummary: gpu-ctk info's last lines name each device kept from containers — a
+// GPU with a recorded failure, and a GPU the driver excludes, with its bus.
+func TestHealthSummary(t *testing.T) {
+	since := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	drv := discover.Driver{
+		GPUs: []discover.GPU{
+			{Index: 0, UUID: "GPU-aaaa"},
+			{Index: 1, UUID: "GPU-bbbb", Health: &discover.Health{Signal: discover.HealthRecorded, Reason: "Xid 79: GPU has fallen off the bus", Xid: 79, Since: since, Source: "/run/gpu-runtime/health.csv"}},
+		},
+		Excluded: []discover.ExcludedGPU{{UUID: "GPU-eeee", BusID: "00000000:0E:00.0"}},
+	}
+	var b strings.Builder
+	if err := writeHealthSummary(&b, drv); err != nil {
+		t.Fatal(err)
+	}
+	want := "\nUnhealthy (given to no container; gpu-ctk health):\n" +
+		"  GPU 1 (GPU-bbbb): Xid 79: GPU has fallen off the bus since 2026-11-24T10:00:00Z (recorded in /run/gpu-runtime/health.csv)\n" +
+		"  GPU GPU-eeee: excluded by the driver (NVreg_ExcludedGpus) at 0000:0e:00.0: NVML and CUDA do not see it\n"
+	if b.String() != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := writeHealthSummary(&b, discover.Driver{GPUs: drv.GPUs[:1]}); err != nil || b.String() != "\nHealth: every device healthy (gpu-ctk health)\n" {
+		t.Errorf("healthy: %q, %v", b.String(), err)
 	}
 }

@@ -78,6 +78,20 @@ type ExcludedGPU struct {
 	BusID string `json:"bus_id"`
 }
 
+// Where is " at <bus>", the GPU's bus as the driver's /proc names it, or "" when the bus id
+// does not parse.
+func (x ExcludedGPU) Where() string {
+	if bus, ok := ProcBusID(x.BusID); ok {
+		return " at " + bus
+	}
+	return ""
+}
+
+// Reason says why gpu-runtime gives x to no container.
+func (x ExcludedGPU) Reason() string {
+	return "excluded by the driver (NVreg_ExcludedGpus)" + x.Where() + ": NVML and CUDA do not see it"
+}
+
 // The driver's per-GPU /proc directory, relative to the proc root.
 const ProcGPUs = "proc/driver/nvidia/gpus"
 

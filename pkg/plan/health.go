@@ -64,12 +64,8 @@ func requestedIn(req request.Request) string {
 func excludedToken(tok string, drv discover.Driver) error {
 	for _, x := range drv.Excluded {
 		if strings.EqualFold(x.UUID, tok) {
-			where := ""
-			if bus, ok := discover.ProcBusID(x.BusID); ok {
-				where = " at " + bus
-			}
 			return fmt.Errorf("%w: %q in %s names GPU %s%s, which the driver excludes (NVreg_ExcludedGpus): NVML and CUDA do not see it; ask for another device, or remove it from NVreg_ExcludedGpus and reload the driver",
-				ErrUnhealthy, tok, request.EnvVisibleDevices, x.UUID, where)
+				ErrUnhealthy, tok, request.EnvVisibleDevices, x.UUID, x.Where())
 		}
 	}
 	return nil
