@@ -26,27 +26,6 @@ func Keys() []string {
 	return out
 }
 
-// keyType returns the Go type of key's field (a string, bool, or slice of strings or ints).
-func keyType(key string) (reflect.Type, bool) {
-	sectionName, name, ok := strings.Cut(key, ".")
-	if !ok {
-		return nil, false
-	}
-	t := reflect.TypeFor[Config]()
-	for i := range t.NumField() {
-		section := t.Field(i)
-		if section.Tag.Get("toml") != sectionName {
-			continue
-		}
-		for j := range section.Type.NumField() {
-			if f := section.Type.Field(j); f.Tag.Get("toml") == name && f.Type.Kind() != reflect.Map {
-				return f.Type, true
-			}
-		}
-	}
-	return nil, false
-}
-
 // Set returns data, a configuration file named name, with key ("section.name") set to value,
 // everything else — comments, order, blank lines — as it was: the key's line is rewritten
 // where it is, or added at the end of its section (and the section at the end of the file
@@ -54,11 +33,11 @@ func keyType(key string) (reflect.Type, bool) {
 // comma-separated items or a TOML array. The result must pass Parse: a bad key or value is
 // an error naming it, and nothing is returned.
 func Set(data []byte, name, key, value string) ([]byte, error) {
-	typ, ok := keyType(key)
-	if !ok {
+	kind, ok := schema()[key]
+	if !ok || kind == kindTable || strings.Count(key, ".") != 1 { // tables and shares' keys: edited in the file
 		return nil, invalid(nil, "unknown key %q: the keys are %s", key, strings.Join(Keys(), ", "))
 	}
-	literal, err := tomlValue(typ, value)
+	literal, err := tomlValue(kind, value)
 	if err != nil {
 		return nil, invalid(nil, "%s: %v", key, err)
 	}
@@ -71,14 +50,14 @@ func Set(data []byte, name, key, value string) ([]byte, error) {
 }
 
 // tomlValue writes a user's value as a TOML literal of the key's kind.
-func tomlValue(typ reflect.Type, value string) (string, error) {
-	switch typ.Kind() {
-	case reflect.Bool:
+func tomlValue(kind valueKind, value string) (string, error) {
+	switch kind {
+	case kindBool:
 		if value != "true" && value != "false" {
 			return "", fmt.Errorf("%q is not true or false", value)
 		}
 		return value, nil
-	case reflect.Slice:
+	case kindStrings, kindInts:
 		v := strings.TrimSpace(value)
 		if strings.HasPrefix(v, "[") {
 			return v, nil // a TOML array: Parse checks it
@@ -88,7 +67,7 @@ func tomlValue(typ reflect.Type, value string) (string, error) {
 			item = strings.TrimSpace(item)
 			switch {
 			case item == "":
-			case typ.Elem().Kind() == reflect.Int:
+			case kind == kindInts:
 				if _, err := strconv.Atoi(item); err != nil {
 					return "", fmt.Errorf("%q is not an integer", item)
 				}

@@ -34,6 +34,8 @@ func TestSet(t *testing.T) {
 		{description: "a list of integers with a word", data: "", key: "health.ignore-xids", value: "13,thirty", wantErr: `health.ignore-xids: "thirty" is not an integer`},
 		{description: "an unknown key", data: "", key: "driver.rooot", value: "/", wantErr: `unknown key "driver.rooot": the keys are runtime.runtimes, `},
 		{description: "a bad boolean", data: "", key: "discovery.cache", value: "yes", wantErr: `discovery.cache: "yes" is not true or false`},
+		{description: "a table is not a key", data: "", key: "mps.shares", value: "x", wantErr: `unknown key "mps.shares": the keys are runtime.runtimes, `},
+		{description: "a share's key is edited in the file", data: "", key: "mps.shares.a.uid", value: "1", wantErr: `unknown key "mps.shares.a.uid": the keys are runtime.runtimes, `},
 		{description: "a bad value is refused by validation", data: "", key: "driver.root", value: "relative/path", wantErr: `driver.root = "relative/path": config f.toml: invalid driver.root "relative/path": want an absolute path`},
 		{description: "a bad duration", data: "", key: "hook.timeout", value: "soon", wantErr: `hook.timeout = "soon": config f.toml: invalid hook.timeout "soon"`},
 	}
