@@ -57,18 +57,9 @@ const watchedEvents = uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoub
 // errors and double-bit ECC errors (MIG devices take no registrations: their events come on
 // their GPU). An error means NVML or the driver is not there, or no GPU can report events.
 func OpenEvents(root string) (*Events, error) {
-	libPath, err := discover.FindNVML(root)
+	lib, probe, _, err := load(root)
 	if err != nil {
 		return nil, err
-	}
-	probe := dl.New(libPath, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
-	if err := probe.Open(); err != nil {
-		return nil, fmt.Errorf("%w: load %s: %w", discover.ErrNVMLNotFound, libPath, err)
-	}
-	lib := nvml.New(nvml.WithLibraryPath(libPath))
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		_ = probe.Close()
-		return nil, fmt.Errorf("%w: initialize NVML from %s: %s", discover.ErrNVML, libPath, lib.ErrorString(ret))
 	}
 	e := &Events{lib: lib, probe: probe}
 	fail := func(err error) (*Events, error) {

@@ -42,24 +42,33 @@ func QueryContext(ctx context.Context, root string) (discover.Driver, error) {
 	}
 }
 
-// Query loads NVML from the driver root and reads the driver and every GPU.
-func Query(root string) (discover.Driver, error) {
-	libPath, err := discover.FindNVML(root)
-	if err != nil {
-		return discover.Driver{}, fmt.Errorf("%w; %s", err, DriverRootHint)
+// load finds NVML under the driver root, loads and initialises it. The caller shuts lib down
+// and closes probe, the library's own dlopen handle.
+func load(root string) (lib nvml.Interface, probe *dl.DynamicLibrary, libPath string, err error) {
+	if libPath, err = discover.FindNVML(root); err != nil {
+		return nil, nil, "", fmt.Errorf("%w; %s", err, DriverRootHint)
 	}
 	// go-nvml reports any dlopen failure as ERROR_LIBRARY_NOT_FOUND; open it once ourselves
 	// to keep dlerror's text.
-	probe := dl.New(libPath, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
+	probe = dl.New(libPath, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
 	if err := probe.Open(); err != nil {
-		return discover.Driver{}, fmt.Errorf("%w: load %s: %w; %s", discover.ErrNVMLNotFound, libPath, err, DriverRootHint)
+		return nil, nil, "", fmt.Errorf("%w: load %s: %w; %s", discover.ErrNVMLNotFound, libPath, err, DriverRootHint)
+	}
+	lib = nvml.New(nvml.WithLibraryPath(libPath))
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		_ = probe.Close()
+		return nil, nil, "", fmt.Errorf("%w: initialize NVML from %s: %s", discover.ErrNVML, libPath, lib.ErrorString(ret))
+	}
+	return lib, probe, libPath, nil
+}
+
+// Query loads NVML from the driver root and reads the driver and every GPU.
+func Query(root string) (discover.Driver, error) {
+	lib, probe, libPath, err := load(root)
+	if err != nil {
+		return discover.Driver{}, err
 	}
 	defer func() { _ = probe.Close() }()
-
-	lib := nvml.New(nvml.WithLibraryPath(libPath))
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return discover.Driver{}, fmt.Errorf("%w: initialize NVML from %s: %s", discover.ErrNVML, libPath, lib.ErrorString(ret))
-	}
 	defer func() { _ = lib.Shutdown() }() // nothing to do about a failed shutdown
 
 	d := discover.Driver{NVMLPath: libPath}
