@@ -462,3 +462,34 @@ func TestPrepareBundleLDCacheAtCreate(t *testing.T) {
 		})
 	}
 }
+
+// TestAsksForGPU: what the broken-config fallback judges by (the default policy, device-plugin
+// mounts accepted): a container that asks for nothing passes through, one that asks — or
+// whose spec or request cannot be read — is kept to fail with the real error.
+func TestAsksForGPU(t *testing.T) {
+	e := newCreateEnv(t)
+	for _, tc := range []struct {
+		description string
+		env         []string
+		dockerHook  bool
+		want        bool
+	}{
+		{"no GPU variable", nil, false, false},
+		{"void", []string{"NVIDIA_VISIBLE_DEVICES=void"}, false, false},
+		{"a GPU", []string{"NVIDIA_VISIBLE_DEVICES=0"}, false, true},
+		{"docker's --gpus hook", nil, true, true},
+		{"a request that does not parse", []string{"NVIDIA_VISIBLE_DEVICES=0,0"}, false, true},
+	} {
+		inv, _ := e.bundle(t, tc.env, tc.dockerHook)
+		if got := AsksForGPU(inv, e.dir); got != tc.want {
+			t.Errorf("%s: AsksForGPU = %v, want %v", tc.description, got, tc.want)
+		}
+	}
+	inv, b := e.bundle(t, nil, false)
+	if err := os.Remove(filepath.Join(b, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if !AsksForGPU(inv, e.dir) {
+		t.Error("a bundle without a spec: AsksForGPU = false, want true")
+	}
+}

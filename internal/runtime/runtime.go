@@ -165,41 +165,21 @@ type Injection struct {
 // container asks for GPUs, which, and every edit, all resolved and validated before
 // anything is touched. Warnings go to log.
 func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Injection, error) {
-	var in Injection
-	if !request.MayRequestGPU(raw) {
-		in.Unchanged = UnchangedNoGPU
-		return in, nil
-	}
-	sf, err := oci.ParseSpec(path, raw)
-	if err != nil {
-		return in, err
-	}
-	in.File = sf
-	if hasDevice(sf.Spec, controlNode) {
-		in.Unchanged = UnchangedEngineInjected
-		return in, nil
-	}
-	policy := request.Policy{
+	in, warnings, err := readRequest(path, raw, request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
 		AcceptVolumeMounts:        opts.Config.Request.AcceptDeviceListAsVolumeMounts,
-	}
-	req, warnings, err := request.FromSpec(sf.Spec, policy)
-	if err != nil {
-		return in, err
-	}
-	req.DockerGPUs = hasDockerHook(sf)
-	if forced := opts.Config.MPS.Share; forced != "" && req.IsGPU() {
-		// This runtime handler's containers all join its share: not the container's choice.
-		req.MPSShare = forced
-	}
-	in.Request = req
+	})
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	if !req.IsGPU() && !req.DockerGPUs {
-		in.Unchanged = UnchangedNoGPU
-		return in, nil
+	if err != nil || in.Unchanged != "" {
+		return in, err
 	}
+	if forced := opts.Config.MPS.Share; forced != "" && in.Request.IsGPU() {
+		// This runtime handler's containers all join its share: not the container's choice.
+		in.Request.MPSShare = forced
+	}
+	req := in.Request
 	if req.WantsCDI() && opts.CDI == nil {
 		if opts.HandOff == nil {
 			return in, ErrNoCDI
@@ -469,6 +449,32 @@ func deviceIDs(devices []plan.Device) []string {
 	return out
 }
 
+// readRequest reads what the spec at path (raw, its bytes) asks for under policy: the first
+// half of Decide, which AsksForGPU shares. in.Unchanged says why a spec that asks for
+// nothing (or was given its GPUs by the engine) is left as it is; warnings are the
+// request's.
+func readRequest(path string, raw []byte, policy request.Policy) (in Injection, warnings []string, err error) {
+	if !request.MayRequestGPU(raw) {
+		in.Unchanged = UnchangedNoGPU
+		return in, nil, nil
+	}
+	if in.File, err = oci.ParseSpec(path, raw); err != nil {
+		return in, nil, err
+	}
+	if hasDevice(in.File.Spec, controlNode) {
+		in.Unchanged = UnchangedEngineInjected
+		return in, nil, nil
+	}
+	if in.Request, warnings, err = request.FromSpec(in.File.Spec, policy); err != nil {
+		return in, warnings, err
+	}
+	in.Request.DockerGPUs = hasDockerHook(in.File)
+	if !in.Request.IsGPU() && !in.Request.DockerGPUs {
+		in.Unchanged = UnchangedNoGPU
+	}
+	return in, warnings, nil
+}
+
 // AsksForGPU reports whether a create's container asks gpu-runtime for GPUs, judged with the
 // default configuration: an NVIDIA variable, a device-plugin mount, a CDI name or annotation,
 // or docker's --gpus hook. A spec that cannot be read or parsed, or a request that does not
@@ -480,20 +486,9 @@ func AsksForGPU(inv oci.Invocation, cwd string) bool {
 	if err != nil {
 		return true
 	}
-	if !request.MayRequestGPU(raw) {
-		return false
-	}
-	sf, err := oci.ParseSpec(path, raw)
-	if err != nil {
-		return true
-	}
-	if hasDevice(sf.Spec, controlNode) {
-		return false
-	}
-	def := config.Default()
-	req, _, err := request.FromSpec(sf.Spec, request.Policy{
-		AcceptEnvWhenUnprivileged: def.Request.AcceptEnvvarWhenUnprivileged,
+	in, _, err := readRequest(path, raw, request.Policy{
+		AcceptEnvWhenUnprivileged: config.Default().Request.AcceptEnvvarWhenUnprivileged,
 		AcceptVolumeMounts:        true, // a broken config may have meant to accept them
 	})
-	return err != nil || req.IsGPU() || hasDockerHook(sf)
+	return err != nil || in.Unchanged == ""
 }
