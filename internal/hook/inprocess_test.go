@@ -3,7 +3,6 @@ package hook
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -169,7 +168,7 @@ func TestLDCacheEquivalence(t *testing.T) {
 
 			a, b := listing(t, rootA), listing(t, rootB)
 			if !slices.Equal(a, b) {
-				t.Errorf("ldconfig -p differs between ldconfig's cache (A) and gpu-hook's (B):\n%s", diffLines(a, b))
+				t.Errorf("ldconfig -p differs between ldconfig's cache (A) and gpu-hook's (B):\n%s", testimage.DiffListings("A", a, "B", b))
 			}
 			// What must be in both: every injected library, under its SONAME and at its
 			// SONAME link, and every library of the image.
@@ -249,28 +248,6 @@ func readCache(t *testing.T, root string) *ldcache.Cache {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// diffLines describes where b differs from a.
-func diffLines(a, b []testimage.CacheLine) string {
-	var out strings.Builder
-	for i := range max(len(a), len(b)) {
-		var x, y testimage.CacheLine
-		if i < len(a) {
-			x = a[i]
-		}
-		if i < len(b) {
-			y = b[i]
-		}
-		if x != y {
-			fmt.Fprintf(&out, "line %d:\n  A %v\n  B %v\n", i, x, y)
-			if out.Len() > 4000 {
-				out.WriteString("…\n")
-				break
-			}
-		}
-	}
-	return out.String()
 }
 
 // TestLDCacheAtCreateEquivalence: the update gpu-runtime does at create, before the

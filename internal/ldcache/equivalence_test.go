@@ -1,7 +1,6 @@
 package ldcache
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,7 +97,7 @@ func TestEquivalence(t *testing.T) {
 					}
 				}
 			},
-			onlyInB: []listing{{key: "libacl.so.0", desc: "libc6,x86-64", path: "/lib/x86_64-linux-gnu/libacl.so.0"}},
+			onlyInB: []listing{{Key: "libacl.so.0", Desc: "libc6,x86-64", Path: "/lib/x86_64-linux-gnu/libacl.so.0"}},
 		},
 	}
 	for _, tc := range testCases {
@@ -130,7 +129,7 @@ func TestEquivalence(t *testing.T) {
 
 			normalize := func(entries []listing) []listing {
 				for i := range entries {
-					entries[i].path = resolveDir(t, root, entries[i].path)
+					entries[i].Path = testimage.ResolveDir(root, entries[i].Path)
 				}
 				return entries
 			}
@@ -166,14 +165,14 @@ func TestEquivalence(t *testing.T) {
 					desc = "libc6"
 				}
 				key := lib.Soname + " (" + desc + ")"
-				if firstB[key] != firstA[key] && !slices.ContainsFunc(tc.onlyInB, func(l listing) bool { return l.key == lib.Soname }) {
+				if firstB[key] != firstA[key] && !slices.ContainsFunc(tc.onlyInB, func(l listing) bool { return l.Key == lib.Soname }) {
 					t.Errorf("image library %s: cache A finds %q, cache B %q", key, firstA[key], firstB[key])
 				}
 			}
 			// The whole listing, in order: ldconfig's order is
 			// deterministic here (directories in ld.so.conf order, one
 			// file per SONAME in each).
-			if diff := diffListings(wantB, listB); diff != "" {
+			if diff := testimage.DiffListings("want", wantB, " got", listB); diff != "" {
 				t.Errorf("ldconfig -p differs between cache A (ldconfig) and cache B (Encode), stale entries aside:\n%s", diff)
 			}
 			if len(listA) < len(img.Libraries) {
@@ -187,35 +186,13 @@ func TestEquivalence(t *testing.T) {
 func firstPaths(entries []listing) map[string]string {
 	first := make(map[string]string)
 	for _, e := range entries {
-		if strings.Contains(e.desc, "hwcap:") {
+		if strings.Contains(e.Desc, "hwcap:") {
 			continue
 		}
-		key := e.key + " (" + e.desc + ")"
+		key := e.Key + " (" + e.Desc + ")"
 		if _, ok := first[key]; !ok {
-			first[key] = e.path
+			first[key] = e.Path
 		}
 	}
 	return first
-}
-
-// diffListings describes where got differs from want, or returns "".
-func diffListings(want, got []listing) string {
-	var b strings.Builder
-	for i := range max(len(want), len(got)) {
-		var w, g listing
-		if i < len(want) {
-			w = want[i]
-		}
-		if i < len(got) {
-			g = got[i]
-		}
-		if w != g {
-			fmt.Fprintf(&b, "line %d:\n  want %v\n   got %v\n", i, w, g)
-			if b.Len() > 4000 {
-				b.WriteString("…\n")
-				break
-			}
-		}
-	}
-	return b.String()
 }

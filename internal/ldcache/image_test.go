@@ -4,10 +4,8 @@ import (
 	"debug/elf"
 	"errors"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
@@ -117,56 +115,19 @@ func injectDriver(t testing.TB, root, dir string) []Library {
 	return libs
 }
 
-// listing is a line of ldconfig -p: "\tkey (desc) => path".
-type listing struct{ key, desc, path string }
+// listing is a line of ldconfig -p.
+type listing = testimage.CacheLine
 
-func (l listing) String() string { return l.key + " (" + l.desc + ") => " + l.path }
-
-// printCache returns what the host's ldconfig -p prints for the cache in
-// data, in its order.
+// printCache returns what the host's ldconfig -p prints for the cache in data, in its order.
 func printCache(t testing.TB, data []byte) []listing {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "ld.so.cache")
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(hostLdconfig, "-p", "-C", file).Output()
-	if err != nil {
-		t.Fatalf("ldconfig -p -C %s: %v", file, err)
-	}
-	var entries []listing
-	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(line, "\t") {
-			continue
-		}
-		key, rest, _ := strings.Cut(line[1:], " (")
-		desc, p, ok := strings.Cut(rest, ") => ")
-		if !ok {
-			t.Fatalf("unexpected ldconfig -p line %q", line)
-		}
-		entries = append(entries, listing{key: key, desc: desc, path: p})
-	}
-	return entries
-}
-
-// resolveDir returns p, a path in root, with the symbolic links of its
-// directory resolved inside root: in a usr-merged root ldconfig records
-// /lib/x86_64-linux-gnu/x for what the runtime mounts at
-// /usr/lib/x86_64-linux-gnu/x, the same file. testimage's links are
-// relative and stay in root.
-func resolveDir(t testing.TB, root, p string) string {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(filepath.Join(root, path.Dir(p)))
-	if err != nil {
-		return p // a stale entry's directory may be gone
-	}
-	rootReal, err := filepath.EvalSymlinks(root)
+	lines, err := testimage.ListCache(hostLdconfig, file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := filepath.Rel(rootReal, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path.Join("/", filepath.ToSlash(rel), path.Base(p))
+	return lines
 }

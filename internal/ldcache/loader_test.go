@@ -63,7 +63,7 @@ func compileDlopen(t *testing.T, root string) {
 
 // dlopenInRoot runs the program chrooted into root, with no
 // LD_LIBRARY_PATH, and returns each name's answer, its path resolved as
-// resolveDir does.
+// testimage.ResolveDir does.
 func dlopenInRoot(t *testing.T, root string, names []string) map[string]string {
 	t.Helper()
 	cmd := exec.Command(dlopenProgram, names...)
@@ -84,7 +84,7 @@ func dlopenInRoot(t *testing.T, root string, names []string) map[string]string {
 			t.Fatalf("unexpected output line %q", sc.Text())
 		}
 		if strings.HasPrefix(answer, "/") {
-			answer = resolveDir(t, root, answer)
+			answer = testimage.ResolveDir(root, answer)
 		}
 		answers[name] = answer
 	}

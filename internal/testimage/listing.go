@@ -54,3 +54,26 @@ func ResolveDir(root, p string) string {
 	}
 	return path.Join("/", filepath.ToSlash(rel), path.Base(p))
 }
+
+// DiffListings describes, line by line, where listing b differs from listing a (labelled
+// la and lb), "" where they are the same; it stops after about 4 KB.
+func DiffListings(la string, a []CacheLine, lb string, b []CacheLine) string {
+	var out strings.Builder
+	for i := range max(len(a), len(b)) {
+		var x, y CacheLine
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			fmt.Fprintf(&out, "line %d:\n  %s %v\n  %s %v\n", i, la, x, lb, y)
+			if out.Len() > 4000 {
+				out.WriteString("…\n")
+				break
+			}
+		}
+	}
+	return out.String()
+}

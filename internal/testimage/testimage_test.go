@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -190,52 +189,6 @@ func TestDistroLibraries(t *testing.T) {
 	}
 }
 
-// ldconfigEntry is a line of ldconfig -p: "\tkey (desc) => path".
-type ldconfigEntry struct{ key, desc, path string }
-
-// printCache runs ldconfig -p on the cache at file.
-func printCache(t *testing.T, file string) []ldconfigEntry {
-	t.Helper()
-	out, err := exec.Command("/sbin/ldconfig", "-p", "-C", file).Output()
-	if err != nil {
-		t.Fatalf("ldconfig -p -C %s: %v", file, err)
-	}
-	var entries []ldconfigEntry
-	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(line, "\t") {
-			continue
-		}
-		key, rest, _ := strings.Cut(line[1:], " (")
-		desc, p, ok := strings.Cut(rest, ") => ")
-		if !ok {
-			t.Fatalf("unexpected ldconfig -p line %q", line)
-		}
-		entries = append(entries, ldconfigEntry{key: key, desc: desc, path: p})
-	}
-	return entries
-}
-
-// resolveDir returns p with its directory's symbolic links inside root
-// resolved, so that /lib/x86_64-linux-gnu/x and /usr/lib/x86_64-linux-gnu/x
-// compare equal in a usr-merged root. Build's links are relative and stay
-// inside root.
-func resolveDir(t *testing.T, root, p string) string {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(filepath.Join(root, path.Dir(p)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootReal, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(rootReal, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path.Join("/", filepath.ToSlash(rel), path.Base(p))
-}
-
 func TestBuild(t *testing.T) {
 	testCases := []struct {
 		description string
@@ -268,7 +221,7 @@ func TestBuild(t *testing.T) {
 			// ldconfig records for it, with its ABI; nothing else is,
 			// except development links (libfoo.so), which ldconfig also
 			// records, and the copied libc.
-			want := make(map[ldconfigEntry]bool)
+			want := make(map[CacheLine]bool)
 			for _, lib := range img.Libraries {
 				desc := "libc6,x86-64"
 				if lib.Arch == I386 {
@@ -277,15 +230,19 @@ func TestBuild(t *testing.T) {
 				if lib.Hwcaps != "" {
 					desc += `, hwcap: "` + lib.Hwcaps + `"`
 				}
-				want[ldconfigEntry{key: lib.Soname, desc: desc, path: lib.Path()}] = true
+				want[CacheLine{Key: lib.Soname, Desc: desc, Path: lib.Path()}] = true
 				if _, err := os.Lstat(filepath.Join(root, lib.Path())); err != nil {
 					t.Errorf("library %+v: %v", lib, err)
 				}
 			}
-			got := make(map[ldconfigEntry]bool)
-			for _, e := range printCache(t, filepath.Join(root, "etc/ld.so.cache")) {
-				e.path = resolveDir(t, root, e.path)
-				if !want[e] && !strings.HasSuffix(e.key, ".so") && e.key != "libc.so.6" {
+			got := make(map[CacheLine]bool)
+			lines, err := ListCache("/sbin/ldconfig", filepath.Join(root, "etc/ld.so.cache"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range lines {
+				e.Path = ResolveDir(root, e.Path)
+				if !want[e] && !strings.HasSuffix(e.Key, ".so") && e.Key != "libc.so.6" {
 					t.Errorf("cache entry %+v is not a library Build wrote", e)
 				}
 				got[e] = true
