@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,6 +220,13 @@ func TestRoundTripAndDiff(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("diff =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The other way round: a spec made before MIG device 0:1 was created lacks it.
+	if got := Diff(now, spec); !slices.Contains(got, "device 0:1 is missing (it exists on this host)") {
+		t.Errorf("reverse diff lacks the missing device:\n%s", strings.Join(got, "\n"))
+	}
+	if _, err := Parse([]byte("cdiVersion: 0.5.0\nkind: [\n")); err == nil || !strings.HasPrefix(err.Error(), "not a CDI spec: ") {
+		t.Errorf("Parse of a broken spec: %v", err)
 	}
 }
 

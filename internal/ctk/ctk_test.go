@@ -37,6 +37,10 @@ func TestTopLevel(t *testing.T) {
 		{description: "help lists runtime", args: []string{"--help"}, wantCode: 0, wantStdout: "runtime      register gpu-runtime"},
 		{description: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantErr: `unknown command "frobnicate"`},
 		{description: "runtime without a subcommand", args: []string{"runtime"}, wantCode: 2, wantErr: "needs configure or unconfigure"},
+		{description: "cdi inject without its separator", args: []string{"cdi", "inject", "create", "c1"}, wantCode: 2,
+			wantErr: "usage: cdi inject is run by gpu-runtime: gpu-ctk cdi inject -- <runtime arguments>"},
+		{description: "cdi inject of a command that writes no spec", args: []string{"cdi", "inject", "--", "start", "c1"}, wantCode: 2,
+			wantErr: `usage: cdi inject: not a create, run or restore command line: ["start" "c1"]`},
 		{description: "runtime help", args: []string{"runtime", "--help"}, wantCode: 0, wantStdout: "-set-as-default"},
 		{description: "configure help", args: []string{"runtime", "configure", "-h"}, wantCode: 0, wantStdout: "gpu-ctk runtime unconfigure --runtime="},
 	}
