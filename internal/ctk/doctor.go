@@ -520,8 +520,7 @@ func (d *doctor) checkDockerHook() {
 			"install the package, or link it: ln -s gpu-hook /usr/bin/"+hookName+"; then restart docker")
 		return
 	}
-	target, _ := filepath.EvalSymlinks(p)
-	if filepath.Base(target) == runtime.HookName {
+	if isGPUHook(p) {
 		d.add("docker --gpus", statusOK, p+" is gpu-hook: docker run --gpus works with --runtime=gpu or gpu as the default runtime", "")
 		return
 	}

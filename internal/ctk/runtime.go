@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
@@ -295,10 +296,17 @@ func dockerHookNote(w io.Writer, runtimePath string, h host) {
 		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; link it to gpu-hook with: ln -s gpu-hook %s, then restart dockerd\n", hookName, filepath.Join(dir, hookName))
 		return
 	}
-	if target, err := filepath.EvalSymlinks(found); err == nil && filepath.Base(target) == "gpu-hook" {
+	if isGPUHook(found) {
 		return
 	}
 	fmt.Fprintf(w, "note: %s is not gpu-hook (NVIDIA Container Toolkit's?); leave it: dockerd accepts --gpus with it, containers of the gpu runtime get their GPUs from gpu-runtime, and containers of runc keep NVIDIA's hook\n", found)
+}
+
+// isGPUHook reports whether the executable at p is gpu-hook (docker's hook name linked to it,
+// as packaging makes it), not NVIDIA's hook of the same name.
+func isGPUHook(p string) bool {
+	target, err := filepath.EvalSymlinks(p)
+	return err == nil && filepath.Base(target) == runtime.HookName
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {
