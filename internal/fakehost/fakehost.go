@@ -391,21 +391,22 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 	if opts.MIGCapsProcInterface {
 		h.CapsMajor = 0
 	}
+	devStep, ldStep := h.makeDeviceNodes, h.runLDConfig
+	if !nodes { // the file tree only: no mknod, and without root no ldconfig -r (it chroots)
+		devStep = func() error { return os.MkdirAll(h.DevRoot, 0o755) }
+		if os.Geteuid() != 0 {
+			ldStep = h.linkSONAMEs
+		}
+	}
 	steps := []func() error{
 		h.writeLibraries,
-		h.makeDeviceNodes,
+		devStep,
 		h.writeBinaries,
 		h.writeFirmware,
 		h.writeGraphicsConfigs,
 		h.writeProc,
 		h.makeEventsFile,
-		h.runLDConfig,
-	}
-	if !nodes {
-		steps[1] = func() error { return os.MkdirAll(h.DevRoot, 0o755) }
-		if os.Geteuid() != 0 {
-			steps[len(steps)-1] = h.linkSONAMEs
-		}
+		ldStep,
 	}
 	if opts.WithPersistencedSocket {
 		steps = append(steps, h.makePersistencedSocket)

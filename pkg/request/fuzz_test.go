@@ -27,7 +27,7 @@ func FuzzFromEnv(f *testing.F) {
 			}
 			return
 		}
-		if r.Mode == DeviceList && len(r.Devices) == 0 {
+		if r.Mode == DeviceList && len(r.Devices)+len(r.CDIDevices) == 0 { // CDI names alone are a list of devices too
 			t.Fatalf("device list without devices for %q", visible)
 		}
 		seen := map[string]bool{}
