@@ -3,10 +3,12 @@
 //
 // It guarantees that a Config it returns is complete and valid: keys missing
 // from the file keep their defaults, every path is absolute and cleaned, and
-// the log level is one logrus knows. Every problem in the file is reported
-// with the file name and, where there is one, the line and column; unknown
-// keys are returned as warnings rather than errors so that a newer config
-// file still works with an older runtime. The package only reads files.
+// the log level is one logrus knows. Problems are reported with the file
+// name: the first syntax error, redefinition or value of the wrong type with
+// go-toml's line and column (types in TOML's words, "an array of strings",
+// not Go's), else every bad value at once. Unknown keys are returned
+// as warnings rather than errors so that a newer config file still works with
+// an older runtime. The package only reads files.
 package config
 
 import (
@@ -15,18 +17,18 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
-	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/sirupsen/logrus"
 )
 
@@ -317,19 +319,6 @@ func parseRuntime(data []byte) (Config, bool) {
 // Errors wrap ErrInvalid; warnings name unknown keys that were ignored, and
 // come back even with an error about a bad value.
 func Parse(data []byte, name string) (Config, []string, error) {
-	// Syntax first, without a schema, so that the first problem reported
-	// is that the file is not TOML at all.
-	var doc map[string]any
-	if err := toml.Unmarshal(data, &doc); err != nil {
-		return Config{}, nil, syntaxError(data, name, err)
-	}
-
-	// Types next, by walking the document: go-toml's own type errors name
-	// Go struct fields, not keys.
-	if problems := checkTypes(data); len(problems) > 0 {
-		return Config{}, nil, invalid(nil, "parse config %s: %s", name, strings.Join(problems, "; "))
-	}
-
 	cfg := Default()
 	var warnings []string
 	var strict *toml.StrictMissingError
@@ -338,8 +327,7 @@ func Parse(data []byte, name string) (Config, []string, error) {
 		// Known keys are decoded even when unknown ones are present.
 		warnings = unknownKeyWarnings(name, strict)
 	case err != nil:
-		// checkTypes should have caught it; report what go-toml says.
-		return Config{}, nil, syntaxError(data, name, err)
+		return Config{}, nil, decodeError(data, name, err)
 	}
 
 	if problems := cfg.clean(); len(problems) > 0 {
@@ -349,15 +337,8 @@ func Parse(data []byte, name string) (Config, []string, error) {
 }
 
 // decode decodes data into v; strict refuses keys v does not have (a
-// *toml.StrictMissingError that still decodes the known ones). go-toml has
-// panicked on input checkTypes passed (a table below a string key spelled in
-// other case); a bad file must be an error, never a crash of the runtime.
-func decode(data []byte, v any, strict bool) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("go-toml cannot decode it: %v", r)
-		}
-	}()
+// *toml.StrictMissingError that still decodes the known ones).
+func decode(data []byte, v any, strict bool) error {
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()
@@ -489,19 +470,24 @@ func invalid(cause error, format string, args ...any) error {
 	return &configError{msg: fmt.Sprintf(format, args...), err: cause}
 }
 
-// syntaxError reports an error from go-toml with the position it gives. A
-// redefined key or table comes without one: it is located by walking the
-// document.
-func syntaxError(data []byte, name string, err error) error {
+// decodeError reports go-toml's error with the line and column it gives. The
+// file not being TOML at all comes first, wherever it is; a value of the wrong
+// type is worded as the file spells it (go-toml's words name Go types).
+func decodeError(data []byte, name string, err error) error {
+	var doc map[string]any
+	if syntax := toml.Unmarshal(data, &doc); syntax != nil {
+		err, doc = syntax, nil
+	}
 	var de *toml.DecodeError
-	if errors.As(err, &de) {
-		line, col := de.Position()
-		return invalid(err, "parse config %s: line %d, column %d: %s", name, line, col, strings.TrimPrefix(de.Error(), "toml: "))
+	if !errors.As(err, &de) {
+		return invalid(err, "parse config %s: %s", name, strings.TrimPrefix(err.Error(), "toml: "))
 	}
-	if msg, ok := findRedefinition(data); ok {
-		return invalid(err, "parse config %s: %s", name, msg)
+	msg, ok := typeMismatch(doc, de.Key())
+	if !ok {
+		msg = strings.TrimPrefix(de.Error(), "toml: ")
 	}
-	return invalid(err, "parse config %s: %s", name, strings.TrimPrefix(err.Error(), "toml: "))
+	line, col := de.Position()
+	return invalid(err, "parse config %s: line %d, column %d: %s", name, line, col, msg)
 }
 
 // unknownKeyWarnings turns go-toml's strict-mode report into one warning
@@ -554,284 +540,128 @@ func (k valueKind) String() string {
 	}
 }
 
-// schema maps every known dotted key to its kind. It is derived from the
-// toml tags of Config, so the two cannot disagree, on first use: start and
-// delete never need it.
-var schema = sync.OnceValue(func() map[string]valueKind {
-	m := map[string]valueKind{}
-	var walk func(prefix string, t reflect.Type)
-	walk = func(prefix string, t reflect.Type) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			key := prefix + f.Tag.Get("toml")
-			switch f.Type.Kind() {
-			case reflect.Struct:
-				m[key] = kindTable
-				walk(key+".", f.Type)
-			case reflect.String:
-				m[key] = kindString
-			case reflect.Slice:
-				m[key] = kindStrings
-				if f.Type.Elem().Kind() == reflect.Int {
-					m[key] = kindInts
+// kindOf is the kind of a Config field's type.
+func kindOf(t reflect.Type) valueKind {
+	switch t.Kind() {
+	case reflect.String:
+		return kindString
+	case reflect.Bool:
+		return kindBool
+	case reflect.Int:
+		return kindInt
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Int {
+			return kindInts
+		}
+		return kindStrings
+	default: // a struct, or a map of tables named by the user ([mps.shares.<name>])
+		return kindTable
+	}
+}
+
+// field finds the Config field at key as go-toml matches keys to fields (its toml
+// tag, ignoring case; any name below a map). It returns the field's
+// type and the key as Config spells it; n < len(key) when key goes on below a
+// value, a table where the file may not have one.
+func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
+	t = reflect.TypeFor[Config]()
+	for n = 0; n < len(key); n++ {
+		part := key[n]
+		switch t.Kind() {
+		case reflect.Map:
+			t = t.Elem()
+		case reflect.Struct:
+			found := false
+			for i := range t.NumField() {
+				if f := t.Field(i); strings.EqualFold(f.Tag.Get("toml"), part) {
+					t, part, found = f.Type, f.Tag.Get("toml"), true
+					break
 				}
-			case reflect.Bool:
-				m[key] = kindBool
-			case reflect.Int:
-				m[key] = kindInt
-			case reflect.Map: // a table of tables named by the user: [mps.shares.<name>]
-				m[key] = kindTable
-				m[key+".*"] = kindTable
-				walk(key+".*.", f.Type.Elem())
-			default:
-				panic(fmt.Sprintf("config: field %s has a type the schema does not know", f.Name))
 			}
+			if !found {
+				return nil, nil, 0, false
+			}
+		default:
+			return t, spelled, n, true
+		}
+		spelled = append(spelled, part)
+	}
+	return t, spelled, n, true
+}
+
+// typeMismatch words go-toml's error at key, when it is about a value of the wrong
+// type, as "<key> must be <kind>, not <kind>"; doc is the file decoded as TOML. Below
+// an inline table it names the first wrong key in sorted order, which is go-toml's
+// where the table has one.
+func typeMismatch(doc map[string]any, key []string) (string, bool) {
+	t, spelled, n, ok := field(key)
+	if !ok || doc == nil {
+		return "", false
+	}
+	want := kindOf(t)
+	got := "a table" // key goes on below a value
+	if n == len(key) {
+		var v any = doc
+		for _, part := range key {
+			m, _ := v.(map[string]any)
+			v = m[part]
+		}
+		if got = mismatch(v, want); got == "" {
+			// go-toml names the key of an inline table, not the key inside it that is wrong.
+			table, _ := v.(map[string]any)
+			for _, k := range slices.Sorted(maps.Keys(table)) {
+				if msg, ok := typeMismatch(doc, append(slices.Clip(key), k)); ok {
+					return msg, true
+				}
+			}
+			return "", false
 		}
 	}
-	walk("", reflect.TypeFor[Config]())
-	return m
-})
+	return fmt.Sprintf("%s must be %s, not %s", quote.TOMLKey(spelled...), want, got), true
+}
 
-// tomlKind names the type of a TOML value node for messages.
-func tomlKind(n *unstable.Node) string {
-	switch n.Kind {
-	case unstable.String:
-		return "a string"
-	case unstable.Bool:
-		return "a boolean"
-	case unstable.Integer:
-		return "an integer"
-	case unstable.Float:
+// mismatch names the TOML type of v, a value go-toml decoded into an any, when it
+// is not want; "" when it is (or v is nil: nothing there).
+func mismatch(v any, want valueKind) string {
+	var got valueKind
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		got = kindString
+	case bool:
+		got = kindBool
+	case int64:
+		got = kindInt
+	case float64:
 		return "a float"
-	case unstable.Array:
-		return "an array"
-	case unstable.InlineTable:
-		return "a table"
+	case map[string]any:
+		got = kindTable
+	case []any:
+		elem := kindString
+		switch want {
+		case kindInts:
+			elem = kindInt
+		case kindStrings:
+		default:
+			for _, e := range v {
+				if _, ok := e.(map[string]any); !ok {
+					return "an array"
+				}
+			}
+			return "an array of tables"
+		}
+		for _, e := range v {
+			if m := mismatch(e, elem); m != "" {
+				return "an array containing " + m
+			}
+		}
+		return ""
 	default: // dates and times
 		return "a date or time"
 	}
-}
-
-// document is a parser over a syntactically valid TOML document whose
-// top-level expressions checkTypes and findRedefinition walk.
-type document struct {
-	p unstable.Parser
-}
-
-// keyParts returns the parts of n's key and the position of its first part.
-func (d *document) keyParts(n *unstable.Node) (parts []string, line, col int) {
-	it := n.Key()
-	for it.Next() {
-		k := it.Node()
-		if parts == nil {
-			pos := d.p.Shape(k.Raw).Start
-			line, col = pos.Line, pos.Column
-		}
-		parts = append(parts, string(k.Data))
+	if got == want {
+		return ""
 	}
-	return parts, line, col
-}
-
-// schemaKey finds key in the schema as go-toml matches keys to fields: exactly, else
-// ignoring case. It returns the schema's spelling.
-func schemaKey(key string) (string, valueKind, bool) {
-	if k, ok := schema()[key]; ok {
-		return key, k, true
-	}
-	for name, k := range schema() {
-		if strings.EqualFold(name, key) {
-			return name, k, true
-		}
-	}
-	// A key under a table of user-named tables: "mps.shares.*.devices" answers for
-	// "mps.shares.large.devices" (and mps.shares."a.b".devices).
-	for name, k := range schema() {
-		pre, post, wild := strings.Cut(name, "*")
-		if !wild || !strings.HasPrefix(key, pre) {
-			continue
-		}
-		if part, tail := cutKeyPart(key[len(pre):]); part != "" && tail == post {
-			return key, k, true
-		}
-	}
-	return "", 0, false
-}
-
-// cutKeyPart splits the first part off a dotted key: a bare part, or a quoted one.
-func cutKeyPart(s string) (part, rest string) {
-	if strings.HasPrefix(s, `"`) {
-		for i := 1; i < len(s); i++ {
-			switch s[i] {
-			case '\\':
-				i++
-			case '"':
-				return s[:i+1], s[i+1:]
-			}
-		}
-		return "", s
-	}
-	if i := strings.IndexByte(s, '.'); i >= 0 {
-		return s[:i], s[i:]
-	}
-	return s, ""
-}
-
-// checkTypes returns a message for every known key in data whose value has
-// the wrong type, with its position. data must be valid TOML.
-func checkTypes(data []byte) []string {
-	var d document
-	var problems []string
-	reported := map[string]bool{} // one problem per key: the first place
-	problem := func(line, col int, key string, got string) {
-		if reported[key] {
-			return
-		}
-		reported[key] = true
-		_, want, _ := schemaKey(key)
-		problems = append(problems, fmt.Sprintf("line %d, column %d: %s must be %s, not %s", line, col, key, want, got))
-	}
-	// scalarPrefix returns the first of the first n prefixes of parts that
-	// is a known non-table key: parts then puts a table inside a value.
-	scalarPrefix := func(parts []string, n int) (string, bool) {
-		for i := 1; i <= n; i++ {
-			key, k, ok := schemaKey(dottedKey(parts[:i]))
-			if ok && k != kindTable {
-				return key, true
-			}
-		}
-		return "", false
-	}
-
-	var checkKeyValue func(table []string, n *unstable.Node)
-	checkKeyValue = func(table []string, n *unstable.Node) {
-		parts, line, col := d.keyParts(n)
-		full := append(append([]string(nil), table...), parts...)
-		if key, ok := scalarPrefix(full, len(full)-1); ok {
-			problem(line, col, key, "a table")
-			return
-		}
-		key, want, known := schemaKey(dottedKey(full))
-		if !known {
-			return // an unknown key: a warning later
-		}
-		v := n.Value()
-		switch want {
-		case kindTable:
-			if v.Kind != unstable.InlineTable {
-				problem(line, col, key, tomlKind(v))
-				return
-			}
-			it := v.Children()
-			for it.Next() {
-				checkKeyValue(full, it.Node())
-			}
-		case kindString:
-			if v.Kind != unstable.String {
-				problem(line, col, key, tomlKind(v))
-			}
-		case kindBool:
-			if v.Kind != unstable.Bool {
-				problem(line, col, key, tomlKind(v))
-			}
-		case kindInt:
-			if v.Kind != unstable.Integer {
-				problem(line, col, key, tomlKind(v))
-			}
-		case kindStrings, kindInts:
-			elem := unstable.String
-			if want == kindInts {
-				elem = unstable.Integer
-			}
-			if v.Kind != unstable.Array {
-				problem(line, col, key, tomlKind(v))
-				return
-			}
-			it := v.Children()
-			for it.Next() {
-				if e := it.Node(); e.Kind != elem && e.Kind != unstable.Comment {
-					problem(line, col, key, "an array containing "+tomlKind(e))
-					return
-				}
-			}
-		}
-	}
-
-	var table []string
-	d.p.Reset(data)
-	for d.p.NextExpression() {
-		n := d.p.Expression()
-		switch n.Kind {
-		case unstable.Table, unstable.ArrayTable:
-			parts, line, col := d.keyParts(n)
-			table = parts
-			got := "a table"
-			if n.Kind == unstable.ArrayTable {
-				got = "an array of tables"
-			}
-			key, k, known := schemaKey(dottedKey(parts))
-			if prefix, ok := scalarPrefix(parts, len(parts)-1); ok {
-				problem(line, col, prefix, "a table")
-			} else if known && (k != kindTable || n.Kind == unstable.ArrayTable) {
-				problem(line, col, key, got)
-			}
-		case unstable.KeyValue:
-			checkKeyValue(table, n)
-		}
-	}
-	return problems
-}
-
-// findRedefinition finds the first key or table defined twice in data and
-// describes it with its position. It covers the usual mistake (a key or
-// table header repeated), not every conflict the TOML spec forbids.
-func findRedefinition(data []byte) (string, bool) {
-	var d document
-	type def struct{ line int }
-	keys := map[string]def{}   // key/value pairs, by full key
-	tables := map[string]def{} // [table] headers
-	var table []string
-	d.p.Reset(data)
-	for d.p.NextExpression() {
-		n := d.p.Expression()
-		if n.Kind != unstable.Table && n.Kind != unstable.ArrayTable && n.Kind != unstable.KeyValue {
-			continue
-		}
-		parts, line, col := d.keyParts(n)
-		switch n.Kind {
-		case unstable.Table:
-			table = parts
-			key := dottedKey(parts)
-			if first, ok := tables[key]; ok {
-				return fmt.Sprintf("line %d, column %d: table [%s] defined twice (first on line %d)", line, col, key, first.line), true
-			}
-			if first, ok := keys[key]; ok {
-				return fmt.Sprintf("line %d, column %d: table [%s] redefines key %s (set on line %d)", line, col, key, key, first.line), true
-			}
-			tables[key] = def{line}
-		case unstable.ArrayTable:
-			// Each [[table]] starts a new element: forget its old keys.
-			table = parts
-			prefix := dottedKey(parts) + "."
-			for k := range keys {
-				if strings.HasPrefix(k, prefix) {
-					delete(keys, k)
-				}
-			}
-			for k := range tables {
-				if strings.HasPrefix(k, prefix) {
-					delete(tables, k)
-				}
-			}
-		case unstable.KeyValue:
-			key := dottedKey(append(append([]string(nil), table...), parts...))
-			if first, ok := keys[key]; ok {
-				return fmt.Sprintf("line %d, column %d: key %s defined twice (first on line %d)", line, col, key, first.line), true
-			}
-			if first, ok := tables[key]; ok {
-				return fmt.Sprintf("line %d, column %d: key %s redefines table [%s] (line %d)", line, col, key, key, first.line), true
-			}
-			keys[key] = def{line}
-		}
-	}
-	return "", false
+	return got.String()
 }

@@ -33,11 +33,11 @@ func Keys() []string {
 // comma-separated items or a TOML array. The result must pass Parse: a bad key or value is
 // an error naming it, and nothing is returned.
 func Set(data []byte, name, key, value string) ([]byte, error) {
-	kind, ok := schema()[key]
-	if !ok || kind == kindTable || strings.Count(key, ".") != 1 { // tables and shares' keys: edited in the file
+	t, spelled, _, ok := field(strings.Split(key, "."))
+	if !ok || len(spelled) != 2 || quote.TOMLKey(spelled...) != key || kindOf(t) == kindTable { // tables and shares' keys: edited in the file
 		return nil, invalid(nil, "unknown key %q: the keys are %s", key, strings.Join(Keys(), ", "))
 	}
-	literal, err := tomlValue(kind, value)
+	literal, err := tomlValue(kindOf(t), value)
 	if err != nil {
 		return nil, invalid(nil, "%s: %v", key, err)
 	}

@@ -149,7 +149,7 @@ func TestPassThrough(t *testing.T) {
 	}
 	b = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, "true")
 	r = e.run(t, b)
-	if r.code == 0 || !strings.Contains(r.stderr, "gpu-runtime: parse config "+e.config+": line 1, column 9: expected character ]") {
+	if r.code == 0 || !strings.Contains(r.stderr, "gpu-runtime: parse config "+e.config+": line 1, column 9: expected ']' to close table name") {
 		t.Errorf("create with broken config must fail naming the file and place: exit %d %q", r.code, r.stderr)
 	}
 
