@@ -64,31 +64,11 @@ type File struct {
 	Content []byte
 }
 
-// ConfigureContainerdMain returns containerd's main config (current; nil or blank for none)
+// configureContainerdMain returns containerd's main config (current; nil or blank for none)
 // with opts.DropInPath in its imports. It edits the text: everything else stays byte for byte.
 // A missing or blank config becomes `version = N` plus the import, N being
 // opts.ContainerdConfigVersion. An import that already covers the drop-in (the same path, or
 // a glob matching it) means no change.
-func ConfigureContainerdMain(current []byte, opts Options) ([]byte, bool, error) {
-	e, err := configureContainerdMain(current, opts)
-	return e.content, e.changed, err
-}
-
-// UnconfigureContainerdMain removes the imports entries that name opts.DropInPath (the whole
-// `imports` line when no other entry is left). Globs are left alone.
-func UnconfigureContainerdMain(current []byte, opts Options) ([]byte, bool, error) {
-	e, err := unconfigureContainerdMain(current, opts)
-	return e.content, e.changed, err
-}
-
-// ContainerdDropIn returns the drop-in registering the runtime. files are the configs
-// containerd loads before the drop-in, in its order: the main config first (nil Content when
-// missing), then what it imports.
-func ContainerdDropIn(files []File, opts Options) ([]byte, error) {
-	e, err := containerdDropIn(files, opts)
-	return e.content, err
-}
-
 func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	opts, err := opts.withDefaults(Containerd, true)
 	if err != nil {
@@ -149,6 +129,8 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	return edit{content: out, changed: true}, nil
 }
 
+// unconfigureContainerdMain removes the imports entries that name opts.DropInPath (the whole
+// `imports` line when no other entry is left). Globs are left alone.
 func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 	opts, err := opts.withDefaults(Containerd, false)
 	if err != nil {
@@ -208,6 +190,9 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 	return edit{content: out, changed: true}, nil
 }
 
+// containerdDropIn returns the drop-in registering the runtime. files are the configs
+// containerd loads before the drop-in, in its order: the main config first (nil Content when
+// missing), then what it imports.
 func containerdDropIn(files []File, opts Options) (edit, error) {
 	opts, err := opts.withDefaults(Containerd, true)
 	if err != nil {

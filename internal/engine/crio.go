@@ -5,29 +5,24 @@ import "fmt"
 // cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
 // applies each key over the ones before, so a drop-in naming one runtime keeps the others.
 
-// ConfigureCRIO returns the cri-o drop-in (current: the existing one, nil for none) that
+// unconfigureCRIO removes the drop-in (content nil, changed) when it exists; one gpu-ctk did
+// not generate is refused with ErrNotOurs.
+func unconfigureCRIO(current []byte, _ Options) (edit, error) {
+	if current == nil {
+		return edit{}, nil
+	}
+	if !owned(current) {
+		return edit{}, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
+	}
+	return edit{changed: true}, nil
+}
+
+// configureCRIO returns the cri-o drop-in (current: the existing one, nil for none) that
 // registers [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
 // opts.SetAsDefault (or when the existing drop-in already did), [crio.runtime] default_runtime.
 // The drop-in is generated whole; an existing file that gpu-ctk did not generate is refused
 // with ErrNotOurs. When the existing drop-in already holds the same keys and values it returns
-// current and false.
-func ConfigureCRIO(current []byte, opts Options) ([]byte, bool, error) {
-	e, err := configureCRIO(current, opts)
-	return e.content, e.changed, err
-}
-
-// UnconfigureCRIO returns nil and true when the drop-in exists and must be removed, current and
-// false when there is none.
-func UnconfigureCRIO(current []byte, opts Options) ([]byte, bool, error) {
-	if current == nil {
-		return nil, false, nil
-	}
-	if !owned(current) {
-		return nil, false, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
-	}
-	return nil, true, nil
-}
-
+// current, unchanged.
 func configureCRIO(current []byte, opts Options) (edit, error) {
 	opts, err := opts.withDefaults(CRIO, true)
 	if err != nil {

@@ -26,22 +26,10 @@ type edit struct {
 	notes   []string
 }
 
-// ConfigureDocker returns daemon.json content (current; nil or empty for none) with
+// configureDocker returns daemon.json content (current; nil or empty for none) with
 // runtimes.<name> pointing at opts.RuntimePath and, with opts.SetAsDefault, default-runtime set
 // to it. Every other key is kept with its value's text verbatim, in its order; the result is
-// indented with four spaces. When nothing needs to change it returns current and false.
-func ConfigureDocker(current []byte, opts Options) ([]byte, bool, error) {
-	e, err := configureDocker(current, opts)
-	return e.content, e.changed, err
-}
-
-// UnconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
-// default-runtime when it names the runtime. Someone else's default is left alone.
-func UnconfigureDocker(current []byte, opts Options) ([]byte, bool, error) {
-	e, err := unconfigureDocker(current, opts)
-	return e.content, e.changed, err
-}
-
+// indented with four spaces. When nothing needs to change it returns current, unchanged.
 func configureDocker(current []byte, opts Options) (edit, error) {
 	opts, top, runtimes, entry, err := loadDocker(current, opts, true)
 	if err != nil {
@@ -84,6 +72,8 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 	return edit{content: out, changed: true, notes: notes}, err
 }
 
+// unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
+// default-runtime when it names the runtime. Someone else's default is left alone.
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	opts, top, runtimes, entry, err := loadDocker(current, opts, false)
 	if err != nil {

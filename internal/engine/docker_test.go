@@ -40,7 +40,7 @@ func decodeJSON(t *testing.T, data []byte) map[string]any {
 }
 
 func TestConfigureDocker(t *testing.T) {
-	configured, _, err := ConfigureDocker([]byte(otherDaemonJSON), testOptions())
+	configured, _, err := pure(configureDocker, []byte(otherDaemonJSON), testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestConfigureDocker(t *testing.T) {
 // TestConfigureDockerKeepsValueText checks the promise that values keep their text: numbers
 // are not reformatted and escapes stay escapes.
 func TestConfigureDockerKeepsValueText(t *testing.T) {
-	out, changed, err := ConfigureDocker([]byte(otherDaemonJSON), testOptions())
+	out, changed, err := pure(configureDocker, []byte(otherDaemonJSON), testOptions())
 	if err != nil || !changed {
 		t.Fatalf("ConfigureDocker: changed %v, err %v", changed, err)
 	}
@@ -252,7 +252,7 @@ func TestConfigureDockerKeepsValueText(t *testing.T) {
 }
 
 func TestUnconfigureDocker(t *testing.T) {
-	configuredDefault, _, err := ConfigureDocker([]byte(otherDaemonJSON), Options{RuntimePath: testRuntimePath, SetAsDefault: true})
+	configuredDefault, _, err := pure(configureDocker, []byte(otherDaemonJSON), Options{RuntimePath: testRuntimePath, SetAsDefault: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
 // Package engine reads and edits container engines' configuration files to register gpu-runtime
 // as a runtime of docker, containerd or cri-o, and to remove it again.
 //
-// It has two layers. The per-engine functions (ConfigureDocker, ConfigureContainerdMain,
-// ContainerdDropIn, ConfigureCRIO and their Unconfigure counterparts) are pure: they take a
+// It has two layers. The per-engine edits (configureDocker, configureContainerdMain,
+// containerdDropIn, configureCRIO and their unconfigure counterparts) are pure: they take a
 // file's current content and return the content it should have, and whether that differs.
-// PlanConfigure and PlanUnconfigure read the files those functions need and return a Plan;
+// PlanConfigure and PlanUnconfigure read the files those edits need and return a Plan;
 // Plan.Apply writes it.
 //
 // Guarantees:

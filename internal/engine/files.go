@@ -79,10 +79,7 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
-		return planSingleFile(crioFile, opts, func(current []byte, opts Options) (edit, error) {
-			content, changed, err := UnconfigureCRIO(current, opts)
-			return edit{content: content, changed: changed}, err
-		}, nil)
+		return planSingleFile(crioFile, opts, unconfigureCRIO, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }

@@ -58,3 +58,9 @@ const testRuntimePath = "/usr/local/bin/gpu-runtime"
 func testOptions() Options {
 	return Options{RuntimeName: "gpu", RuntimePath: testRuntimePath}
 }
+
+// pure runs one of the per-engine edits as a test reads it: content, changed, error.
+func pure(fn func([]byte, Options) (edit, error), current []byte, opts Options) ([]byte, bool, error) {
+	e, err := fn(current, opts)
+	return e.content, e.changed, err
+}
