@@ -23,13 +23,10 @@ func Apply(s *specs.Spec, opts ...SpecOpt) error {
 	return nil
 }
 
-// WithDevice adds a device node and its cgroup allow rule together. An existing node at the
-// same path (compared cleaned) and an identical rule are replaced. The rule names type, major and minor
-// explicitly: a wildcard rule is never produced.
-func WithDevice(d specs.LinuxDevice) SpecOpt { return WithDevices(d) }
-
-// WithDevices is WithDevice for each of ds in turn, in one pass over the spec's lists: a
-// GPU container gets a dozen nodes, and one pass per node was quadratic.
+// WithDevices adds each device node of ds and its cgroup allow rule together, in turn, in one
+// pass over the spec's lists (a GPU container gets a dozen nodes). An existing node at the same
+// path (compared cleaned) and an identical rule are replaced. The rule names type, major and
+// minor explicitly: a wildcard rule is never produced.
 func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(ds) == 0 {
@@ -95,10 +92,8 @@ func ruleKey(r specs.LinuxDeviceCgroup) string {
 	return fmt.Sprintf("%t %s %s %d:%d", r.Allow, r.Type, r.Access, *r.Major, *r.Minor)
 }
 
-// WithMount adds a mount, replacing any mount at the same destination.
-func WithMount(m specs.Mount) SpecOpt { return WithMounts(m) }
-
-// WithMounts is WithMount for each of ms in turn, in one pass over the spec's mounts.
+// WithMounts adds each mount of ms in turn, replacing any mount at the same destination, in
+// one pass over the spec's mounts.
 func WithMounts(ms ...specs.Mount) SpecOpt {
 	return func(s *specs.Spec) error {
 		keys := make([]string, len(ms))

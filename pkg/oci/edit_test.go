@@ -10,8 +10,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// modelAddDevice and modelAddMount are the one-at-a-time definitions of WithDevice and
-// WithMount: remove what the new element replaces, append it.
+// modelAddDevice and modelAddMount are the one-at-a-time definitions of WithDevices and
+// WithMounts for one element: remove what the new element replaces, append it.
 func modelAddDevice(s *specs.Spec, d specs.LinuxDevice) {
 	var devices []specs.LinuxDevice
 	for _, e := range s.Linux.Devices {
@@ -93,7 +93,7 @@ func TestWithDeviceReplacesUncleanPath(t *testing.T) {
 		{Path: "/dev//nvidia1", Type: "c", Major: 1, Minor: 3},
 		{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229},
 	}}}
-	if err := Apply(s, WithDevice(specs.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1})); err != nil {
+	if err := Apply(s, WithDevices(specs.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1})); err != nil {
 		t.Fatal(err)
 	}
 	want := []specs.LinuxDevice{{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229}, {Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}

@@ -17,10 +17,10 @@ import (
 func gpuEdits() []SpecOpt {
 	hookEnv := []string{"PATH=/usr/bin"}
 	return []SpecOpt{
-		WithDevice(specs.LinuxDevice{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}),
-		WithDevice(specs.LinuxDevice{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}),
-		WithMount(specs.Mount{Destination: "/usr/lib/libcuda.so.550.54.15", Source: "/usr/lib/libcuda.so.550.54.15", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
-		WithMount(specs.Mount{Destination: "/usr/bin/nvidia-smi", Source: "/usr/bin/nvidia-smi", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
+		WithDevices(specs.LinuxDevice{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}),
+		WithDevices(specs.LinuxDevice{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}),
+		WithMounts(specs.Mount{Destination: "/usr/lib/libcuda.so.550.54.15", Source: "/usr/lib/libcuda.so.550.54.15", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
+		WithMounts(specs.Mount{Destination: "/usr/bin/nvidia-smi", Source: "/usr/bin/nvidia-smi", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
 		WithHook(StageCreateContainer, specs.Hook{Path: "/usr/bin/gpu-hook", Args: []string{"gpu-hook", "update-ldcache"}, Env: hookEnv}),
 		WithoutHooksNamed("nvidia-container-runtime-hook"),
 		WithEnv("NVIDIA_GPU_INJECTED=1"),
@@ -306,7 +306,7 @@ func TestEncodeUnknownKeysStayWithTheirElement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Apply(sf.Spec, WithMount(specs.Mount{Destination: "/a", Source: "/new", Type: "bind"})); err != nil {
+	if err := Apply(sf.Spec, WithMounts(specs.Mount{Destination: "/a", Source: "/new", Type: "bind"})); err != nil {
 		t.Fatal(err)
 	}
 	out, err := sf.Encode()
