@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// FuzzParse checks that no input makes Parse panic, that every error wraps
+// FuzzParse checks that no input makes Parse or parseRuntime panic, that every error wraps
 // ErrInvalid, and that every Config it returns is valid.
 //
 //	go test -run='^$' -fuzz=FuzzParse -fuzztime=20s ./pkg/config/
@@ -29,6 +29,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		rc, rok := parseRuntime(data) // start and delete read any file this way: it must not panic either
 		cfg, _, err := Parse(data, "/fuzz.toml")
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
@@ -40,8 +41,8 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned an invalid config %+v: %q", cfg, problems)
 		}
 		// The pass-through reading of [runtime] agrees with the full parse.
-		if rc, ok := parseRuntime(data); !ok || !reflect.DeepEqual(rc.Runtime, cfg.Runtime) {
-			t.Fatalf("parseRuntime = %+v, %v; Parse's [runtime] = %+v", rc.Runtime, ok, cfg.Runtime)
+		if !rok || !reflect.DeepEqual(rc.Runtime, cfg.Runtime) {
+			t.Fatalf("parseRuntime = %+v, %v; Parse's [runtime] = %+v", rc.Runtime, rok, cfg.Runtime)
 		}
 	})
 }
