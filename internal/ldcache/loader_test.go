@@ -104,10 +104,11 @@ func preferredHwcaps(t *testing.T, subdirs []string) string {
 	}
 	_, list, _ := strings.Cut(string(out), "Subdirectories of glibc-hwcaps directories, in priority order:\n")
 	for _, line := range strings.Split(list, "\n") {
-		name, status, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || !strings.HasPrefix(line, "  ") {
-			break
+		if !strings.HasPrefix(line, "  ") {
+			break // the end of the list
 		}
+		// A level this CPU lacks is listed bare ("  x86-64-v4"), with no status.
+		name, status, _ := strings.Cut(strings.TrimSpace(line), " ")
 		if status == "(supported, searched)" && slices.Contains(subdirs, name) {
 			return name
 		}
