@@ -35,6 +35,9 @@ import (
 const (
 	hookName = "nvidia-container-runtime-hook"
 	hookPath = "/usr/bin/" + hookName
+	// installedCTK is the package's gpu-ctk, by path: a gpu-ctk earlier in PATH (make install's,
+	// in /usr/local/bin) would register the gpu-runtime beside itself instead.
+	installedCTK = "/usr/bin/gpu-ctk"
 	// systemPath is the PATH systemd gives dockerd, where the package looks for a hook.
 	systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// fakeNVIDIA is the package standing in for NVIDIA's toolkit: it ships hookPath.
@@ -480,6 +483,21 @@ func wantLines(t *testing.T, what, out string, lines ...string) {
 	}
 }
 
+// existingHookLine is what the package's hook step says of a hook that was on dockerd's PATH
+// before it (make install's link in /usr/local/bin, or NVIDIA's), as packaging/scripts/host-setup
+// words it; "" when there is none.
+func existingHookLine() string {
+	found, ok := lookPathIn(hookName, systemPath)
+	switch target, err := filepath.EvalSymlinks(found); {
+	case !ok:
+		return ""
+	case err == nil && filepath.Base(target) == "gpu-hook":
+		return "gpu-runtime: docker --gpus will use " + found + ", a link to gpu-hook; none added\n"
+	}
+	return "gpu-runtime: left " + found + " as it is (not gpu-runtime's: NVIDIA Container Toolkit's?). dockerd accepts --gpus with it; " +
+		"containers of the gpu runtime get their GPUs from gpu-runtime, containers of runc keep NVIDIA's hook\n"
+}
+
 func lookPathIn(name, path string) (string, bool) {
 	for _, dir := range filepath.SplitList(path) {
 		p := filepath.Join(dir, name)
@@ -572,13 +590,13 @@ func (m *machine) freshInstall(t *testing.T) {
 }
 
 func (m *machine) configureEngines(t *testing.T) {
-	out := mustRun(t, nil, "gpu-ctk", "runtime", "configure", "--runtime=docker")
+	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
 	wantLines(t, "gpu-ctk runtime configure --runtime=docker", out, `configured docker: runtime "gpu" -> /usr/bin/gpu-runtime`, "  wrote "+daemonJSON)
 	if m.hookLink && strings.Contains(out, "warning:") {
 		t.Errorf("configure warns although the package linked the hook:\n%s", out)
 	}
 	if m.containerdBefore != nil {
-		out := mustRun(t, nil, "gpu-ctk", "runtime", "configure", "--runtime=containerd")
+		out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=containerd")
 		wantLines(t, "gpu-ctk runtime configure --runtime=containerd", out, `configured containerd: runtime "gpu" -> /usr/bin/gpu-runtime`)
 	}
 	m.editConfig(t)
@@ -726,12 +744,12 @@ func (m *machine) upgrade(t *testing.T, prev packages) {
 	m.userDaemonJSON = fmt.Sprintf("{\n  \"deprecated-key-path\": %q,\n  \"shutdown-timeout\": 5\n}\n", filepath.Join(m.work, "key.json"))
 	writeFile(t, daemonJSON, m.userDaemonJSON, 0o644)
 	mustApt(t, "install", prev.deb)
-	if out := mustRun(t, nil, "gpu-runtime", "--version"); !strings.HasPrefix(out, "gpu-runtime version "+prev.version+"\n") {
+	if out := mustRun(t, nil, "/usr/bin/gpu-runtime", "--version"); !strings.HasPrefix(out, "gpu-runtime version "+prev.version+"\n") {
 		t.Fatalf("the previous version installed says %q", out)
 	}
-	mustRun(t, nil, "gpu-ctk", "runtime", "configure", "--runtime=docker", "--set-as-default")
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--set-as-default")
 	if m.containerdBefore != nil {
-		mustRun(t, nil, "gpu-ctk", "runtime", "configure", "--runtime=containerd")
+		mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=containerd")
 	}
 	m.editConfig(t)
 
@@ -754,7 +772,7 @@ func (m *machine) upgrade(t *testing.T, prev packages) {
 	if strings.Contains(out, intro) {
 		t.Errorf("the upgrade repeats the install hint:\n%s", out)
 	}
-	if out := mustRun(t, nil, "gpu-runtime", "--version"); !strings.HasPrefix(out, "gpu-runtime version "+m.p.version+"\n") {
+	if out := mustRun(t, nil, "/usr/bin/gpu-runtime", "--version"); !strings.HasPrefix(out, "gpu-runtime version "+m.p.version+"\n") {
 		t.Errorf("after the upgrade: %q", out)
 	}
 	if inode(t, "/usr/bin/gpu-runtime") == m.inode {
@@ -839,7 +857,11 @@ func (m *machine) engineFiles(t *testing.T) string {
 func (m *machine) rpmUpgradeScriptlets(t *testing.T) {
 	before := m.engineFiles(t)
 	out := mustRun(t, nil, "bash", m.scriptlet(t, "POSTIN"), "2")
-	if want := "gpu-runtime: upgraded; engine registrations are unchanged and need no restart: new containers run the new gpu-runtime\n"; out != want {
+	want := "gpu-runtime: upgraded; engine registrations are unchanged and need no restart: new containers run the new gpu-runtime\n"
+	if !m.hookLink {
+		want = existingHookLine() + want
+	}
+	if out != want {
 		t.Errorf("%%post 2: %q, want %q", out, want)
 	}
 	for _, tag := range []string{"PREUN", "POSTUN"} {
@@ -934,7 +956,7 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 	left := "gpu-runtime: left " + hookPath + " as it is (not gpu-runtime's: NVIDIA Container Toolkit's?). dockerd accepts --gpus with it; containers of the gpu runtime get their GPUs from gpu-runtime, containers of runc keep NVIDIA's hook"
 	wantLines(t, "apt-get install", out, left)
 	nvidiaHookIntact(t)
-	out = mustRun(t, nil, "gpu-ctk", "runtime", "configure", "--runtime=docker")
+	out = mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
 	wantLines(t, "gpu-ctk runtime configure", out, "note: "+hookPath+" is not gpu-hook (NVIDIA Container Toolkit's?); leave it: dockerd accepts --gpus with it, containers of the gpu runtime get their GPUs from gpu-runtime, and containers of runc keep NVIDIA's hook")
 
 	// rpm's fresh install (%post 1), then its erase: %preun 0, the files, %postun 0.
