@@ -638,18 +638,16 @@ func mismatch(v any, want valueKind) string {
 	case map[string]any:
 		got = kindTable
 	case []any:
-		elem := kindString
-		switch want {
-		case kindInts:
-			elem = kindInt
-		case kindStrings:
-		default:
-			for _, e := range v {
-				if _, ok := e.(map[string]any); !ok {
-					return "an array"
-				}
+		if want != kindStrings && want != kindInts {
+			notTable := func(e any) bool { _, ok := e.(map[string]any); return !ok }
+			if len(v) > 0 && !slices.ContainsFunc(v, notTable) {
+				return "an array of tables"
 			}
-			return "an array of tables"
+			return "an array"
+		}
+		elem := kindString
+		if want == kindInts {
+			elem = kindInt
 		}
 		for _, e := range v {
 			if m := mismatch(e, elem); m != "" {

@@ -332,6 +332,17 @@ func TestParseErrors(t *testing.T) {
 			wantErr:     `parse config /x.toml: line 1, column 3: hook must be a table, not an array of tables`,
 		},
 		{
+			// An empty array holds no tables: it is not "an array of tables".
+			description: "empty array for a table",
+			data:        "hook = []\n",
+			wantErr:     `parse config /x.toml: line 1, column 8: hook must be a table, not an array`,
+		},
+		{
+			description: "empty array for a string",
+			data:        "[runtime]\nlog-level = []\n",
+			wantErr:     `parse config /x.toml: line 2, column 13: runtime.log-level must be a string, not an array`,
+		},
+		{
 			description: "table for a string",
 			data:        "[hook.ldconfig]\npath = \"/sbin/ldconfig\"\n",
 			wantErr:     `parse config /x.toml: line 1, column 2: hook.ldconfig must be a string, not a table`,
