@@ -496,7 +496,7 @@ func unknownKeyWarnings(name string, strict *toml.StrictMissingError) []string {
 	var warnings, seen []string
 next:
 	for _, e := range strict.Errors {
-		key := dottedKey(e.Key())
+		key := quote.TOMLKey(e.Key()...)
 		for _, s := range seen {
 			if strings.HasPrefix(key, s+".") {
 				continue next
@@ -507,9 +507,6 @@ next:
 	}
 	return warnings
 }
-
-// dottedKey writes a key path as TOML would, quoting parts that are not bare keys.
-func dottedKey(parts []string) string { return quote.TOMLKey(parts...) }
 
 // valueKind is the TOML type a known key takes.
 type valueKind int

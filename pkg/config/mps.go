@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // MPSConfig is the [mps] table: MPS shares, each served by its own control daemon whose
@@ -83,7 +85,7 @@ func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
 	}
 	for _, name := range m.ShareNames() {
 		s := m.Shares[name]
-		key := "mps.shares." + dottedKey([]string{name})
+		key := quote.TOMLKey("mps", "shares", name)
 		if !shareNameRE().MatchString(name) {
 			bad(key, name, "a share name of letters, digits, '.', '_' and '-' (63 at most)")
 			continue
