@@ -33,6 +33,8 @@ func TestSet(t *testing.T) {
 			want: "[health]\nignore-xids = [13, 31, 43]\n"},
 		{description: "a list of integers with a word", data: "", key: "health.ignore-xids", value: "13,thirty", wantErr: `health.ignore-xids: "thirty" is not an integer`},
 		{description: "an unknown key", data: "", key: "driver.rooot", value: "/", wantErr: `unknown key "driver.rooot": the keys are runtime.runtimes, `},
+		{description: "a key spelled in other case", data: "", key: "Driver.Root", value: "/", wantErr: `unknown key "Driver.Root": the keys are runtime.runtimes, `},
+		{description: "a key below a value", data: "", key: "driver.root.x", value: "/", wantErr: `unknown key "driver.root.x": the keys are runtime.runtimes, `},
 		{description: "a bad boolean", data: "", key: "discovery.cache", value: "yes", wantErr: `discovery.cache: "yes" is not true or false`},
 		{description: "a table is not a key", data: "", key: "mps.shares", value: "x", wantErr: `unknown key "mps.shares": the keys are runtime.runtimes, `},
 		{description: "a share's key is edited in the file", data: "", key: "mps.shares.a.uid", value: "1", wantErr: `unknown key "mps.shares.a.uid": the keys are runtime.runtimes, `},
