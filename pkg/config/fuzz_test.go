@@ -4,11 +4,12 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 )
 
 // FuzzParse checks that no input makes Parse or parseRuntime panic, that every error wraps
-// ErrInvalid, and that every Config it returns is valid.
+// ErrInvalid and words a type error in TOML's terms, and that every Config it returns is valid.
 //
 //	go test -run='^$' -fuzz=FuzzParse -fuzztime=20s ./pkg/config/
 func FuzzParse(f *testing.F) {
@@ -34,6 +35,12 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("Parse error %v does not wrap ErrInvalid", err)
+			}
+			// A type error is worded in TOML's terms, never go-toml's Go-typed words (a bad
+			// value's message, "config …: invalid …", may quote the input: not checked).
+			if msg := err.Error(); strings.HasPrefix(msg, "parse config ") &&
+				(strings.Contains(msg, "cannot decode TOML") || strings.Contains(msg, "cannot store")) {
+				t.Fatalf("Parse error in go-toml's words: %v", err)
 			}
 			return
 		}
