@@ -483,19 +483,24 @@ func wantLines(t *testing.T, what, out string, lines ...string) {
 	}
 }
 
-// existingHookLine is what the package's hook step says of a hook that was on dockerd's PATH
-// before it (make install's link in /usr/local/bin, or NVIDIA's), as packaging/scripts/host-setup
-// words it; "" when there is none.
+// existingHookLine is what the package's hook step says, one line, of a hook that was on
+// dockerd's PATH before it (make install's link in /usr/local/bin, or NVIDIA's); "" when there
+// is none.
 func existingHookLine() string {
 	found, ok := lookPathIn(hookName, systemPath)
-	switch target, err := filepath.EvalSymlinks(found); {
-	case !ok:
+	if !ok {
 		return ""
-	case err == nil && filepath.Base(target) == "gpu-hook":
+	}
+	if target, err := filepath.EvalSymlinks(found); err == nil && filepath.Base(target) == "gpu-hook" {
 		return "gpu-runtime: docker --gpus will use " + found + ", a link to gpu-hook; none added\n"
 	}
-	return "gpu-runtime: left " + found + " as it is (not gpu-runtime's: NVIDIA Container Toolkit's?). dockerd accepts --gpus with it; " +
-		"containers of the gpu runtime get their GPUs from gpu-runtime, containers of runc keep NVIDIA's hook\n"
+	return leftHookLine(found) + "\n"
+}
+
+// leftHookLine is packaging/scripts/host-setup's line for a hook at path that is not gpu-hook.
+func leftHookLine(path string) string {
+	return "gpu-runtime: left " + path + " as it is (not gpu-runtime's: NVIDIA Container Toolkit's?). dockerd accepts --gpus with it; " +
+		"containers of the gpu runtime get their GPUs from gpu-runtime, containers of runc keep NVIDIA's hook"
 }
 
 func lookPathIn(name, path string) (string, bool) {
@@ -953,7 +958,7 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 	}
 	mustApt(t, "install", m.buildFakeNVIDIA(t))
 	out := mustApt(t, "install", m.p.deb)
-	left := "gpu-runtime: left " + hookPath + " as it is (not gpu-runtime's: NVIDIA Container Toolkit's?). dockerd accepts --gpus with it; containers of the gpu runtime get their GPUs from gpu-runtime, containers of runc keep NVIDIA's hook"
+	left := leftHookLine(hookPath)
 	wantLines(t, "apt-get install", out, left)
 	nvidiaHookIntact(t)
 	out = mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
