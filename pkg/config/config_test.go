@@ -722,3 +722,16 @@ func errOrNil(msg string) error {
 	}
 	return errors.New(msg)
 }
+
+// TestDecodeErrorWithoutPosition: an error go-toml gives without a position (none seen from
+// v2.4.3, but its API allows one) is reported with the file name and without "toml: ".
+func TestDecodeErrorWithoutPosition(t *testing.T) {
+	cause := errors.New("toml: something new")
+	err := decodeError([]byte("[runtime]\n"), "/x.toml", cause)
+	if want := "parse config /x.toml: something new"; err.Error() != want {
+		t.Errorf("decodeError = %q, want %q", err, want)
+	}
+	if !errors.Is(err, ErrInvalid) || !errors.Is(err, cause) {
+		t.Errorf("decodeError = %v: wraps neither ErrInvalid nor the cause", err)
+	}
+}
