@@ -14,4 +14,7 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
-require github.com/fsnotify/fsnotify v1.7.0 // indirect
+require (
+	cyphar.com/go-pathrs v0.2.5 // indirect
+	github.com/fsnotify/fsnotify v1.7.0 // indirect
+)

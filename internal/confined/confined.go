@@ -166,13 +166,17 @@ func Open(root string, lim Limits) (*Root, error) {
 // Path is the root's host path.
 func (r *Root) Path() string { return r.path }
 
-// Close closes the root and every directory handle it gave out.
-func (r *Root) Close() error {
+// Deadline is the update's deadline (zero for none).
+func (r *Root) Deadline() time.Time { return r.b.deadline }
+
+// Close closes the root and every directory handle it gave out (O_PATH handles: nothing to
+// report).
+func (r *Root) Close() {
 	for _, d := range r.dirs {
 		_ = d.h.Close()
 	}
 	r.dirs = nil
-	return r.h.Close()
+	_ = r.h.Close()
 }
 
 // ReadAs makes every later read of an image file (ReadFile, List, Dir.Open, Dir.Readlink,
@@ -273,7 +277,7 @@ func (r *Root) MkdirAll(p string, perm os.FileMode) (*Dir, error) {
 	}
 	h, err := pathrs.MkdirAllHandle(r.h, p, perm)
 	if err != nil {
-		return nil, fmt.Errorf("create %s in the container root: %w", p, err)
+		return nil, fmt.Errorf("create %s in container root %s: %w", p, r.path, err)
 	}
 	if err := r.sameMount(h, p); err != nil {
 		_ = h.Close()
@@ -379,7 +383,7 @@ func (d *Dir) List(limit int) ([]string, error) {
 			return err
 		}
 		if len(names) > limit {
-			return fmt.Errorf("%s: more than %d entries", d.path, limit)
+			return fmt.Errorf("more than %d entries", limit)
 		}
 		return d.r.b.list(d.path, len(names))
 	})

@@ -40,7 +40,7 @@ func newRoot(t *testing.T, files map[string]string, lim Limits) (string, *Root) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
+	t.Cleanup(func() { r.Close() })
 	return dir, r
 }
 
@@ -137,7 +137,7 @@ func TestListLimit(t *testing.T) {
 		files["/d/f"+string(rune('a'+i))] = ""
 	}
 	_, r := newRoot(t, files, big())
-	if _, err := r.List("/d", 4); err == nil || err.Error() != "/d: more than 4 entries" {
+	if _, err := r.List("/d", 4); err == nil || err.Error() != "more than 4 entries" {
 		t.Errorf("List = %v", err)
 	}
 	names, err := r.List("/d", 5)

@@ -39,8 +39,12 @@ func (r *Root) asReader(fn func() error) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("read the process's groups: %w", err)
 	}
+	own := make([]uint32, len(groups))
+	for i, g := range groups {
+		own[i] = uint32(g) //nolint:gosec // G115: group ids from getgroups(2) are gid_t, 32-bit
+	}
 	restore := func() error {
-		errs := []error{setfsid(unix.SYS_SETFSUID, 0), setfsid(unix.SYS_SETFSGID, 0), setgroups(groups)}
+		errs := []error{setfsid(unix.SYS_SETFSUID, 0), setfsid(unix.SYS_SETFSGID, 0), setgroups(own)}
 		if err := errors.Join(errs...); err != nil {
 			// The thread keeps the container user's credentials: it stays locked, and Go
 			// ends a locked thread with its goroutine, never reusing it.
@@ -49,11 +53,7 @@ func (r *Root) asReader(fn func() error) error {
 		runtime.UnlockOSThread()
 		return nil
 	}
-	gids := make([]int, len(c.Groups))
-	for i, g := range c.Groups {
-		gids[i] = int(g)
-	}
-	if err := errors.Join(setgroups(gids), setfsid(unix.SYS_SETFSGID, c.GID), setfsid(unix.SYS_SETFSUID, c.UID)); err != nil {
+	if err := errors.Join(setgroups(c.Groups), setfsid(unix.SYS_SETFSGID, c.GID), setfsid(unix.SYS_SETFSUID, c.UID)); err != nil {
 		return errors.Join(fmt.Errorf("read as uid %d gid %d: %w", c.UID, c.GID, err), restore())
 	}
 	ferr := fn()
@@ -63,24 +63,20 @@ func (r *Root) asReader(fn func() error) error {
 // setfsid sets the thread's file-system uid or gid (trap SYS_SETFSUID or SYS_SETFSGID) and
 // checks that it took: the system calls report no error, only the previous value.
 func setfsid(trap uintptr, id uint32) error {
-	unix.RawSyscall(trap, uintptr(id), 0, 0)
+	_, _, _ = unix.RawSyscall(trap, uintptr(id), 0, 0)
 	// -1 is never a valid id: the call only returns the current value.
 	cur, _, _ := unix.RawSyscall(trap, ^uintptr(0), 0, 0)
-	if uint32(cur) != id {
-		return fmt.Errorf("set file-system id %d: it is %d", id, uint32(cur))
+	if cur != uintptr(id) {
+		return fmt.Errorf("set file-system id %d: it is %d", id, cur)
 	}
 	return nil
 }
 
 // setgroups sets the calling thread's supplementary groups.
-func setgroups(gids []int) error {
-	list := make([]uint32, len(gids))
-	for i, g := range gids {
-		list[i] = uint32(g)
-	}
+func setgroups(list []uint32) error {
 	var p unsafe.Pointer
 	if len(list) > 0 {
-		p = unsafe.Pointer(&list[0])
+		p = unsafe.Pointer(&list[0]) //nolint:gosec // G103: setgroups(2) takes the address of a gid_t array, which stays alive until it returns
 	}
 	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(list)), uintptr(p), 0); errno != 0 {
 		return fmt.Errorf("setgroups: %w", errno)
