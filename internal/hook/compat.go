@@ -58,7 +58,7 @@ func CompatVersion(root *confined.Root) (string, []string, error) {
 	names, err := dir.List(maxCompatList)
 	if err != nil {
 		if !errors.Is(err, confined.ErrBudget) {
-			err = fmt.Errorf("%w: gpu-runtime reads at most %d names of the CUDA compat directory (NVIDIA's cuda-compat package installs about a dozen)", err, maxCompatList)
+			err = fmt.Errorf("%s: %w: gpu-runtime reads at most %d names of the CUDA compat directory (NVIDIA's cuda-compat package installs about a dozen)", CompatDir, err, maxCompatList)
 		}
 		return "", nil, err
 	}

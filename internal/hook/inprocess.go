@@ -508,6 +508,8 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 		seen[dir] = true
 		d, err := w.root.Dir(dir)
 		switch {
+		case errors.Is(err, confined.ErrBudget):
+			return err
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 			continue
 		case errors.Is(err, confined.ErrOtherMount):

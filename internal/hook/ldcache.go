@@ -107,8 +107,21 @@ func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
 		res.LDConfigOutput, err = w.runLDConfig(opts.LDConfig, p, deadline)
 	}
 	res.Warnings = w.warnings
-	return res, err
+	return res, inContext(err)
 }
+
+// inContext says what an error that ended the update was about, where the error itself
+// names only a path and a limit or a mount.
+func inContext(err error) error {
+	if fatal(err) && !errors.Is(err, ErrLDConfig) {
+		return fmt.Errorf("%w: %w", ErrUpdate, err)
+	}
+	return err
+}
+
+// ErrUpdate marks an update of the container's loader cache that could not be done at all:
+// the image made it reach a limit, or put what it must write on another mount.
+var ErrUpdate = errors.New("the container's loader cache cannot be updated")
 
 // UpdateLDCacheAtCreate is UpdateLDCache's in-process update done before the container
 // exists: gpu-runtime calls it at create, on the root the engine prepared, so that the
@@ -134,7 +147,7 @@ func UpdateLDCacheAtCreate(root string, opts LDCacheOptions) (LDCacheResult, err
 		res.Method, res.Reason, err = w.write(p)
 	}
 	res.Warnings = w.warnings
-	return res, err
+	return res, inContext(err)
 }
 
 // newCacheWriter opens the container root for one update bounded by lim.
