@@ -4,7 +4,7 @@ go 1.24.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
-	github.com/cyphar/filepath-securejoin v0.4.1
+	github.com/cyphar/filepath-securejoin v0.7.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.9.3
@@ -14,4 +14,7 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
-require github.com/fsnotify/fsnotify v1.7.0 // indirect
+require (
+	cyphar.com/go-pathrs v0.2.5 // indirect
+	github.com/fsnotify/fsnotify v1.7.0 // indirect
+)

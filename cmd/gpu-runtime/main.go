@@ -21,9 +21,16 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
+// memoryLimit is the heap size at which gpu-runtime collects garbage: a create needs a few
+// MiB; the memory is charged to the engine's cgroup, which other containers share.
+const memoryLimit = 256 << 20
+
 func main() {
-	// A short-lived process with a small, bounded heap: collecting garbage only costs time.
+	// A short-lived process with a small heap: collecting garbage only costs time, unless
+	// something went far off — then the memory limit has the collector run (the loader-cache
+	// update's reads of the image are bounded besides: internal/confined).
 	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(memoryLimit)
 	args := os.Args[1:]
 	inv, argErr := oci.ParseArgs(args)
 	if inv.Version && inv.Command == "" {

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
@@ -71,7 +72,9 @@ func BenchmarkUpdateLDCacheAtCreate(b *testing.B) {
 			})
 			b.Run("loader-paths", func(b *testing.B) {
 				for b.Loop() {
-					LoaderPaths(root, opts.Libraries)
+					if _, err := LoaderPaths(root, opts.Libraries, confined.DefaultLimits(0)); err != nil {
+						b.Fatal(err)
+					}
 				}
 			})
 		})

@@ -79,6 +79,9 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			fmt.Fprintln(stderr, "gpu-hook: "+note)
 			logErrs = append(logErrs, log.write("info", "gpu-hook: "+note))
 		}
+		if res.LDConfigOutput != "" {
+			logErrs = append(logErrs, log.write("info", "gpu-hook: "+opts.LDConfig+" printed: "+res.LDConfigOutput))
+		}
 		if lerr := errors.Join(logErrs...); lerr != nil {
 			fmt.Fprintln(stderr, "gpu-hook: warning: "+lerr.Error())
 		}

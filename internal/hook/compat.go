@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
@@ -32,6 +30,10 @@ const (
 // number of files named libcuda.so.*, and each one opened costs the create.
 const maxCompatCandidates = 8
 
+// maxCompatList bounds the names listed of the compat directory, where NVIDIA's cuda-compat
+// package installs about a dozen files: a larger directory is refused, not skimmed.
+const maxCompatList = 4096
+
 // maxCompatNote bounds the forward-compatibility note read from a compat library.
 const maxCompatNote = 4096
 
@@ -40,39 +42,48 @@ const maxCompatNote = 4096
 // name; when the library carries a .note.cuda.fwd_compatibility note whose payload is a
 // version string, that wins. Only regular files are opened (without blocking), at most
 // maxCompatCandidates of them, the newest by name: a warning says when more were skipped.
-func CompatVersion(root string) (string, []string, error) {
-	dirHandle, err := securejoin.OpenInRoot(root, CompatDir)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+// A compat directory on another mount than the root (a volume) is not considered, with a
+// warning; one of more than maxCompatList entries, or the update's budget spent, is an
+// error.
+func CompatVersion(root *confined.Root) (string, []string, error) {
+	dir, err := root.Dir(CompatDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 		return "", nil, nil
-	}
-	if err != nil {
+	case errors.Is(err, confined.ErrOtherMount):
+		return "", []string{"CUDA forward compatibility not considered: " + err.Error()}, nil
+	case err != nil:
 		return "", nil, fmt.Errorf("open %s in container root: %w", CompatDir, err)
 	}
-	defer dirHandle.Close()
-	dir, err := securejoin.Reopen(dirHandle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	names, err := dir.List(maxCompatList)
 	if err != nil {
-		return "", nil, nil // not a directory: nothing to prefer
+		if !errors.Is(err, confined.ErrBudget) {
+			err = fmt.Errorf("%s: %w: gpu-runtime reads at most %d names of the CUDA compat directory (NVIDIA's cuda-compat package installs about a dozen)", CompatDir, err, maxCompatList)
+		}
+		return "", nil, err
 	}
-	defer dir.Close()
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return "", nil, fmt.Errorf("list %s in container root: %w", CompatDir, err)
+	type candidate struct {
+		name, version string
+		parsed        requirements.Version
 	}
-	type candidate struct{ name, version string }
 	var candidates []candidate
 	for _, name := range names {
 		v, ok := strings.CutPrefix(name, "libcuda.so.")
 		if !ok || strings.Count(v, ".") < 1 {
 			continue // libcuda.so.1 and friends are links to the versioned file
 		}
-		if _, err := requirements.CompareVersions(v, "0"); err != nil {
+		parsed, err := requirements.ParseVersion(v)
+		if err != nil {
 			continue
 		}
-		candidates = append(candidates, candidate{name, v})
+		candidates = append(candidates, candidate{name, v, parsed})
 	}
-	sort.Slice(candidates, func(i, j int) bool {
-		c, _ := requirements.CompareVersions(candidates[i].version, candidates[j].version)
-		return c > 0 || (c == 0 && candidates[i].name < candidates[j].name)
+	// Each version parsed once, not at every comparison.
+	slices.SortFunc(candidates, func(a, b candidate) int {
+		if c := b.parsed.Compare(a.parsed); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
 	})
 	var warnings []string
 	if len(candidates) > maxCompatCandidates {
@@ -83,7 +94,7 @@ func CompatVersion(root string) (string, []string, error) {
 	best := ""
 	for _, c := range candidates {
 		v := c.version
-		nv, regular := noteVersion(dirHandle, c.name)
+		nv, regular := noteVersion(dir, c.name)
 		if !regular {
 			warnings = append(warnings, fmt.Sprintf("%s/%s ignored: not a regular file", CompatDir, c.name))
 			continue
@@ -101,26 +112,17 @@ func CompatVersion(root string) (string, []string, error) {
 }
 
 // noteVersion reads the forward-compatibility note of a compat library, if any; regular is
-// false when the name is not a regular file (it is then not opened for reading at all). The
-// ELF file comes from the image: it is read with the bounded reader (elf.go), which checks
-// the header and the section table's size before reading them, reads at most 64 KiB of
-// section names and a note of at most maxCompatNote bytes.
-func noteVersion(dir *os.File, name string) (version string, regular bool) {
-	h, err := securejoin.OpenatInRoot(dir, name)
+// false when the name is not a regular file of the root's mount (it is then not opened for
+// reading at all). The ELF file comes from the image: it is read with the bounded reader
+// (elf.go), which checks the header and the section table's size before reading them, reads
+// at most 64 KiB of section names and a note of at most maxCompatNote bytes.
+func noteVersion(dir *confined.Dir, name string) (version string, regular bool) {
+	f, size, err := dir.Open(name, false)
 	if err != nil {
 		return "", false
-	}
-	defer h.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(h.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", false
-	}
-	f, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
-	if err != nil {
-		return "", true
 	}
 	defer f.Close()
-	ef, err := readELF(f, st.Size)
+	ef, err := readELF(f, size)
 	if err != nil {
 		return "", true
 	}
@@ -142,22 +144,13 @@ func noteVersion(dir *os.File, name string) (version string, regular bool) {
 	return v, true
 }
 
-// preferCompat writes CompatConf inside root (confined to it) so the loader searches
-// CompatDir first.
-func preferCompat(root string) error {
-	rootHandle, err := openRoot(root)
-	if err != nil {
-		return err
-	}
-	defer rootHandle.Close()
-	confDir, err := securejoin.MkdirAllHandle(rootHandle, path.Dir(CompatConf), 0o755)
+// preferCompat writes CompatConf inside the root (confined to it, on its mount) so the
+// loader searches CompatDir first.
+func preferCompat(root *confined.Root) error {
+	confDir, err := root.MkdirAll(path.Dir(CompatConf), 0o755)
 	if err != nil {
 		return fmt.Errorf("create %s in container root: %w", path.Dir(CompatConf), err)
 	}
-	defer confDir.Close()
 	content := "# written by gpu-hook: CUDA forward compatibility libraries are newer than the host driver\n" + CompatDir + "\n"
-	if err := atomicfile.WriteAt(confDir, path.Base(CompatConf), []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write %s in container root: %w", CompatConf, err)
-	}
-	return nil
+	return confDir.WriteFile(path.Base(CompatConf), []byte(content), 0o644)
 }

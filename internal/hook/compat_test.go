@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,7 @@ func TestCompatVersion(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, _, err := CompatVersion(root)
+			got, _, err := CompatVersion(openRoot(t, root))
 			if err != nil || got != tc.want {
 				t.Fatalf("CompatVersion = %q, %v; want %q", got, err, tc.want)
 			}
@@ -171,7 +172,7 @@ func TestCompatVersionBounded(t *testing.T) {
 	var warnings []string
 	var err error
 	go func() {
-		got, warnings, err = CompatVersion(root)
+		got, warnings, err = CompatVersion(openRoot(t, root))
 		close(done)
 	}()
 	select {
@@ -295,11 +296,10 @@ func TestNoteVersionHostileELF(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h, err := os.Open(dir)
+			h, err := openRoot(t, dir).Dir("/")
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer h.Close()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			got, regular := noteVersion(h, name)
@@ -384,14 +384,13 @@ func TestReadLibrary(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h, err := os.Open(dir)
+			h, err := openRoot(t, dir).Dir("/")
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer h.Close()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			soname, flags, err := readLibrary(h, "libcuda.so.550.54.15")
+			soname, flags, err := readLibrary(h, "libcuda.so.550.54.15", false)
 			runtime.ReadMemStats(&after)
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
@@ -409,12 +408,11 @@ func TestReadLibrary(t *testing.T) {
 	// without a SONAME, which ldconfig enters under its file name.
 	dir := t.TempDir()
 	buildLib(t, filepath.Join(dir, "libreal.so.1.2"), "libreal.so.1")
-	h, err := os.Open(dir)
+	h, err := openRoot(t, dir).Dir("/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	if soname, flags, err := readLibrary(h, "libreal.so.1.2"); err != nil || soname != "libreal.so.1" || flags != 0x0303 {
+	if soname, flags, err := readLibrary(h, "libreal.so.1.2", false); err != nil || soname != "libreal.so.1" || flags != 0x0303 {
 		t.Errorf("gcc library: %q, %#x, %v", soname, flags, err)
 	}
 	src := filepath.Join(dir, "s.c")
@@ -424,7 +422,18 @@ func TestReadLibrary(t *testing.T) {
 	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(dir, "libnosoname.so.3"), src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v: %s", err, out)
 	}
-	if soname, _, err := readLibrary(h, "libnosoname.so.3"); err != nil || soname != "libnosoname.so.3" {
+	if soname, _, err := readLibrary(h, "libnosoname.so.3", false); err != nil || soname != "libnosoname.so.3" {
 		t.Errorf("library without a SONAME: %q, %v; want its file name", soname, err)
 	}
+}
+
+// openRoot opens root for one update with the default limits, closed at cleanup.
+func openRoot(t *testing.T, root string) *confined.Root {
+	t.Helper()
+	r, err := confined.Open(root, confined.DefaultLimits(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

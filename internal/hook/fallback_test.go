@@ -389,7 +389,7 @@ func TestLDCacheFallback(t *testing.T) {
 				}
 			},
 			wantMethod: MethodLDConfig,
-			wantReason: `the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read: "/opt/lib:/opt/more"`,
+			wantReason: "the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read (/etc/ld.so.conf line 1)",
 		},
 		{
 			description: "no cache, a library directory too large to list",

@@ -4,17 +4,15 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
 	"slices"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 )
@@ -27,7 +25,10 @@ import (
 // handles confined to the root (openat2 RESOLVE_IN_ROOT), only regular files, without
 // blocking and within bounds: the cache (maxImageCache), the injected libraries' ELF headers
 // and dynamic sections (elf.go), the compat directory (maxCompatEntries) and, for an image
-// without a cache, the listings of the directories ldconfig would scan (maxScanEntries each).
+// without a cache, the listings of the directories ldconfig would scan (maxScanEntries each),
+// all within the update's budget (internal/confined). It never acts on another mount than
+// the root's: a directory where it would write that lies on one (an image link into a
+// volume) is an error, never a fallback to ldconfig.
 //
 // What the result must equal is the cache ldconfig -r writes over the same root with the
 // library directories on its command line (RunLDConfig: the compat directory first when
@@ -68,37 +69,47 @@ type ldEntry struct {
 
 // write updates the root's loader cache in-process. It returns MethodInProcess when it
 // wrote the cache, MethodSkipped (with the reason) when the image's loader reads none, and
-// MethodLDConfig with the reason when ldconfig must run instead. It fails in no other way:
-// whatever it cannot do, ldconfig is asked to.
-func (w *cacheWriter) write(p ldPlan) (method, reason string) {
+// MethodLDConfig with the reason when ldconfig must run instead. It fails (err) only where
+// ldconfig must not run either: the update's budget is spent, or a directory it would write
+// in lies on another mount; whatever else it cannot do, ldconfig is asked to.
+func (w *cacheWriter) write(p ldPlan) (method, reason string, err error) {
+	ldconfig := func(err error) (string, string, error) {
+		if fatal(err) {
+			return "", "", err
+		}
+		return MethodLDConfig, err.Error(), nil
+	}
 	cache, err := w.imageCache()
 	if err != nil {
-		return MethodLDConfig, err.Error()
+		return ldconfig(err)
 	}
 	injected, err := w.injected(p.libs)
 	if err != nil {
-		return MethodLDConfig, err.Error()
+		return ldconfig(err)
 	}
 	var compat []ldEntry
 	if p.compat {
 		if compat, err = w.compatDir(); err != nil {
-			return MethodLDConfig, err.Error()
+			return ldconfig(err)
 		}
 	}
 	musl := ""
 	if cache == nil {
-		if musl = w.muslLoader(); musl == "" {
+		if musl, err = w.muslLoader(); err != nil {
+			return ldconfig(err)
+		}
+		if musl == "" {
 			if err := w.noImageLibraries(p); err != nil {
-				return MethodLDConfig, err.Error()
+				return ldconfig(err)
 			}
 			cache = &ldcache.Cache{}
 		}
 	}
 	if err := w.makeLinks(append(injected, compat...)); err != nil {
-		return MethodLDConfig, err.Error()
+		return ldconfig(err)
 	}
 	if musl != "" {
-		return MethodSkipped, fmt.Sprintf("the image has %s and no /etc/ld.so.cache: musl's loader reads no cache", musl)
+		return MethodSkipped, fmt.Sprintf("the image has %s and no /etc/ld.so.cache: musl's loader reads no cache", musl), nil
 	}
 	// Later First libraries go in front of earlier ones: the compat directory's last, so
 	// that they come first, and the injected ones in reverse, so that ties keep the order of
@@ -111,28 +122,32 @@ func (w *cacheWriter) write(p ldPlan) (method, reason string) {
 		libs = append(libs, compat[i].lib)
 	}
 	if err := cache.Add(libs...); err != nil {
-		return MethodLDConfig, err.Error()
+		return ldconfig(err)
 	}
 	cache.Generator = CacheGenerator()
 	data, err := cache.Encode()
 	if err != nil {
-		return MethodLDConfig, err.Error()
+		return ldconfig(err)
 	}
-	etc, err := w.dir("/etc")
+	etc, err := w.root.Dir("/etc")
 	if err != nil {
-		return MethodLDConfig, fmt.Sprintf("open /etc: %v", err)
+		return ldconfig(fmt.Errorf("open /etc: %w", err))
 	}
-	if err := atomicfile.WriteAt(etc, "ld.so.cache", data, 0o644); err != nil {
-		return MethodLDConfig, fmt.Sprintf("write /etc/ld.so.cache: %v", err)
+	if err := etc.WriteFile("ld.so.cache", data, 0o644); err != nil {
+		return ldconfig(err)
 	}
-	return MethodInProcess, ""
+	return MethodInProcess, "", nil
 }
 
-// cacheWriter holds the handles the hook works through, opened once.
+// fatal says whether err ends the update rather than sending it to ldconfig: the budget is
+// spent, or what the update would act on lies on another mount.
+func fatal(err error) bool {
+	return errors.Is(err, confined.ErrBudget) || errors.Is(err, confined.ErrOtherMount)
+}
+
+// cacheWriter does one update through the confined root.
 type cacheWriter struct {
-	rootPath string
-	root     *os.File
-	dirs     map[string]*os.File // container directory -> O_PATH handle resolved in the root
+	root *confined.Root
 	// ours are the injected files and the links made or checked for them, and the compat
 	// directory (name ""), by directory identity: in a usr-merged image /lib/x and
 	// /usr/lib/x are one directory.
@@ -140,83 +155,39 @@ type cacheWriter struct {
 	// sources, when not nil, name the host files of the injected libraries, by container
 	// path: the update runs before they are mounted (UpdateLDCacheAtCreate).
 	sources map[string]string
+	// warnings say what of the image was skipped.
+	warnings []string
 }
 
 // fileKey names a directory entry by its directory's device and inode.
 type fileKey struct {
-	dev, ino uint64
-	name     string
+	dir  confined.FileID
+	name string
 }
 
-// key returns the fileKey of name in the directory h.
-func key(h *os.File, name string) (fileKey, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(h.Fd()), &st); err != nil {
-		return fileKey{}, fmt.Errorf("stat directory: %w", err)
-	}
-	return fileKey{dev: st.Dev, ino: st.Ino, name: name}, nil
-}
-
-// own records name in h as the hook's.
-func (w *cacheWriter) own(h *os.File, name string) error {
-	k, err := key(h, name)
+// own records name in d as the hook's.
+func (w *cacheWriter) own(d *confined.Dir, name string) error {
+	id, err := d.ID()
 	if err == nil {
-		w.ours[k] = true
+		w.ours[fileKey{id, name}] = true
 	}
 	return err
 }
 
-// newCacheWriter opens the container root for the confined lookups.
-func newCacheWriter(root string) (*cacheWriter, error) {
-	h, err := openRoot(root)
-	if err != nil {
-		return nil, err
-	}
-	return &cacheWriter{rootPath: root, root: h, dirs: map[string]*os.File{}, ours: map[fileKey]bool{}}, nil
-}
-
-func (w *cacheWriter) close() {
-	_ = w.root.Close()
-	for _, h := range w.dirs {
-		_ = h.Close()
-	}
-}
-
-// dir returns a handle on the directory d inside the root, opened once.
-func (w *cacheWriter) dir(d string) (*os.File, error) {
-	if h, ok := w.dirs[d]; ok {
-		return h, nil
-	}
-	h, err := securejoin.OpenatInRoot(w.root, d)
-	if err != nil {
-		return nil, err
-	}
-	w.dirs[d] = h
-	return h, nil
-}
-
-// mkdir makes the directory d inside the root, where a library will be mounted, as the
-// low-level runtime would (0755), and keeps its handle.
-func (w *cacheWriter) mkdir(d string) error {
-	if _, ok := w.dirs[d]; ok {
-		return nil
-	}
-	h, err := securejoin.MkdirAllHandle(w.root, d, 0o755)
-	if err != nil {
-		return fmt.Errorf("create %s in container root %s: %w", d, w.rootPath, err)
-	}
-	w.dirs[d] = h
-	return nil
+func (w *cacheWriter) warn(format string, args ...any) {
+	w.warnings = append(w.warnings, fmt.Sprintf(format, args...))
 }
 
 // imageCache reads and parses the image's /etc/ld.so.cache; nil, nil when the image has
 // none.
 func (w *cacheWriter) imageCache() (*ldcache.Cache, error) {
-	data, err := readRegular(w.root, ldcache.DefaultPath, maxImageCache)
+	data, err := w.root.ReadFile(ldcache.DefaultPath, maxImageCache)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 		return nil, nil
-	case errors.Is(err, errNotRegular):
+	case fatal(err):
+		return nil, err
+	case errors.Is(err, confined.ErrNotRegular):
 		return nil, fmt.Errorf("the image's %s is not a regular file", ldcache.DefaultPath)
 	case err != nil:
 		return nil, fmt.Errorf("the image's %s cannot be read: %w", ldcache.DefaultPath, err)
@@ -243,7 +214,7 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		seen[lib] = true
 		dir, name := path.Split(lib)
 		dir = path.Clean(dir)
-		h, err := w.dir(dir)
+		h, err := w.root.Dir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("injected library %s: open its directory: %w", lib, err)
 		}
@@ -252,7 +223,8 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		if w.sources != nil {
 			soname, flags, err = readHostLibrary(w.sources[lib], name)
 		} else {
-			soname, flags, err = readLibrary(h, name)
+			// The low-level runtime mounted it there: it is a mount of its own.
+			soname, flags, err = readLibrary(h, name, true)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("injected library %s: %w", lib, err)
@@ -264,7 +236,7 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		sonames[e.lib.Path] = true
 		owned := []string{name, soname}
 		if soname != name {
-			have, err := linkTarget(h, soname)
+			have, err := h.Readlink(soname)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				e.link = name
@@ -278,7 +250,7 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		// The development link: ldconfig records a link named X.so whose target's SONAME
 		// starts with X.so under its own name.
 		if dev := DevLinkName(name); dev != "" {
-			have, err := linkTarget(h, dev)
+			have, err := h.Readlink(dev)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 			case err != nil:
@@ -302,9 +274,10 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 }
 
 // readLibrary reads the SONAME (the file name where it has none, as ldconfig takes it) and
-// the cache flags of the library name in dir, which must be a regular file.
-func readLibrary(dir *os.File, name string) (soname string, flags int32, err error) {
-	f, size, err := openRegularAt(dir, name)
+// the cache flags of the library name in dir, which must be a regular file (on the root's
+// mount unless anyMount: a library the low-level runtime mounted).
+func readLibrary(dir *confined.Dir, name string, anyMount bool) (soname string, flags int32, err error) {
+	f, size, err := dir.Open(name, anyMount)
 	if err != nil {
 		return "", 0, err
 	}
@@ -328,7 +301,7 @@ func readHostLibrary(src, name string) (soname string, flags int32, err error) {
 		return "", 0, fmt.Errorf("stat %s: %w", src, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", 0, fmt.Errorf("%s: %w", src, errNotRegular)
+		return "", 0, fmt.Errorf("%s: %w", src, confined.ErrNotRegular)
 	}
 	return libraryInfo(f, st.Size, name)
 }
@@ -357,50 +330,6 @@ func libraryInfo(f *os.File, size int64, name string) (soname string, flags int3
 	return soname, flags, err
 }
 
-// openRegularAt opens name in dir for reading, without following a symbolic link and without
-// blocking, after checking on an O_PATH handle that it is a regular file; it returns the file
-// and its size.
-func openRegularAt(dir *os.File, name string) (*os.File, int64, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	h := os.NewFile(uintptr(fd), name)
-	defer h.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, 0, fmt.Errorf("stat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, 0, errNotRegular
-	}
-	f, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, 0, err
-	}
-	return f, st.Size, nil
-}
-
-// linkTarget returns the target of the symbolic link name in dir; an error wrapping
-// fs.ErrNotExist when there is nothing there, and errNotLink when it is not a link.
-func linkTarget(dir *os.File, name string) (string, error) {
-	buf := make([]byte, 4096)
-	n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return "", fs.ErrNotExist
-	case errors.Is(err, unix.EINVAL):
-		return "", errNotLink
-	case err != nil:
-		return "", err
-	case n == len(buf):
-		return "", fmt.Errorf("link %s: target longer than %d bytes", name, len(buf)-1)
-	}
-	return string(buf[:n]), nil
-}
-
-var errNotLink = errors.New("not a symbolic link")
-
 // compatDir reads the CUDA compat directory the way ldconfig would scan it and returns its
 // entries, all First: each library's SONAME (and the link to make where the package did not
 // ship it) and each development link. It accepts only what NVIDIA's cuda-compat package
@@ -410,23 +339,20 @@ func (w *cacheWriter) compatDir() ([]ldEntry, error) {
 	refuse := func(format string, args ...any) ([]ldEntry, error) {
 		return nil, fmt.Errorf(CompatDir+": "+format, args...)
 	}
-	h, err := w.dir(CompatDir)
+	h, err := w.root.Dir(CompatDir)
+	if fatal(err) {
+		return nil, err
+	}
 	if err != nil {
 		return refuse("%v", err)
 	}
-	d, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	names, err := h.List(maxCompatEntries)
+	if fatal(err) {
+		return nil, err
+	}
 	if err != nil {
-		return refuse("%v", err)
-	}
-	names, err := d.Readdirnames(maxCompatEntries + 1)
-	_ = d.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return refuse("%v", err)
-	}
-	if len(names) > maxCompatEntries {
 		return refuse("more than %d entries", maxCompatEntries)
 	}
-	slices.Sort(names)
 	type file struct {
 		soname string
 		flags  int32
@@ -437,15 +363,17 @@ func (w *cacheWriter) compatDir() ([]ldEntry, error) {
 		if !ldconfigCandidate(name) {
 			continue
 		}
-		soname, flags, err := readLibrary(h, name)
+		soname, flags, err := readLibrary(h, name, false)
 		switch {
 		case err == nil:
 			files[name] = file{soname, flags}
 			continue
-		case !errors.Is(err, errNotRegular):
+		case fatal(err):
+			return nil, err
+		case !errors.Is(err, confined.ErrNotRegular):
 			return refuse("%s: %v", name, err)
 		}
-		target, err := linkTarget(h, name)
+		target, err := h.Readlink(name)
 		if err != nil {
 			return refuse("%s is neither a library nor a link", name)
 		}
@@ -528,18 +456,18 @@ func ldconfigCandidate(name string) bool {
 var hwcapsSubdirectories = []string{"glibc-hwcaps", "tls", "x86_64", "i386", "i486", "i586", "i686", "haswell", "xeon_phi", "avx512_1"}
 
 // muslLoader returns the path of musl's dynamic loader in the image (/lib/ld-musl-*.so.1),
-// or "".
-func (w *cacheWriter) muslLoader() string {
-	names, err := listDir(w.root, "/lib")
-	if err != nil {
-		return ""
+// or ""; an error only when the budget is spent or /lib is another mount.
+func (w *cacheWriter) muslLoader() (string, error) {
+	names, err := w.root.List("/lib", maxScanEntries)
+	if fatal(err) {
+		return "", err
 	}
 	for _, name := range names {
 		if strings.HasPrefix(name, "ld-musl-") && strings.HasSuffix(name, ".so.1") {
-			return "/lib/" + name
+			return "/lib/" + name, nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // scanDirs are the directories a host's ldconfig may have built in, scanned besides the
@@ -555,19 +483,20 @@ var scanDirs = []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/
 // configuration, a configuration file that cannot be read, or a directory too large to list
 // is an error as well.
 func (w *cacheWriter) noImageLibraries(p ldPlan) error {
-	conf, warnings := flattenLDSOConf(w.root)
-	if len(warnings) > 0 {
-		return fmt.Errorf("the image has no %s and %s", ldcache.DefaultPath, warnings[0])
+	conf, err := flattenLDSOConf(w.root)
+	if err != nil {
+		return err
+	}
+	if len(conf.warnings) > 0 {
+		return fmt.Errorf("the image has no %s and %s", ldcache.DefaultPath, conf.warnings[0])
 	}
 	dirs := slices.Clone(scanDirs)
-	for _, line := range strings.Split(string(conf), "\n") {
-		if line == "" {
-			continue
+	for _, line := range conf.lines {
+		if strings.HasPrefix(line.text, "hwcap") || !path.IsAbs(line.text) || strings.ContainsAny(line.text, " \t:,=") {
+			// The line is named by place, never quoted: the image chooses what is read.
+			return fmt.Errorf("the image has no %s and its loader configuration has a line gpu-hook does not read (%s line %d)", ldcache.DefaultPath, line.file, line.line)
 		}
-		if strings.HasPrefix(line, "hwcap") || !path.IsAbs(line) || strings.ContainsAny(line, " \t:,=") {
-			return fmt.Errorf("the image has no %s and its loader configuration has a line gpu-hook does not read: %q", ldcache.DefaultPath, line)
-		}
-		dirs = append(dirs, path.Clean(line))
+		dirs = append(dirs, path.Clean(line.text))
 	}
 	dirs = append(dirs, p.dirs...)
 	seen := map[string]bool{}
@@ -577,14 +506,32 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 			continue
 		}
 		seen[dir] = true
-		names, id, err := listDirBounded(w.root, dir, maxScanEntries)
+		d, err := w.root.Dir(dir)
+		switch {
+		case errors.Is(err, confined.ErrBudget):
+			return err
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
+			continue
+		case errors.Is(err, confined.ErrOtherMount):
+			// ldconfig, in its sandbox, does not see other mounts either.
+			w.warn("%v: its libraries are not in the container's loader cache", err)
+			continue
+		case err != nil:
+			return fmt.Errorf("the image has no %s and %s cannot be opened: %w", ldcache.DefaultPath, dir, err)
+		}
+		names, err := d.List(maxScanEntries)
+		if fatal(err) {
+			return err
+		}
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-				continue
-			}
 			return fmt.Errorf("the image has no %s and %s cannot be listed: %w", ldcache.DefaultPath, dir, err)
 		}
-		if id.name = ""; w.ours[id] {
+		dirID, err := d.ID()
+		if err != nil {
+			return err
+		}
+		id := fileKey{dir: dirID}
+		if w.ours[id] {
 			continue // the compat directory, read by compatDir
 		}
 		for _, name := range names {
@@ -603,34 +550,6 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 	return nil
 }
 
-// listDirBounded lists dir inside the root, sorted, and returns its identity; a directory
-// with more than limit entries is an error.
-func listDirBounded(root *os.File, dir string, limit int) ([]string, fileKey, error) {
-	h, err := securejoin.OpenatInRoot(root, dir)
-	if err != nil {
-		return nil, fileKey{}, err
-	}
-	defer h.Close()
-	id, err := key(h, "")
-	if err != nil {
-		return nil, fileKey{}, err
-	}
-	d, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, fileKey{}, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(limit + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fileKey{}, err
-	}
-	if len(names) > limit {
-		return nil, fileKey{}, fmt.Errorf("more than %d entries", limit)
-	}
-	slices.Sort(names)
-	return names, id, nil
-}
-
 // makeLinks creates the SONAME links entries need, relative to their directories' handles
 // (symlinkat), never through a path. A link that appeared meanwhile must be the same one.
 func (w *cacheWriter) makeLinks(entries []ldEntry) error {
@@ -639,18 +558,12 @@ func (w *cacheWriter) makeLinks(entries []ldEntry) error {
 			continue
 		}
 		dir, name := path.Split(e.lib.Path)
-		h, err := w.dir(path.Clean(dir))
+		h, err := w.root.Dir(path.Clean(dir))
 		if err != nil {
 			return fmt.Errorf("create link %s: %w", e.lib.Path, err)
 		}
-		err = unix.Symlinkat(e.link, int(h.Fd()), name)
-		if errors.Is(err, unix.EEXIST) {
-			if have, lerr := linkTarget(h, name); lerr == nil && have == e.link {
-				continue
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("create link %s -> %s: %w", e.lib.Path, e.link, err)
+		if err := h.Symlink(e.link, name); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package hook
 import (
 	"bytes"
 	"errors"
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"os"
 	"path"
 	"path/filepath"
@@ -101,16 +102,16 @@ func listing(t *testing.T, root string) []testimage.CacheLine {
 // in-process, and still does when it cannot: ldconfig over the image, sandboxed.
 func updateWithLDConfig(t *testing.T, root string, opts LDCacheOptions) {
 	t.Helper()
-	w, err := newCacheWriter(root)
+	w, err := newCacheWriter(root, confined.DefaultLimits(DefaultDeadline), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
-	p, _, err := w.prepare(opts)
+	defer w.root.Close()
+	p, err := w.prepare(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RunLDConfig(root, opts.LDConfig, p.dirs, DefaultDeadline); err != nil {
+	if _, err := w.runLDConfig(opts.LDConfig, p, DefaultDeadline); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -226,10 +227,21 @@ func failingLDConfig(t *testing.T) string {
 	if _, err := StaticLDConfig("/bin/busybox"); err != nil {
 		t.Skipf("SKIP: a static busybox is needed to stand in for ldconfig (apt-get install busybox-static): %v", err)
 	}
-	if _, err := RunLDConfig(t.TempDir(), "/bin/busybox", nil, DefaultDeadline); err == nil {
+	if _, err := runLDConfig(t.TempDir(), "/bin/busybox", nil, nil); err == nil {
 		t.Fatal("busybox run as ldconfig succeeded: it cannot show that no ldconfig ran")
 	}
 	return "/bin/busybox"
+}
+
+// runLDConfig runs ldconfig over root in the sandbox, as the hook does where it must, for
+// the injected libraries libs (container paths) and the directories dirs.
+func runLDConfig(root, ldconfig string, libs, dirs []string) (string, error) {
+	w, err := newCacheWriter(root, confined.DefaultLimits(DefaultDeadline), LDCacheOptions{})
+	if err != nil {
+		return "", err
+	}
+	defer w.root.Close()
+	return w.runLDConfig(ldconfig, ldPlan{libs: libs, dirs: dirs}, DefaultDeadline)
 }
 
 // readCache parses root's cache with ldcache, its path resolved inside root.
@@ -361,7 +373,10 @@ func TestLoaderPaths(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got := LoaderPaths(root, libs)
+		got, err := LoaderPaths(root, libs, confined.DefaultLimits(0))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, p := range want {
 			if !slices.Contains(got, p) {
 				t.Errorf("cache %v: %q missing from %q", cache, p, got)

@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
-	"golang.org/x/sys/unix"
-
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
@@ -24,11 +22,16 @@ type LDCacheOptions struct {
 	// DriverVersion is the host driver's version; when the image's CUDA compat libcuda is
 	// newer, the loader is pointed at it. Empty disables forward compatibility.
 	DriverVersion string
-	// Deadline bounds the ldconfig run (gpu-runtime passes the hook's timeout less a margin).
+	// Deadline bounds the whole update, ldconfig included (gpu-runtime passes the hook's
+	// timeout less a margin; at create, its own short one).
 	Deadline time.Duration
 	// Sources, for UpdateLDCacheAtCreate, name the host file each injected library (by
 	// container path) will be mounted from: before the mounts, it is read there.
 	Sources map[string]string
+	// User, when not nil, is the container's user (process.user, no user namespace): the
+	// image's files are read with its credentials, so that what it could not read is not
+	// read for it either.
+	User *confined.Cred
 }
 
 // DefaultDeadline bounds ldconfig when no deadline is given.
@@ -56,6 +59,9 @@ type LDCacheResult struct {
 	Reason string
 	// Warnings say what of the image was skipped or ignored.
 	Warnings []string
+	// LDConfigOutput is what ldconfig printed, when it ran: it names the image's paths and
+	// quotes its configuration, so it goes to the runtime's log, never into a message.
+	LDConfigOutput string
 }
 
 // Note is the line gpu-hook prints about an update that was not done in-process, "" for one
@@ -83,92 +89,135 @@ func (r LDCacheResult) Note(ldconfig string) string {
 // the result says why. A musl image gets no cache at all. Warnings say what of the image
 // was skipped.
 func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
-	w, err := newCacheWriter(root)
-	if err != nil {
-		return LDCacheResult{}, err
-	}
-	defer w.close()
-	p, warnings, err := w.prepare(opts)
-	res := LDCacheResult{Warnings: warnings}
-	if err != nil {
-		return res, err
-	}
-	method, reason := w.write(p)
-	res.Method, res.Reason = method, reason
-	if method != MethodLDConfig {
-		return res, nil
-	}
 	deadline := opts.Deadline
 	if deadline <= 0 {
 		deadline = DefaultDeadline
 	}
-	more, err := RunLDConfig(root, opts.LDConfig, p.dirs, deadline)
-	res.Warnings = append(res.Warnings, more...)
-	return res, err
+	w, err := newCacheWriter(root, confined.DefaultLimits(deadline), opts)
+	if err != nil {
+		return LDCacheResult{}, err
+	}
+	defer w.root.Close()
+	var res LDCacheResult
+	p, err := w.prepare(opts)
+	if err == nil {
+		res.Method, res.Reason, err = w.write(p)
+	}
+	if err == nil && res.Method == MethodLDConfig {
+		res.LDConfigOutput, err = w.runLDConfig(opts.LDConfig, p, deadline)
+	}
+	res.Warnings = w.warnings
+	return res, inContext(err)
 }
+
+// inContext says what an error that ended the update was about, where the error itself
+// names only a path and a limit or a mount.
+func inContext(err error) error {
+	if fatal(err) && !errors.Is(err, ErrLDConfig) {
+		return fmt.Errorf("%w: %w", ErrUpdate, err)
+	}
+	return err
+}
+
+// ErrUpdate marks an update of the container's loader cache that could not be done at all:
+// the image made it reach a limit, or put what it must write on another mount.
+var ErrUpdate = errors.New("the container's loader cache cannot be updated")
 
 // UpdateLDCacheAtCreate is UpdateLDCache's in-process update done before the container
 // exists: gpu-runtime calls it at create, on the root the engine prepared, so that the
 // container needs no hook process. The libraries are not mounted yet: each is read at its
 // host file (opts.Sources) and the directories they will be mounted into are made inside the
 // root, as the low-level runtime would make them. Everything in the root is reached as the
-// hook reaches it, through handles confined to the root. It never runs ldconfig: where the
-// hook would (MethodLDConfig, with the reason), the caller leaves the update to the hook,
-// which does it all again; what was done here is what the hook does first anyway.
+// hook reaches it, through the confined root, within the same budget. It never runs
+// ldconfig: where the hook would (MethodLDConfig, with the reason), the caller leaves the
+// update to the hook, which does it all again; what was done here is what the hook does
+// first anyway.
 func UpdateLDCacheAtCreate(root string, opts LDCacheOptions) (LDCacheResult, error) {
 	if opts.Sources == nil {
 		return LDCacheResult{}, errors.New("update the loader cache at create: no host files for the libraries")
 	}
-	w, err := newCacheWriter(root)
+	w, err := newCacheWriter(root, confined.DefaultLimits(opts.Deadline), opts)
 	if err != nil {
 		return LDCacheResult{}, err
 	}
-	defer w.close()
-	w.sources = opts.Sources
-	p, warnings, err := w.prepare(opts)
-	res := LDCacheResult{Warnings: warnings}
-	if err != nil {
-		return res, err
+	defer w.root.Close()
+	p, err := w.prepare(opts)
+	res := LDCacheResult{}
+	if err == nil {
+		res.Method, res.Reason, err = w.write(p)
 	}
-	res.Method, res.Reason = w.write(p)
-	return res, nil
+	res.Warnings = w.warnings
+	return res, inContext(err)
 }
 
-// LoaderPaths are the paths inside the root that the loader-cache update reads or writes,
-// or whose contents it lists, for the libraries libs (container paths): the loader's cache
-// and configuration, the directories ldconfig may scan (the image's configured ones
-// included), the libraries' directories and the CUDA compat directory. Something mounted at
-// one of them, above one or below one is seen by the hook but not by UpdateLDCacheAtCreate,
-// which runs before the mounts.
-func LoaderPaths(root string, libs []string) []string {
-	paths := []string{ldcache.DefaultPath, "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir}
-	paths = append(paths, scanDirs...)
-	for _, lib := range libs {
-		paths = append(paths, path.Dir(path.Clean(lib)))
-	}
-	h, err := openRoot(root)
+// newCacheWriter opens the container root for one update bounded by lim.
+func newCacheWriter(root string, lim confined.Limits, opts LDCacheOptions) (*cacheWriter, error) {
+	r, err := confined.Open(root, lim)
 	if err != nil {
-		return paths
+		return nil, err
 	}
-	defer h.Close()
+	r.ReadAs(opts.User)
+	return &cacheWriter{root: r, ours: map[fileKey]bool{}, sources: opts.Sources}, nil
+}
+
+// maxLoaderPaths bounds LoaderPaths: the fixed ones and the library directories are a few
+// dozen; an image configuring more directories than this is left to the hook.
+const maxLoaderPaths = 256
+
+// ErrTooManyLoaderPaths: LoaderPaths found more than maxLoaderPaths paths.
+var ErrTooManyLoaderPaths = fmt.Errorf("the image's loader configuration names more than %d directories", maxLoaderPaths)
+
+// LoaderPaths are the paths inside the root that the loader-cache update reads or writes,
+// or whose contents it lists, for the libraries libs (container paths), each once: the
+// loader's cache and configuration, the directories ldconfig may scan (the image's
+// configured ones included), the libraries' directories and the CUDA compat directory.
+// Something mounted at one of them, above one or below one is seen by the hook but not by
+// UpdateLDCacheAtCreate, which runs before the mounts. What is read to find them is bounded
+// by lim; ErrTooManyLoaderPaths or the budget's end is an error (the caller leaves the
+// update to the hook).
+func LoaderPaths(root string, libs []string, lim confined.Limits) ([]string, error) {
+	var paths []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p = path.Clean(p); !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	for _, p := range append([]string{ldcache.DefaultPath, "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir}, scanDirs...) {
+		add(p)
+	}
+	for _, lib := range libs {
+		add(path.Dir(path.Clean(lib)))
+	}
+	r, err := confined.Open(root, lim)
+	if err != nil {
+		return paths, nil
+	}
+	defer r.Close()
 	// The configured directories are scanned only for an image without a cache (a cache
 	// that is there but unreadable sends the update to ldconfig, in the hook): reading the
 	// configuration costs ~0.2 ms on a distribution image, on every create.
-	if c, err := securejoin.OpenatInRoot(h, ldcache.DefaultPath); err == nil {
-		var st unix.Stat_t
-		regular := unix.Fstat(int(c.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
-		_ = c.Close()
+	if h, err := r.Lookup(ldcache.DefaultPath); err == nil {
+		regular := isRegular(h)
+		_ = h.Close()
 		if regular {
-			return paths
+			return paths, nil
 		}
 	}
-	conf, _ := flattenLDSOConf(h)
-	for _, line := range strings.Split(string(conf), "\n") {
-		if path.IsAbs(line) {
-			paths = append(paths, path.Clean(line))
+	conf, err := flattenLDSOConf(r)
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range conf.lines {
+		if path.IsAbs(line.text) {
+			add(line.text)
+		}
+		if len(paths) > maxLoaderPaths {
+			return nil, ErrTooManyLoaderPaths
 		}
 	}
-	return paths
+	return paths, nil
 }
 
 // ldPlan is what prepareLDCache found: the cleaned library paths, the directories ldconfig
@@ -179,28 +228,27 @@ type ldPlan struct {
 	compat bool
 }
 
-func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
+func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, error) {
 	var p ldPlan
-	root := w.rootPath
 	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
 	// not run is refused all the same, on every container, not on the first image that
 	// needs it.
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
-		return p, nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return p, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
-	if err := w.mkdir("/etc"); err != nil { // kept open: the cache is written there
-		return p, nil, err
+	if _, err := w.root.MkdirAll("/etc", 0o755); err != nil { // kept open: the cache is written there
+		return p, err
 	}
 	seen := map[string]bool{}
 	for _, lib := range opts.Libraries {
 		if !path.IsAbs(lib) {
-			return p, nil, fmt.Errorf("update ldcache: library path %q is not absolute", lib)
+			return p, fmt.Errorf("update ldcache: library path %q is not absolute", lib)
 		}
 		lib = path.Clean(lib)
 		p.libs = append(p.libs, lib)
 		if w.sources != nil {
-			if err := w.mkdir(path.Dir(lib)); err != nil {
-				return p, nil, err
+			if _, err := w.root.MkdirAll(path.Dir(lib), 0o755); err != nil {
+				return p, err
 			}
 		}
 		if d := path.Dir(lib); !seen[d] {
@@ -208,25 +256,24 @@ func (w *cacheWriter) prepare(opts LDCacheOptions) (ldPlan, []string, error) {
 			p.dirs = append(p.dirs, d)
 		}
 		if err := w.devLink(lib); err != nil {
-			return p, nil, err
+			return p, err
 		}
 	}
-	var warnings []string
 	if opts.DriverVersion != "" {
-		compat, cw, err := CompatVersion(root)
-		warnings = append(warnings, cw...)
+		compat, cw, err := CompatVersion(w.root)
+		w.warnings = append(w.warnings, cw...)
 		if err != nil {
-			return p, warnings, err
+			return p, err
 		}
 		if c, cerr := requirements.CompareVersions(compat, opts.DriverVersion); compat != "" && cerr == nil && c > 0 {
-			if err := preferCompat(root); err != nil {
-				return p, warnings, err
+			if err := preferCompat(w.root); err != nil {
+				return p, err
 			}
 			p.dirs = append([]string{CompatDir}, p.dirs...)
 			p.compat = true
 		}
 	}
-	return p, warnings, nil
+	return p, nil
 }
 
 // DevLinkName returns the development link name of a versioned library file name
@@ -248,21 +295,12 @@ func (w *cacheWriter) devLink(lib string) error {
 	if name == "" {
 		return nil
 	}
-	handle, err := w.dir(path.Clean(dir))
+	d, err := w.root.Dir(path.Clean(dir))
 	if err != nil {
-		return fmt.Errorf("open %s in container root %s: %w", dir, w.rootPath, err)
+		return fmt.Errorf("open %s in container root %s: %w", dir, w.root.Path(), err)
 	}
-	fd := int(handle.Fd())
-	var st unix.Stat_t
-	err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if err == nil {
-		return nil
+	if exists, err := d.Exists(name); err != nil || exists {
+		return err
 	}
-	if !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("stat %s in container root: %w", path.Join(dir, name), err)
-	}
-	if err := unix.Symlinkat(file, fd, name); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("create link %s -> %s in container root: %w", path.Join(dir, name), file, err)
-	}
-	return nil
+	return d.Symlink(file, name)
 }

@@ -5,80 +5,118 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 )
 
 // Limits on what is read of an image's loader configuration. A real one is a few files of
-// a few lines each.
+// a few lines each; the update's budget (confined.Limits) bounds all of them together.
 const (
 	maxConfFiles = 256
 	maxConfSize  = 1 << 20
 	maxConfDepth = 8
+	// maxGlobEntries: names listed per directory an include pattern's wildcard matches in.
+	maxGlobEntries = 4096
 )
 
 // LDSOConf is where the loader configuration lives in a root.
 const LDSOConf = "/etc/ld.so.conf"
 
+// confLine is a line of the flattened configuration and where it came from: messages name
+// the file and line, never the line's text (an image can include a file it cannot read).
+type confLine struct {
+	text string
+	file string
+	line int
+}
+
+// loaderConf is the image's loader configuration, flattened.
+type loaderConf struct {
+	lines    []confLine
+	warnings []string
+}
+
+// bytes is the configuration as one file with no includes, for ldconfig.
+func (c loaderConf) bytes() []byte {
+	var out bytes.Buffer
+	for _, l := range c.lines {
+		out.WriteString(l.text + "\n")
+	}
+	return out.Bytes()
+}
+
 // flattenLDSOConf returns the image's loader configuration as one file with no includes: the
 // lines of /etc/ld.so.conf with each `include` replaced, in place, by the lines of the files
 // its patterns match (sorted, as glibc's glob sorts them). ldconfig then reads only that
 // text, which it parses itself, instead of opening image files by name: every file here is
-// read through handles confined to the root, only when it is a regular file, without
-// blocking and within the limits above. Files that cannot be read that way are skipped with
-// a warning; a missing /etc/ld.so.conf is an empty configuration, as for ldconfig.
-func flattenLDSOConf(root *os.File) (conf []byte, warnings []string) {
-	var out bytes.Buffer
-	files := 0
-	var walk func(file string, depth int)
-	walk = func(file string, depth int) {
-		if files >= maxConfFiles {
-			warnings = append(warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", file, maxConfFiles))
-			return
+// read through the confined root — resolved inside it, on its own mount, a regular file,
+// without blocking, with the container user's credentials where the caller set them — each
+// at most once, within the limits above and the update's budget. Files that cannot be read
+// that way are skipped with a warning naming them; a missing /etc/ld.so.conf is an empty
+// configuration, as for ldconfig. Only the budget's end is an error.
+func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
+	var c loaderConf
+	read := map[string]bool{}
+	var walk func(file string, depth int) error
+	walk = func(file string, depth int) error {
+		if read[file] {
+			return nil // included again: its lines are in already, and ldconfig dedups directories
 		}
-		files++
-		data, err := readRegular(root, file, maxConfSize)
+		if len(read) >= maxConfFiles {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", file, maxConfFiles))
+			return nil
+		}
+		read[file] = true
+		data, err := root.ReadFile(file, maxConfSize)
 		switch {
+		case errors.Is(err, confined.ErrBudget):
+			return err
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
-			return
+			return nil
 		case err != nil:
-			warnings = append(warnings, fmt.Sprintf("loader configuration %s skipped: %v", file, err))
-			return
+			c.warnings = append(c.warnings, fmt.Sprintf("loader configuration %s skipped: %v", file, err))
+			return nil
 		}
-		for _, line := range strings.Split(string(data), "\n") {
+		for i, line := range strings.Split(string(data), "\n") {
 			text, _, _ := strings.Cut(line, "#")
 			text = strings.TrimSpace(text)
 			if rest, ok := cutKeyword(text, "include"); ok {
 				if depth >= maxConfDepth {
-					warnings = append(warnings, fmt.Sprintf("%s: include %q skipped: includes nested more than %d deep", file, rest, maxConfDepth))
+					c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", file, i+1, maxConfDepth))
 					continue
 				}
 				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
 					if !path.IsAbs(pattern) { // relative to the including file, as glibc does
 						pattern = path.Join(path.Dir(file), pattern)
 					}
-					matches, err := globInRoot(root, pattern)
+					matches, warnings, err := globInRoot(root, pattern)
 					if err != nil {
-						warnings = append(warnings, fmt.Sprintf("%s: include %q skipped: %v", file, pattern, err))
+						return err
+					}
+					for _, w := range warnings {
+						c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include: %s", file, i+1, w))
 					}
 					for _, m := range matches {
-						walk(m, depth+1)
+						if err := walk(m, depth+1); err != nil {
+							return err
+						}
 					}
 				}
 				continue
 			}
 			if text != "" {
-				out.WriteString(text + "\n")
+				c.lines = append(c.lines, confLine{text: text, file: file, line: i + 1})
 			}
 		}
+		return nil
 	}
-	walk(LDSOConf, 0)
-	return out.Bytes(), warnings
+	err := walk(LDSOConf, 0)
+	return c, err
 }
 
 // cutKeyword returns what follows keyword and a blank at the start of line.
@@ -91,8 +129,10 @@ func cutKeyword(line, keyword string) (string, bool) {
 }
 
 // globInRoot expands an absolute pattern (path.Match syntax in any component) inside the
-// root, listing directories through confined handles. Matches come back sorted.
-func globInRoot(root *os.File, pattern string) ([]string, error) {
+// root, listing directories through the confined root (each at most maxGlobEntries names,
+// all of them within the update's budget). Matches come back sorted, at most maxConfFiles;
+// warnings say what was cut or skipped. Only the budget's end is an error.
+func globInRoot(root *confined.Root, pattern string) (matches, warnings []string, err error) {
 	parts := strings.Split(strings.Trim(path.Clean(pattern), "/"), "/")
 	paths := []string{"/"}
 	for _, part := range parts {
@@ -106,12 +146,18 @@ func globInRoot(root *os.File, pattern string) ([]string, error) {
 			}
 		} else {
 			if _, err := path.Match(part, ""); err != nil {
-				return nil, fmt.Errorf("bad pattern: %w", err)
+				return nil, []string{"bad pattern: " + err.Error()}, nil
 			}
 			for _, dir := range paths {
-				names, err := listDir(root, dir)
-				if err != nil {
-					continue // as glob: an unreadable directory matches nothing
+				names, err := root.List(dir, maxGlobEntries)
+				switch {
+				case errors.Is(err, confined.ErrBudget):
+					return nil, warnings, err
+				case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
+					continue // as glob: a missing directory matches nothing
+				case err != nil:
+					warnings = append(warnings, fmt.Sprintf("%s not searched: %v", dir, err))
+					continue
 				}
 				for _, name := range names {
 					if ok, _ := path.Match(part, name); ok && (name[0] != '.' || part[0] == '.') {
@@ -121,27 +167,11 @@ func globInRoot(root *os.File, pattern string) ([]string, error) {
 			}
 		}
 		if len(next) > maxConfFiles {
-			return next[:maxConfFiles], fmt.Errorf("more than %d matches", maxConfFiles)
+			warnings = append(warnings, fmt.Sprintf("more than %d matches: only the first %d are read", maxConfFiles, maxConfFiles))
+			next = next[:maxConfFiles]
 		}
 		paths = next
 	}
 	sort.Strings(paths)
-	return paths, nil
-}
-
-// listDir lists a directory inside the root, sorted.
-func listDir(root *os.File, dir string) ([]string, error) {
-	h, err := securejoin.OpenatInRoot(root, dir)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	d, err := securejoin.Reopen(h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	sort.Strings(names)
-	return names, err
+	return paths, warnings, nil
 }

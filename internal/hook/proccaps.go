@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"sync"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +44,7 @@ func ProcCaps(root, procRoot string, caps []string) error {
 			return fmt.Errorf("proc-caps: %q is not a MIG capability", c)
 		}
 	}
-	h, err := securejoin.OpenInRoot(root, CapabilitiesDir)
+	h, err := pathrs.OpenInRoot(root, CapabilitiesDir)
 	if err != nil {
 		return fmt.Errorf("open %s in container root: %w (is /proc mounted in the container?)", CapabilitiesDir, err)
 	}
@@ -65,7 +65,7 @@ func ProcCaps(root, procRoot string, caps []string) error {
 	default:
 		return fmt.Errorf("%s in container root is not procfs (statfs type %#x)", CapabilitiesDir, fs.Type)
 	}
-	dir, err := securejoin.OpenInRoot(root, CapabilitiesDir) // the tmpfs now
+	dir, err := pathrs.OpenInRoot(root, CapabilitiesDir) // the tmpfs now
 	if err != nil {
 		return fmt.Errorf("open %s in container root: %w", CapabilitiesDir, err)
 	}
@@ -84,7 +84,7 @@ func ProcCaps(root, procRoot string, caps []string) error {
 // bindCap bind-mounts the host's access file of capability c read-only onto a new empty file
 // at the same place under dir (the tmpfs). A capability already there is left as it is.
 func bindCap(dir *os.File, procRoot, c string) error {
-	parent, err := securejoin.MkdirAllHandle(dir, path.Dir(c), 0o755)
+	parent, err := pathrs.MkdirAllHandle(dir, path.Dir(c), 0o755)
 	if err != nil {
 		return fmt.Errorf("create %s in the container's capabilities: %w", path.Dir(c), err)
 	}
@@ -103,7 +103,7 @@ func bindCap(dir *os.File, procRoot, c string) error {
 		return fmt.Errorf("bind %s into the container: %w", source, err)
 	}
 	// The handle names the file under the bind mount: open the mount itself to remount it.
-	mounted, err := securejoin.OpenatInRoot(parent, path.Base(c))
+	mounted, err := pathrs.OpenatInRoot(parent, path.Base(c))
 	if err != nil {
 		return fmt.Errorf("open %s in the container's capabilities: %w", c, err)
 	}

@@ -10,14 +10,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
-	"github.com/gpu-runtime/gpu-runtime/internal/mountinfo"
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 )
 
 // The host's ldconfig runs against a container root that the image controls. Run as
@@ -26,16 +28,22 @@ import (
 // is the host's "/", so an image linking a library directory, ldconfig's aux cache, an
 // ld.so.conf entry or a SONAME through /proc/1/root made ldconfig write on the host.
 //
-// So ldconfig runs in a sandbox where no path can leave the root: gpu-hook re-executes
-// itself (SandboxCommand) in new mount and PID namespaces; the child detaches every procfs
-// mounted at or under the root, bind-mounts the root onto itself, mounts a fresh procfs of
-// the new PID namespace at <root>/proc (there /proc/1 is ldconfig itself, rooted in the
-// container root), pivots into the root and unmounts the old one, then executes a sealed
-// in-memory copy of the host's ldconfig (which must be a static executable: a dynamic one
-// would run the image's loader). ldconfig reads a loader configuration gpu-hook built from
-// confined reads (flattenLDSOConf), passed as a file descriptor, and ignores the image's aux
-// cache (it could be a FIFO). Whatever else might block ldconfig (a FIFO among the libraries)
-// is bounded: gpu-hook kills the sandbox at its deadline, and the sandbox dies with gpu-hook.
+// So ldconfig runs in a sandbox where no path can leave the root, nor reach another mount
+// inside it: gpu-hook re-executes itself (SandboxCommand) in new mount and PID namespaces;
+// the child bind-mounts the root's own mount onto the root, not recursively — the
+// container's volumes, its /proc, /dev and /sys and every other mount under the root are
+// not there at all, so ldconfig cannot write a link or a cache into a volume, nor read one —
+// then mounts back over their mount targets only the injected libraries (handed over as
+// file descriptors, opened by the parent inside the root), mounts a fresh procfs of the new
+// PID namespace at <root>/proc (there /proc/1 is ldconfig itself, rooted in the container
+// root), pivots into the root and unmounts the old one, then executes a sealed in-memory
+// copy of the host's ldconfig (which must be a static executable: a dynamic one would run
+// the image's loader). ldconfig reads a loader configuration gpu-hook built from confined
+// reads (flattenLDSOConf), passed as a file descriptor, and ignores the image's aux cache
+// (it could be a FIFO). Whatever else might block ldconfig (a FIFO among the libraries) is
+// bounded: gpu-hook kills the sandbox at its deadline, and the sandbox dies with gpu-hook.
+// ldconfig's output names the image's paths and quotes its configuration: it goes to the
+// low-level runtime's log (LDCacheResult.LDConfigOutput), never into an error message.
 
 // SandboxCommand is the internal subcommand gpu-hook re-executes itself with.
 const SandboxCommand = "__ldconfig-in-root"
@@ -44,39 +52,59 @@ const SandboxCommand = "__ldconfig-in-root"
 const (
 	sandboxConfFD     = 3 // the flattened loader configuration
 	sandboxLDConfigFD = 4 // the sealed copy of ldconfig
+	sandboxLibraryFD  = 5 // the first injected library; the others follow
 )
 
 // ErrLDConfig marks a failed or timed-out ldconfig run.
 var ErrLDConfig = errors.New("update the container's loader cache")
 
-// maxOutput bounds what is kept of ldconfig's output for an error message.
+// maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
-// RunLDConfig runs the host's ldconfig over root in the sandbox described above: it creates
-// the SONAME links of the libraries in dirs (and every directory the image's configuration
-// names) and writes root's /etc/ld.so.cache. deadline bounds the whole run.
-func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) ([]string, error) {
+// runLDConfig runs the host's ldconfig over the root in the sandbox described above: it
+// creates the SONAME links of the libraries in p's directories (and every directory the
+// image's configuration names) and writes the root's /etc/ld.so.cache. The root's deadline
+// bounds the run; deadline is the whole update's length, for the message. ldconfig's
+// output, if any, is returned apart from the error.
+func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Duration) (output string, err error) {
 	bin, err := sealedExecutable(ldconfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	defer bin.Close()
-	rootHandle, err := openRoot(root)
+	conf, err := flattenLDSOConf(w.root)
+	w.warnings = append(w.warnings, conf.warnings...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
-	conf, warnings := flattenLDSOConf(rootHandle)
-	_ = rootHandle.Close()
-	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
+	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf.bytes()))
 	if err != nil {
-		return warnings, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	defer confFile.Close()
-
-	cmd := exec.Command("/proc/self/exe", append([]string{SandboxCommand, root, "--"}, dirs...)...)
+	files := []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
+	args := []string{SandboxCommand, w.root.Path()}
+	for _, lib := range p.libs {
+		// Wherever the low-level runtime mounted it: a link in the image at its path
+		// resolves, inside the root, to where the runtime made its mount target. One that
+		// resolves to no file is not there for ldconfig either.
+		h, err := w.root.Lookup(lib)
+		if errors.Is(err, confined.ErrBudget) {
+			return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		}
+		if err != nil {
+			continue
+		}
+		defer h.Close()
+		if isRegular(h) {
+			files = append(files, h)
+			args = append(args, lib)
+		}
+	}
+	cmd := exec.Command("/proc/self/exe", append(append(args, "--"), p.dirs...)...)
 	cmd.Args[0] = "gpu-hook"
 	cmd.Env = LDConfigEnv
-	cmd.ExtraFiles = []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
+	cmd.ExtraFiles = files
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -88,11 +116,15 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return warnings, fmt.Errorf("%w: start the ldconfig sandbox: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ErrLDConfig, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(deadline)
+	left := deadline
+	if d := w.root.Deadline(); !d.IsZero() {
+		left = time.Until(d)
+	}
+	timer := time.NewTimer(max(left, 0))
 	defer timer.Stop()
 	select {
 	case err = <-done:
@@ -100,35 +132,39 @@ func RunLDConfig(root, ldconfig string, dirs []string, deadline time.Duration) (
 		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
 		_ = cmd.Process.Kill()
 		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
-		return warnings, fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries; output: %s",
-			ErrLDConfig, ldconfig, deadline, strings.TrimSpace(out.String()))
+		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries",
+			ErrLDConfig, ldconfig, deadline)
 	}
 	if err != nil {
-		return warnings, fmt.Errorf("%w: %s in the container root: %w: %s", ErrLDConfig, ldconfig, err, strings.TrimSpace(out.String()))
+		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ErrLDConfig, ldconfig, err)
 	}
-	return warnings, nil
+	return strings.TrimSpace(out.String()), nil
 }
 
-// Sandbox is the child side: run with the container root and the library directories by
-// RunLDConfig, in new mount and PID namespaces. It only returns on error.
+// Sandbox is the child side: run by runLDConfig with the container root, the injected
+// libraries' container paths (their files are descriptors sandboxLibraryFD, ...), "--" and
+// the library directories, in new mount and PID namespaces. It only returns on error.
 func Sandbox(args []string) error {
-	if len(args) < 2 || args[1] != "--" || !filepath.IsAbs(args[0]) {
+	sep := slices.Index(args, "--")
+	if sep < 1 || !filepath.IsAbs(args[0]) {
 		return fmt.Errorf("%s: internal command of gpu-hook, not for use by hand", SandboxCommand)
 	}
-	root, dirs := args[0], args[2:]
+	root, libs, dirs := args[0], args[1:sep], args[sep+1:]
 	if os.Getpid() != 1 {
 		return fmt.Errorf("%s: not in a new PID namespace", SandboxCommand)
 	}
-	if err := enterRoot(root); err != nil {
+	if err := enterRoot(root, libs); err != nil {
 		return err
 	}
 	argv := append([]string{"ldconfig", "-i", "-f", "/proc/self/fd/" + strconv.Itoa(sandboxConfFD), "-C", "/etc/ld.so.cache"}, dirs...)
 	return fmt.Errorf("exec ldconfig: %w", unix.Exec("/proc/self/fd/"+strconv.Itoa(sandboxLDConfigFD), argv, LDConfigEnv))
 }
 
-// enterRoot makes root the process's "/" with no procfs from outside reachable.
-func enterRoot(root string) error {
-	root, err := filepath.EvalSymlinks(root) // the engine's path, as mountinfo shows it
+// enterRoot makes the root's own mount the process's "/", with only the injected libraries
+// (descriptors sandboxLibraryFD, ... for the container paths libs) mounted back into it and
+// a procfs of the sandbox's own.
+func enterRoot(root string, libs []string) error {
+	root, err := filepath.EvalSymlinks(root) // the engine's path
 	if err != nil {
 		return fmt.Errorf("resolve container root: %w", err)
 	}
@@ -136,27 +172,35 @@ func enterRoot(root string) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	procs, err := mountinfo.Under(root, "proc")
+	// The libraries' mounts, as this namespace has them (a mount of another namespace
+	// cannot be bound): each must be the file the parent opened.
+	mounted, err := openLibraries(root, libs)
 	if err != nil {
 		return err
 	}
-	for _, p := range procs {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("detach procfs at %s: %w", p, err)
+	defer func() {
+		for _, h := range mounted {
+			_ = h.Close()
 		}
-	}
-	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	}()
+	// Not MS_REC: the root's mount alone.
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind container root: %w", err)
 	}
-	if err := mountProc(root); err != nil {
-		return err
-	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rootHandle, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) //nolint:gosec // G703: the container root gpu-hook passed itself, absolute and resolved
 	if err != nil {
 		return fmt.Errorf("open container root: %w", err)
 	}
-	defer func() { _ = unix.Close(fd) }()
-	if err := unix.Fchdir(fd); err != nil {
+	defer rootHandle.Close()
+	for i, lib := range libs {
+		if err := mountLibrary(rootHandle, lib, mounted[i]); err != nil {
+			return err
+		}
+	}
+	if err := mountProc(rootHandle); err != nil {
+		return err
+	}
+	if err := unix.Fchdir(int(rootHandle.Fd())); err != nil {
 		return fmt.Errorf("enter container root: %w", err)
 	}
 	// pivot_root(".", ".") stacks the old root over the new one; detaching "." then leaves
@@ -173,29 +217,73 @@ func enterRoot(root string) error {
 	return nil
 }
 
-// mountProc mounts a procfs of the current PID namespace at <root>/proc, resolved inside
-// the root (created if the image has none).
-func mountProc(root string) error {
-	h, err := securejoin.OpenInRoot(root, "/proc")
-	if errors.Is(err, os.ErrNotExist) {
-		if err = securejoin.MkdirAll(root, "/proc", 0o555); err == nil {
-			h, err = securejoin.OpenInRoot(root, "/proc")
+// openLibraries opens the injected libraries (container paths) in the root as this mount
+// namespace has it, before anything is mounted over the root, each checked to be the file
+// the parent handed over (descriptors sandboxLibraryFD, ...).
+func openLibraries(root string, libs []string) ([]*os.File, error) {
+	rootHandle, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) //nolint:gosec // G703: the container root gpu-hook passed itself, absolute and resolved
+	if err != nil {
+		return nil, fmt.Errorf("open container root: %w", err)
+	}
+	defer rootHandle.Close()
+	var out []*os.File
+	for i, lib := range libs {
+		h, err := pathrs.OpenatInRoot(rootHandle, lib)
+		if err != nil {
+			return out, fmt.Errorf("injected library %s: %w", lib, err)
+		}
+		out = append(out, h)
+		var have, want unix.Stat_t
+		if err := unix.Fstat(int(h.Fd()), &have); err != nil {
+			return out, fmt.Errorf("injected library %s: %w", lib, err)
+		}
+		if err := unix.Fstat(sandboxLibraryFD+i, &want); err != nil {
+			return out, fmt.Errorf("injected library %s: its descriptor: %w", lib, err)
+		}
+		if have.Dev != want.Dev || have.Ino != want.Ino {
+			return out, fmt.Errorf("injected library %s changed while the hook ran", lib)
 		}
 	}
+	return out, nil
+}
+
+// mountLibrary binds the injected library src over its mount target at lib (container path)
+// in the root: the empty regular file the low-level runtime made there. The bind copies the
+// source mount's flags: read-only, as the runtime mounted it.
+func mountLibrary(root *os.File, lib string, src *os.File) error {
+	h, err := pathrs.OpenatInRoot(root, lib)
+	if err != nil {
+		return fmt.Errorf("injected library %s: its mount target: %w", lib, err)
+	}
+	defer h.Close()
+	if !isRegular(h) {
+		return fmt.Errorf("injected library %s: its mount target is not a regular file", lib)
+	}
+	if err := unix.Mount(fdPath(src), fdPath(h), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("injected library %s: mount it: %w", lib, err)
+	}
+	return nil
+}
+
+// mountProc mounts a procfs of the current PID namespace at /proc in the root, resolved
+// inside the root (created if the image has none).
+func mountProc(root *os.File) error {
+	h, err := pathrs.MkdirAllHandle(root, "/proc", 0o555)
 	if err != nil {
 		return fmt.Errorf("open /proc in container root: %w", err)
 	}
 	defer h.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(h.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("mount procfs in container root: /proc is not a directory")
-	}
 	// Through the handle's magic link: the resolved directory, never a path re-walked.
-	target := "/proc/self/fd/" + strconv.Itoa(int(h.Fd()))
-	if err := unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("proc", fdPath(h), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount procfs in container root: %w", err)
 	}
 	return nil
+}
+
+// isRegular says whether the handle h is on a regular file.
+func isRegular(h *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // sealedExecutable returns a sealed in-memory copy of the static executable at p (a file of

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,34 +39,36 @@ func TestFlattenLDSOConf(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(root, "etc/ld.so.conf.d/d.conf"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	write("etc/ld.so.conf.d/e.conf", "include /etc/ld.so.conf.d/e.conf\n") // includes itself
+	write("etc/ld.so.conf.d/e.conf", "include /etc/ld.so.conf.d/e.conf\n") // includes itself: read once
+	// A chain of includes nine deep: the ninth is not followed.
+	write("etc/ld.so.conf.d/f0.conf", "/f0\ninclude /etc/chain/f1.conf\n")
+	for i := 1; i <= 9; i++ {
+		write(fmt.Sprintf("etc/chain/f%d.conf", i), fmt.Sprintf("/g%d\ninclude /etc/chain/f%d.conf\n", i, i+1))
+	}
 
-	h, err := openRoot(root)
+	conf, err := flattenLDSOConf(openRoot(t, root))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	conf, warnings := flattenLDSOConf(h)
-	want := "/a\n/b\n/inside-root-only\n" + "/opt/lib\n/relative\n/extra\nhwcap 1 x\n"
-	if string(conf) != want {
-		t.Errorf("conf =\n%s\nwant\n%s", conf, want)
+	want := "/a\n/b\n/inside-root-only\n" + "/f0\n/g1\n/g2\n/g3\n/g4\n/g5\n/g6\n/g7\n" + "/opt/lib\n/relative\n/extra\nhwcap 1 x\n"
+	if got := string(conf.bytes()); got != want {
+		t.Errorf("conf =\n%s\nwant\n%s", got, want)
 	}
 	wantWarnings := []string{
 		"loader configuration /etc/ld.so.conf.d/d.conf skipped: not a regular file",
-		`/etc/ld.so.conf.d/e.conf: include "/etc/ld.so.conf.d/e.conf" skipped: includes nested more than 8 deep`,
+		"/etc/chain/f7.conf line 2: include skipped: includes nested more than 8 deep",
 	}
-	if strings.Join(warnings, "\n") != strings.Join(wantWarnings, "\n") {
-		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(warnings, "\n"), strings.Join(wantWarnings, "\n"))
+	if strings.Join(conf.warnings, "\n") != strings.Join(wantWarnings, "\n") {
+		t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(conf.warnings, "\n"), strings.Join(wantWarnings, "\n"))
+	}
+	// Each line knows where it came from.
+	if l := conf.lines[len(conf.lines)-1]; l.file != "/etc/ld.so.conf" || l.line != 6 {
+		t.Errorf("the hwcap line is %s line %d, want /etc/ld.so.conf line 6", l.file, l.line)
 	}
 
 	// No /etc/ld.so.conf at all: an empty configuration, as for ldconfig.
-	empty, err := openRoot(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer empty.Close()
-	if conf, warnings := flattenLDSOConf(empty); len(conf) != 0 || len(warnings) != 0 {
-		t.Errorf("empty root: %q %q", conf, warnings)
+	if conf, err := flattenLDSOConf(openRoot(t, t.TempDir())); len(conf.lines) != 0 || len(conf.warnings) != 0 || err != nil {
+		t.Errorf("empty root: %+v %v", conf, err)
 	}
 }
 

@@ -1,16 +1,19 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -31,7 +34,13 @@ import (
 //   - an update the hook would do in-process: where it would run ldconfig instead, the hook
 //     stays and does it all (what was done at create is what the hook does first anyway).
 // Everything else — an error included — leaves the hook in the spec, to do or report it as
-// it always has; the debug log says why.
+// it always has; the debug log says why. The update at create is bounded as the hook's is
+// (confined.DefaultLimits), with a deadline of its own (createDeadline): an image that
+// reaches a limit costs the create at most that, then the hook reports it.
+
+// createDeadline bounds the loader-cache update at create: the realistic image's takes about
+// a millisecond.
+const createDeadline = time.Second
 
 // updateLDCacheAtCreate does the loader-cache update of in's plan now and removes its hook
 // from in's edited spec, where that gives what the hook would; the debug log says which.
@@ -113,14 +122,25 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 			return false, "no bind mount injects " + lib
 		}
 	}
-	if why := shadowsLoader(root, foreign, hook.LoaderPaths(root, ldOpts.Libraries)); why != "" {
+	lim := confined.DefaultLimits(createDeadline)
+	loader, err := hook.LoaderPaths(root, ldOpts.Libraries, lim)
+	if err != nil {
+		return false, err.Error()
+	}
+	if why := shadowsLoader(root, foreign, loader); why != "" {
 		return false, why
+	}
+	ldOpts.Deadline = time.Until(lim.Deadline)
+	if u := spec.Process; u != nil {
+		ldOpts.User = &confined.Cred{UID: u.User.UID, GID: u.User.GID, Groups: u.User.AdditionalGids}
 	}
 	res, err := hook.UpdateLDCacheAtCreate(root, ldOpts)
 	for _, w := range res.Warnings {
 		log.Warn("loader cache: " + w)
 	}
 	switch {
+	case errors.Is(err, confined.ErrBudget):
+		return false, err.Error() + " (the hook reports it)"
 	case err != nil:
 		return false, err.Error()
 	case res.Method == hook.MethodLDConfig:

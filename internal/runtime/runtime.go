@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -259,7 +260,33 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		log.Warn(w)
 	}
 	in.Plan = p
+	if err := in.checkVolumeTargets(filepath.Dir(path)); err != nil {
+		return in, err
+	}
 	return in, nil
+}
+
+// checkVolumeTargets refuses the injection where the image's links lead one of its mounts
+// (ours or the CDI devices') into a volume of the container (checkVolumeTargets). A spec
+// without one root path (the engine's structure, trusted) is not checked.
+func (in Injection) checkVolumeTargets(bundle string) error {
+	root, err := in.File.Root()
+	if err != nil || root == nil || root.Path == "" || in.File.Spec == nil {
+		return nil // no one root to resolve in: the loader-cache step says why
+	}
+	rootPath := root.Path
+	if !filepath.IsAbs(rootPath) {
+		rootPath = filepath.Join(bundle, rootPath)
+	}
+	mounts := in.Plan.Edits.Mounts
+	if in.CDI != nil {
+		ce, err := in.CDI.Edits()
+		if err != nil {
+			return err
+		}
+		mounts = append(slices.Clone(mounts), ce.Mounts...)
+	}
+	return checkVolumeTargets(rootPath, in.File.Spec.Mounts, mounts)
 }
 
 // Apply edits the spec in memory: CDI's edits first, then ours, which replace what they

@@ -25,16 +25,23 @@ func CompareVersions(a, b string) (int, error) {
 	return compareParsed(va, vb), nil
 }
 
-// version holds the components of a dotted version with leading zeros removed ("0" for zero).
-// Comparison reads missing components as "0", which makes trailing zero components irrelevant.
-type version []string
+// ParseVersion parses a dotted numeric version as CompareVersions does, for callers that
+// compare one version many times (a sort parses each once).
+func ParseVersion(s string) (Version, error) { return parseVersion(s) }
 
-func parseVersion(s string) (version, error) {
+// Compare returns -1, 0 or +1 as v is less than, equal to or greater than w.
+func (v Version) Compare(w Version) int { return compareParsed(v, w) }
+
+// Version holds the components of a dotted version with leading zeros removed ("0" for zero).
+// Comparison reads missing components as "0", which makes trailing zero components irrelevant.
+type Version []string
+
+func parseVersion(s string) (Version, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w %q: empty", ErrInvalidVersion, s)
 	}
 	parts := strings.Split(s, ".")
-	v := make(version, 0, len(parts))
+	v := make(Version, 0, len(parts))
 	for _, p := range parts {
 		if p == "" {
 			return nil, fmt.Errorf("%w %q: empty component", ErrInvalidVersion, s)
@@ -53,7 +60,7 @@ func parseVersion(s string) (version, error) {
 	return v, nil
 }
 
-func compareParsed(a, b version) int {
+func compareParsed(a, b Version) int {
 	n := max(len(a), len(b))
 	for i := 0; i < n; i++ {
 		if c := compareComponent(component(a, i), component(b, i)); c != 0 {
@@ -63,7 +70,7 @@ func compareParsed(a, b version) int {
 	return 0
 }
 
-func component(v version, i int) string {
+func component(v Version, i int) string {
 	if i < len(v) {
 		return v[i]
 	}

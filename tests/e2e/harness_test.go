@@ -122,6 +122,10 @@ type env struct {
 	dir       string
 	config    string
 	stateRoot string
+	// capKiB, when not zero, caps the address space of gpu-runtime and what it starts
+	// (runc, the hook): a test of memory bounds must not take the machine with it when
+	// they fail.
+	capKiB int
 }
 
 func newEnv(t *testing.T, gpus int) *env {
@@ -206,6 +210,9 @@ func (e *env) runtime(t *testing.T, stdout *os.File, args ...string) result {
 	t.Helper()
 	full := append([]string{"--root", e.stateRoot}, args...)
 	cmd := exec.Command(filepath.Join(binDir, "gpu-runtime"), full...)
+	if e.capKiB > 0 {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, e.capKiB), cmd.Path}, full...)...)
+	}
 	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
 	dir := t.TempDir()
 	outFile, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)

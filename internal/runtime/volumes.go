@@ -1,0 +1,81 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+)
+
+// ErrIntoVolume: the image's links lead a mount gpu-runtime injects into one of the
+// container's volumes, where the low-level runtime would create its target as root.
+var ErrIntoVolume = errors.New("the image leads a GPU mount into a volume")
+
+// checkVolumeTargets refuses an injection whose mounts the image's links lead into a bind
+// mount of the container (a volume: a host directory). The low-level runtime mounts in the
+// spec's order and resolves each target inside the root as it is then, the volumes already
+// mounted, following the image's links: an image with /etc -> /data and a volume at /data
+// would have runc create /data/OpenCL/vendors/nvidia.icd — a root-owned file in the host
+// directory behind the volume, which the container's user may not be allowed to write. A
+// mount whose own path is inside the volume (the administrator mounted the volume where
+// driver files go) is not the image's doing and stays allowed. root is the container root
+// (absolute); only directory bind mounts are volumes here (a file cannot hold a target).
+// Resolution is securejoin's, as runc's: lexical, inside the root, before any mount.
+func checkVolumeTargets(root string, mounts []specs.Mount, injected []edits.Mount) error {
+	ours := map[string]bool{}
+	for _, m := range injected {
+		ours[path.Clean(m.ContainerPath)] = true
+	}
+	type volume struct{ dest, resolved string }
+	var volumes []volume
+	for _, m := range mounts {
+		dest := path.Clean(m.Destination)
+		if ours[dest] || !(m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")) {
+			continue
+		}
+		if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
+			continue
+		}
+		resolved, err := securejoin.SecureJoin(root, dest)
+		if err != nil {
+			return fmt.Errorf("resolve the mount destination %s in the container root: %w", quote.Value(m.Destination), err)
+		}
+		volumes = append(volumes, volume{dest, resolved})
+	}
+	if len(volumes) == 0 {
+		return nil
+	}
+	for _, m := range injected {
+		dest := path.Clean(m.ContainerPath)
+		resolved, err := securejoin.SecureJoin(root, dest)
+		if err != nil {
+			return fmt.Errorf("resolve %s in the container root: %w", dest, err)
+		}
+		for _, v := range volumes {
+			if (resolved == v.resolved || within(resolved, v.resolved)) && dest != v.dest && !within(dest, v.dest) {
+				rel, _ := filepath.Rel(root, resolved)
+				return fmt.Errorf("%w: the image's links lead %s to /%s, inside %s, which the container mounts from the host directory %s: the low-level runtime would create the mount's target there as root; remove the image's link, or mount the volume elsewhere",
+					ErrIntoVolume, dest, filepath.ToSlash(rel), v.dest, quote.Value(sourceOf(mounts, v.dest)))
+			}
+		}
+	}
+	return nil
+}
+
+// sourceOf returns the source of the spec mount at dest.
+func sourceOf(mounts []specs.Mount, dest string) string {
+	for _, m := range mounts {
+		if path.Clean(m.Destination) == dest {
+			return m.Source
+		}
+	}
+	return ""
+}
