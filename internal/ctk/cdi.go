@@ -185,10 +185,7 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := cdi.NewResolver(cfg.CDI.SpecDirs)
-	if err != nil {
-		return err
-	}
+	r := cdi.NewResolver(cfg.CDI.SpecDirs)
 	for _, p := range r.Problems() {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
 	}
@@ -226,12 +223,13 @@ func cdiInject(args []string, stderr io.Writer) error {
 	}
 	err = cfgErr
 	if err == nil {
-		var r *cdi.Resolver
-		if r, err = cdi.NewResolver(cfg.CDI.SpecDirs); err == nil {
-			self, _ := os.Executable()
-			cwd, _ := os.Getwd()
-			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
+		r := cdi.NewResolver(cfg.CDI.SpecDirs)
+		for _, p := range r.Problems() {
+			log.WithField("container_id", inv.ContainerID).Warn("CDI spec not loaded: " + p)
 		}
+		self, _ := os.Executable()
+		cwd, _ := os.Getwd()
+		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
 	}
 	if err != nil {
 		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
@@ -180,6 +182,97 @@ func TestCDIPolicyAndPassThrough(t *testing.T) {
 	after, _ := os.ReadFile(filepath.Join(b, "config.json"))
 	if r.code != 0 || !bytes.Equal(before, after) {
 		t.Errorf("an engine-injected spec was changed (exit %d %s)", r.code, r.stderr)
+	}
+}
+
+// TestCDISpecDirTrust: a spec directory a user can write to (a world-writable /var/run/cdi)
+// hands containers nothing of theirs. A user's spec that overrides nvidia.com/gpu=1 with a
+// createRuntime hook (runc runs it on the host, as root), a FIFO and a link to a huge file
+// (/dev/zero in the report) are each ignored with a warning naming the file; the create
+// neither runs the hook, nor hangs, nor reads the huge file, and the container gets GPU 1
+// from root's spec.
+func TestCDISpecDirTrust(t *testing.T) {
+	e, trusted := newCDIEnv(t, "")
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q, %q]\n", trusted, open))
+	marker := filepath.Join(t.TempDir(), "hook-ran-on-the-host")
+	evil := filepath.Join(open, "evil.yaml")
+	writeFile(t, evil, fmt.Sprintf(`cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nvidia1, type: c, major: 195, minor: 1}
+containerEdits:
+  hooks:
+  - {hookName: createRuntime, path: /bin/sh, args: [sh, -c, "id -u > %s"]}
+`, marker))
+	if err := os.Chown(evil, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(open, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The reported link was to /dev/zero; a regression here must not take the test host's
+	// memory, so this one names a sparse file of 256 MiB, which reading would allocate.
+	huge := filepath.Join(t.TempDir(), "huge")
+	writeFile(t, huge, "")
+	if err := os.Truncate(huge, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(open, "zero.yaml")
+	if err := os.Symlink(huge, zero); err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, migProbe)
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	start := time.Now()
+	r := e.run(t, b, "--log", logPath, "--log-format", "json")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the create took %s", took)
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r.maxRSS > 200<<20 {
+		t.Errorf("peak RSS %d MiB", r.maxRSS>>20)
+	}
+	if data, err := os.ReadFile(marker); err == nil {
+		t.Errorf("the user's spec hook ran on the host as uid %s", strings.TrimSpace(string(data)))
+	}
+	var got []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "dev ") {
+			got = append(got, l)
+		}
+	}
+	sort.Strings(got)
+	want := []string{"dev /dev/nvidia-modeset 195:254", "dev /dev/nvidia-uvm 235:0", "dev /dev/nvidia-uvm-tools 235:1", "dev /dev/nvidia1 195:1", "dev /dev/nvidiactl 195:255"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the container's NVIDIA nodes:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	log, _ := os.ReadFile(logPath)
+	for _, w := range []string{
+		"CDI spec not loaded: " + evil + ": owned by uid 1000, not 0",
+		"CDI spec not loaded: " + fifo + ": not a regular file",
+		"CDI spec not loaded: " + zero + ": it is a symbolic link",
+	} {
+		if !bytes.Contains(log, []byte(`"level":"warning","msg":"`+w+`"`)) {
+			t.Errorf("no warning %q in the log:\n%s", w, log)
+		}
+	}
+	// gpu-ctk cdi list warns the same, and lists root's devices only.
+	list := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "list")
+	list.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	out, err := list.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("gpu-ctk: warning: spec not loaded: "+evil+": owned by uid 1000, not 0\n")) || !bytes.Contains(out, []byte("nvidia.com/gpu=1\n")) {
+		t.Errorf("gpu-ctk cdi list: %v\n%s", err, out)
 	}
 }
 
