@@ -58,11 +58,22 @@ type Config struct {
 	Health    HealthConfig    `toml:"health"`
 }
 
-// CDIConfig is the [cdi] table: where CDI specs are read from.
+// CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving them
+// may take.
 type CDIConfig struct {
 	// SpecDirs are the directories of CDI specs, lowest precedence first (the CDI library's
 	// and the engines' defaults).
 	SpecDirs []string `toml:"spec-dirs"`
+	// Timeout bounds gpu-runtime's hand-off of a create that names CDI devices to gpu-ctk
+	// (reading the specs, discovery, editing config.json): gpu-ctk is killed when it passes
+	// and the create fails (a Go duration, at least 1s).
+	Timeout string `toml:"timeout"`
+}
+
+// TimeoutDuration is CDI.Timeout parsed (validated by Load/Parse).
+func (c CDIConfig) TimeoutDuration() time.Duration {
+	t, _ := time.ParseDuration(c.Timeout)
+	return t
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
@@ -174,6 +185,7 @@ func Default() Config {
 		},
 		CDI: CDIConfig{
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+			Timeout:  "30s",
 		},
 		MPS: MPSConfig{
 			Root: "/run/gpu-runtime/mps",
@@ -417,6 +429,9 @@ func (c *Config) clean() []string {
 	}
 	if d, err := time.ParseDuration(c.Discovery.Timeout); err != nil || d < 0 {
 		bad("discovery.timeout", c.Discovery.Timeout, `a duration such as "10s" ("0s" = no limit)`)
+	}
+	if d, err := time.ParseDuration(c.CDI.Timeout); err != nil || d < time.Second {
+		bad("cdi.timeout", c.CDI.Timeout, `a duration of at least one second, such as "30s"`)
 	}
 	return problems
 }

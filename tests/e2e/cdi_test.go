@@ -276,6 +276,40 @@ containerEdits:
 	}
 }
 
+// TestCDIHandOffTimeout: gpu-ctk cdi inject, to which gpu-runtime hands a create that names
+// CDI devices, is killed at cdi.timeout, with the NVML query it started (here NVML hangs and
+// discovery.timeout sets no limit), and the create fails naming the setting, config.json
+// untouched.
+func TestCDIHandOffTimeout(t *testing.T) {
+	e, dir := newCDIEnv(t, "")
+	opts := fakehost.Default(2)
+	opts.NVMLInitDelay = 30 * time.Second
+	e.host = privateHost(t, filepath.Join(e.dir, "hung"), opts)
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\ntimeout = \"1s\"\n", dir))
+	replaceInFile(t, e.config, "[discovery]\n", "[discovery]\ncache = false\ntimeout = \"0s\"\n")
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, "echo should-not-run")
+	before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	start := time.Now()
+	r := e.run(t, b)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the create took %s: cdi.timeout did not bound it", took)
+	}
+	want := "CDI hand-off timed out: " + filepath.Join(binDir, "gpu-ctk") + " cdi inject, which resolves the container's CDI devices, did not finish within 1s (setting cdi.timeout) and was killed"
+	if r.code == 0 || strings.Contains(r.stdout, "should-not-run") || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr lacks %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	wantSpecUnchanged(t, b, before)
+	// Nothing gpu-ctk started is left: neither it nor its NVML query.
+	time.Sleep(100 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(p)
+		if bytes.Contains(cmdline, []byte(b)) || bytes.Contains(cmdline, []byte(e.host.DriverRoot)) {
+			t.Errorf("left running: %s", bytes.ReplaceAll(cmdline, []byte{0}, []byte(" ")))
+		}
+	}
+}
+
 // TestCDIGenerateCheck: gpu-ctk cdi generate --check says nothing differs for a fresh spec
 // and what changed after a MIG reconfiguration.
 func TestCDIGenerateCheck(t *testing.T) {
