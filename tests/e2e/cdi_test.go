@@ -310,6 +310,62 @@ func TestCDIHandOffTimeout(t *testing.T) {
 	}
 }
 
+// TestCDIGenerateOutputLink: gpu-ctk cdi generate --output never writes through a symbolic
+// link at the output path (one a user planted in a spec directory they can write to): the
+// file it names — root's 0600 file, or one it would create elsewhere — is left as it was, the
+// link is replaced by the spec (root's, 0644, which the spec directories' rule reads), and a
+// warning names both.
+func TestCDIGenerateOutputLink(t *testing.T) {
+	e := newMIGEnv(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	writeFileMode(t, secret, "root's own\n", 0o600)
+	elsewhere := filepath.Join(t.TempDir(), "created-by-root")
+	for _, tc := range []struct{ description, target string }{
+		{"a link to root's 0600 file", secret},
+		{"a link to a file that does not exist yet", elsewhere},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "nvidia.yaml")
+			if err := os.Symlink(tc.target, out); err != nil {
+				t.Fatal(err)
+			}
+			gen := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--output", out)
+			gen.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+			msg, err := gen.CombinedOutput()
+			if err != nil {
+				t.Fatalf("gpu-ctk cdi generate: %v\n%s", err, msg)
+			}
+			if want := "gpu-ctk: warning: " + out + " was a symbolic link (to " + tc.target + "): replaced by the spec; links are not read as CDI specs\n"; !strings.Contains(string(msg), want) {
+				t.Errorf("output lacks %q:\n%s", want, msg)
+			}
+			if data, err := os.ReadFile(secret); err != nil || string(data) != "root's own\n" {
+				t.Errorf("root's file now holds %q (%v)", data, err)
+			}
+			if fi, err := os.Stat(secret); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("root's file: %v, %v", fi.Mode(), err)
+			}
+			if _, err := os.Lstat(elsewhere); err == nil {
+				t.Errorf("%s was created through the link", elsewhere)
+			}
+			fi, err := os.Lstat(out)
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+				t.Fatalf("%s: %v, %v; want a regular file of mode 0644", out, fi.Mode(), err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
+				t.Errorf("%s belongs to uid %d", out, st.Uid)
+			}
+			e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+			if list, code := gpuCTK(t, e, "cdi", "list"); code != 0 || !strings.Contains(list, "nvidia.com/gpu=0:1\n") {
+				t.Errorf("gpu-ctk cdi list: exit %d\n%s", code, list)
+			}
+		})
+	}
+}
+
 // TestCDIGenerateCheck: gpu-ctk cdi generate --check says nothing differs for a fresh spec
 // and what changed after a MIG reconfiguration.
 func TestCDIGenerateCheck(t *testing.T) {
