@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
@@ -29,6 +31,9 @@ import (
 
 // ErrUnresolvable marks CDI devices no spec in the spec directories defines.
 var ErrUnresolvable = errors.New("unresolvable CDI devices")
+
+// ErrKindNotAllowed marks CDI devices of a kind cdi.allowed-kinds does not list.
+var ErrKindNotAllowed = errors.New("CDI device kind not allowed")
 
 // Bounds on what the spec directories may cost a create. The spec gpu-ctk writes for the fake
 // host of eight GPUs, four of them split into seven MIG devices, with every capability's
@@ -69,6 +74,8 @@ func CheckSpecFile(path string) error {
 // Cache.InjectDevices applies them.
 type Resolver struct {
 	dirs []string
+	// kinds are the kinds Resolve resolves names of (cdi.allowed-kinds).
+	kinds []string
 	// specs are the specs read, in the order read (by directory, then by file name); paths
 	// their files (the library knows them by their /proc/self/fd path).
 	specs   []*cdi.Spec
@@ -80,9 +87,10 @@ type Resolver struct {
 
 // NewResolver reads the specs of dirs (later directories take precedence, as in the CDI
 // library). Specs that are not read are reported by Problems, and by Resolve's error when a
-// device is missing.
-func NewResolver(dirs []string) *Resolver {
-	r := &Resolver{dirs: dirs, paths: map[*cdi.Spec]string{}, devices: map[string]*cdi.Device{}}
+// device is missing. Resolve resolves only names of the kinds allowed (cdi.allowed-kinds);
+// Devices and CheckSpecs see every kind.
+func NewResolver(dirs, allowed []string) *Resolver {
+	r := &Resolver{dirs: dirs, kinds: allowed, paths: map[*cdi.Spec]string{}, devices: map[string]*cdi.Device{}}
 	r.load()
 	return r
 }
@@ -199,7 +207,8 @@ func (r *Resolver) Problems() []string {
 }
 
 // Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
-// once; every one must resolve before anything is applied.
+// once; every one must be of an allowed kind and resolve before anything is applied. A name
+// of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
 func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
 	if len(annotations) > 0 {
 		_, annotated, err := cdi.ParseAnnotations(annotations)
@@ -211,12 +220,20 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 	}
 	d := devices{paths: r.paths}
 	seen := map[string]bool{}
-	var unresolved []string
+	var refused, refusedKinds, unresolved []string
 	for _, n := range names {
 		if seen[n] {
 			continue
 		}
 		seen[n] = true
+		vendor, class, _ := parser.ParseDevice(n)
+		if kind := vendor + "/" + class; !slices.Contains(r.kinds, kind) {
+			refused = append(refused, n)
+			if !slices.Contains(refusedKinds, kind) {
+				refusedKinds = append(refusedKinds, kind)
+			}
+			continue
+		}
 		dev := r.devices[n]
 		if dev == nil {
 			unresolved = append(unresolved, n)
@@ -225,10 +242,35 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 		d.names = append(d.names, n)
 		d.devices = append(d.devices, dev)
 	}
-	if len(unresolved) > 0 {
-		return nil, r.unresolvable(unresolved)
+	var errs []error
+	if len(refused) > 0 {
+		errs = append(errs, r.notAllowed(refused, refusedKinds))
 	}
-	return d, nil
+	if len(unresolved) > 0 {
+		errs = append(errs, r.unresolvable(unresolved))
+	}
+	switch len(errs) {
+	case 0:
+		return d, nil
+	case 1:
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("%w; %w", errs[0], errs[1])
+}
+
+// notAllowed says which names are of kinds not allowed, which kinds are, and the setting.
+// The names come from the container: they are quoted, and bounded (internal/quote).
+func (r *Resolver) notAllowed(names, kinds []string) error {
+	kind := "kind"
+	if len(kinds) > 1 {
+		kind = "kinds"
+	}
+	allowed := "resolves no CDI devices (cdi.allowed-kinds is empty)"
+	if len(r.kinds) > 0 {
+		allowed = "resolves CDI devices of kinds " + strings.Join(r.kinds, ", ") + " only"
+	}
+	return fmt.Errorf("%w: %s (%s %s): gpu-runtime %s; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config",
+		ErrKindNotAllowed, quote.List(names), kind, quote.List(kinds), allowed)
 }
 
 // unresolvable says which names did not resolve, what the specs offer, and which specs did

@@ -15,6 +15,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
 // hostileSpec defines nvidia.com/gpu=1 with a createRuntime hook, which runc runs on the host
@@ -36,7 +37,7 @@ containerEdits:
 func newResolverWithin(t *testing.T, dirs []string) *Resolver {
 	t.Helper()
 	done := make(chan *Resolver, 1)
-	go func() { done <- NewResolver(dirs) }()
+	go func() { done <- NewResolver(dirs, []string{"nvidia.com/gpu"}) }()
 	select {
 	case r := <-done:
 		return r
@@ -170,7 +171,7 @@ func TestSpecDirBounds(t *testing.T) {
 	if err := os.Remove(filepath.Join(many, "f0")); err != nil {
 		t.Fatal(err)
 	}
-	if p := NewResolver([]string{many}).Problems(); len(p) != 0 {
+	if p := NewResolver([]string{many}, nil).Problems(); len(p) != 0 {
 		t.Errorf("a directory at the bound: %q", p)
 	}
 }
@@ -200,7 +201,7 @@ func TestPrecedence(t *testing.T) {
 		}
 	}
 	dirs := []string{low, high}
-	r := NewResolver(dirs)
+	r := NewResolver(dirs, []string{"example.com/x"})
 	lib, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
 	if got, want := r.Devices(), lib.ListDevices(); !slices.Equal(got, want) {
 		t.Errorf("devices = %q, the library's %q", got, want)
@@ -272,5 +273,69 @@ func TestCheckSpecFile(t *testing.T) {
 	err := CheckSpecFile(p)
 	if want := "CDI spec " + p + " ignored: mode 0666, writable by its group or others"; err == nil || err.Error() != want || !errors.Is(err, trustedfile.ErrUntrusted) {
 		t.Errorf("mode 0666: %v, want %s", err, want)
+	}
+}
+
+// TestResolveKinds: only names of the allowed kinds (cdi.allowed-kinds) resolve, whether they
+// come from the environment or the annotations and whether or not a spec defines them; the
+// error names each refused device and kind, the allowed kinds and the setting, quoting at most
+// five of what the container wrote. Another kind resolves once it is allowed.
+func TestResolveKinds(t *testing.T) {
+	dir := writeSpecs(t)
+	// A kind whose device bind-mounts host data: what the container must not pick itself.
+	data := "cdiVersion: 0.5.0\nkind: example.com/data\ndevices:\n- {name: host, containerEdits: {mounts: [{hostPath: /etc, containerPath: /host-etc, options: [bind]}]}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "data.yaml"), []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defaults := config.Default().CDI.AllowedKinds
+	const setting = "; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config"
+	testCases := []struct {
+		description string
+		allowed     []string
+		names       []string
+		annotations map[string]string
+		want        string // the error; "" to resolve
+		wantIs      []error
+	}{
+		{description: "the default kinds", allowed: defaults, names: []string{"nvidia.com/gpu=1"}},
+		{description: "another kind by name", allowed: defaults, names: []string{"example.com/data=host"},
+			want:   `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting,
+			wantIs: []error{ErrKindNotAllowed}},
+		{description: "another kind by annotation", allowed: defaults, annotations: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=1,example.com/data=host"},
+			want:   `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting,
+			wantIs: []error{ErrKindNotAllowed}},
+		{description: "kinds no spec defines, and a missing device of an allowed kind", allowed: defaults,
+			names: []string{"a.com/x=1", "a.com/x=2", "b.com/y=1", "nvidia.com/gpu=7"},
+			want: `CDI device kind not allowed: "a.com/x=1", "a.com/x=2", "b.com/y=1" (kinds "a.com/x", "b.com/y"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting +
+				`; unresolvable CDI devices "nvidia.com/gpu=7": the CDI specs in ` + dir,
+			wantIs: []error{ErrKindNotAllowed, ErrUnresolvable}},
+		{description: "many refused names are bounded", allowed: defaults,
+			names: []string{"a.com/x=1", "a.com/x=2", "a.com/x=3", "a.com/x=4", "a.com/x=5", "a.com/x=6", "a.com/x=7"},
+			want:  `CDI device kind not allowed: "a.com/x=1", "a.com/x=2", "a.com/x=3", "a.com/x=4", "a.com/x=5" and 2 more (kind "a.com/x"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting},
+		{description: "none allowed", allowed: []string{}, names: []string{"nvidia.com/gpu=1"},
+			want: `CDI device kind not allowed: "nvidia.com/gpu=1" (kind "nvidia.com/gpu"): gpu-runtime resolves no CDI devices (cdi.allowed-kinds is empty)` + setting},
+		{description: "the kind allowed", allowed: append(slices.Clone(defaults), "example.com/data"), names: []string{"example.com/data=host", "nvidia.com/gpu=1"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			d, err := NewResolver([]string{dir}, tc.allowed).Resolve(tc.names, tc.annotations)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := d.Names(), tc.names; !slices.Equal(got, want) {
+					t.Errorf("names = %q, want %q", got, want)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error =\n%v\nwant prefix\n%s", err, tc.want)
+			}
+			for _, is := range tc.wantIs {
+				if !errors.Is(err, is) {
+					t.Errorf("error does not wrap %v", is)
+				}
+			}
+		})
 	}
 }

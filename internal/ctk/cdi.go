@@ -194,7 +194,7 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r := cdi.NewResolver(cfg.CDI.SpecDirs)
+	r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	for _, p := range r.Problems() {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
 	}
@@ -232,7 +232,7 @@ func cdiInject(args []string, stderr io.Writer) error {
 	}
 	err = cfgErr
 	if err == nil {
-		r := cdi.NewResolver(cfg.CDI.SpecDirs)
+		r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 		for _, p := range r.Problems() {
 			log.WithField("container_id", inv.ContainerID).Warn("CDI spec not loaded: " + p)
 		}

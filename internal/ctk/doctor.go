@@ -555,7 +555,7 @@ func (d *doctor) checkCgroups() {
 }
 
 func (d *doctor) checkCDI() {
-	r := cdi.NewResolver(d.cfg.CDI.SpecDirs)
+	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
 	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
 	if d.driver == nil {
 		return // nothing to compare a spec with

@@ -198,7 +198,7 @@ func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
 	log.AddHook(warnings)
 	self, _ := os.Executable()
 	opts := runtime.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log}
-	resolver := cdi.NewResolver(cfg.CDI.SpecDirs)
+	resolver := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	opts.CDI = resolver
 	in, err := runtime.Decide(path, raw, opts, log)
 	ex.Warnings = warnings.lines

@@ -366,6 +366,57 @@ func TestCDIGenerateOutputLink(t *testing.T) {
 	}
 }
 
+// TestCDIKinds: with the default policy a container's environment or cdi.k8s.io/ annotation
+// cannot pick a CDI device of another kind than gpu-runtime serves (here root's own spec of a
+// kind that bind-mounts a host directory): the create fails naming the device, the allowed
+// kinds and cdi.allowed-kinds, config.json untouched. Once the kind is allowed it resolves.
+func TestCDIKinds(t *testing.T) {
+	e, dir := newCDIEnv(t, "")
+	hostData := t.TempDir()
+	writeFile(t, filepath.Join(hostData, "secret"), "host data\n")
+	writeFile(t, filepath.Join(dir, "data.yaml"), fmt.Sprintf(`cdiVersion: 0.5.0
+kind: example.com/data
+devices:
+- name: host
+  containerEdits:
+    mounts:
+    - {hostPath: %s, containerPath: /host-data, options: [ro, bind]}
+`, hostData))
+	const refused = `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config`
+	for _, tc := range []struct {
+		description string
+		env         []string
+		annotations map[string]any
+	}{
+		{"NVIDIA_VISIBLE_DEVICES", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,example.com/data=host"}, nil},
+		{"a cdi.k8s.io/ annotation", nil, map[string]any{"cdi.k8s.io/tenant": "example.com/data=host"}},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			b := e.bundle(t, tc.env, "cat /host-data/secret")
+			if tc.annotations != nil {
+				editSpec(t, b, func(s map[string]any) { s["annotations"] = tc.annotations })
+			}
+			before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if r.code == 0 || strings.Contains(r.stdout, "host data") {
+				t.Fatalf("the container read the host's data: exit %d\n%s", r.code, r.stdout)
+			}
+			if msg := lastJSONError(t, logPath); !strings.Contains(r.stderr, refused) || !strings.Contains(msg, refused) {
+				t.Errorf("stderr or --log lacks %q:\nstderr %s\nlog %s", refused, r.stderr, msg)
+			}
+			wantSpecUnchanged(t, b, before)
+		})
+	}
+	t.Run("allowed", func(t *testing.T) {
+		e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\nallowed-kinds = [\"nvidia.com/gpu\", \"example.com/data\"]\n", dir))
+		b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=example.com/data=host"}, "cat /host-data/secret")
+		if r := e.run(t, b); r.code != 0 || !strings.Contains(r.stdout, "host data") {
+			t.Errorf("an allowed kind: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+	})
+}
+
 // TestCDIGenerateCheck: gpu-ctk cdi generate --check says nothing differs for a fresh spec
 // and what changed after a MIG reconfiguration.
 func TestCDIGenerateCheck(t *testing.T) {
