@@ -79,7 +79,7 @@ func main() {
 		err = errors.Join(cfgErr, unsupported(argErr), err)
 		if err == nil && argErr == nil {
 			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log,
-				HandOff: runtime.HandOffToCTK(self, args)})
+				HandOff: runtime.HandOffToCTK(self, args, cfg.CDI.TimeoutDuration())})
 		}
 	}
 	if errors.Is(err, runtime.ErrReported) {

@@ -253,10 +253,7 @@ func writeSpecs(t *testing.T) string {
 
 func TestResolve(t *testing.T) {
 	dir := writeSpecs(t)
-	r, err := NewResolver([]string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := NewResolver([]string{dir}, []string{"nvidia.com/gpu", "other.com/x"})
 	if got, want := r.Devices(), []string{"nvidia.com/gpu=0:0", "nvidia.com/gpu=0:1", "nvidia.com/gpu=1", "nvidia.com/gpu=all"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %v", got)
 	}
@@ -292,10 +289,7 @@ func TestResolve(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, ErrUnresolvable) {
 		t.Errorf("error =\n%v\nwant prefix\n%s", err, want)
 	}
-	empty, err := NewResolver([]string{t.TempDir(), "/nonexistent/cdi"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	empty := NewResolver([]string{t.TempDir(), "/nonexistent/cdi"}, []string{"nvidia.com/gpu"})
 	if _, err := empty.Resolve([]string{"nvidia.com/gpu=0"}, nil); err == nil || !strings.Contains(err.Error(), "offer no devices") {
 		t.Errorf("no specs: %v", err)
 	}

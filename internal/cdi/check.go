@@ -33,11 +33,11 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 	for _, d := range devices {
 		known[d.Index], known[d.UUID] = true, true
 	}
-	for _, s := range r.cache.GetVendorSpecs(vendor) {
-		if s.GetClass() != class {
+	for _, s := range r.specs {
+		if s.GetVendor() != vendor || s.GetClass() != class {
 			continue
 		}
-		path := s.GetPath()
+		path := r.paths[s]
 		out.Files = append(out.Files, path)
 		named := map[string]bool{}
 		var missing []string

@@ -8,14 +8,23 @@ package cdi
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
@@ -23,43 +32,183 @@ import (
 // ErrUnresolvable marks CDI devices no spec in the spec directories defines.
 var ErrUnresolvable = errors.New("unresolvable CDI devices")
 
+// ErrKindNotAllowed marks CDI devices of a kind cdi.allowed-kinds does not list.
+var ErrKindNotAllowed = errors.New("CDI device kind not allowed")
+
+// Bounds on what the spec directories may cost a create. The spec gpu-ctk writes for the fake
+// host of eight GPUs, four of them split into seven MIG devices, with every capability's
+// files is 82 KiB of YAML (95 KiB as JSON); a DRA driver writes one small spec per claim.
+const (
+	maxSpecSize   = 4 << 20
+	maxDirEntries = 4096
+)
+
+// specRule is what a spec file must be to be read: root's, writable by no one else, a
+// regular file of at most maxSpecSize (internal/trustedfile). A spec directory anyone can
+// write to (a world-writable /var/run/cdi) must not hand a user's hooks and mounts to
+// containers as root's; a FIFO must not hang a create, nor a link to /dev/zero exhaust it.
+var specRule = trustedfile.Rule{What: "CDI spec", Max: maxSpecSize}
+
+// CheckSpecFile checks the file at path against the rule every CDI spec gpu-runtime reads
+// must pass: a regular file (not a symbolic link) owned by root (or by the user gpu-ctk runs
+// as), writable by no one else, of at most 4 MiB. A program that writes spec files into the
+// spec directories (a DRA plugin) checks its own with it. A file that fails is an error
+// wrapping trustedfile.ErrUntrusted that says why.
+func CheckSpecFile(path string) error {
+	h, err := trustedfile.Open(path, specRule)
+	if err != nil {
+		return err
+	}
+	_ = h.Close()
+	return nil
+}
+
 // Resolver resolves CDI device names from the specs in a list of directories.
+//
+// It reads the directories itself rather than through the CDI library's Cache, which reads
+// every *.json and *.yaml file by path (os.ReadFile: links followed, FIFOs opened blocking,
+// any size, any owner). Each file is checked on a handle (CheckSpecFile's rule) and the
+// library then parses and validates it from /proc/self/fd/<that handle> (cdi.ReadSpec), so
+// the bytes it parses are those of the inode checked. The directories' precedence is the
+// Cache's (see load), and devices are applied with the library's ContainerEdits as
+// Cache.InjectDevices applies them.
 type Resolver struct {
-	cache *cdi.Cache
-	dirs  []string
+	dirs []string
+	// kinds are the kinds Resolve resolves names of (cdi.allowed-kinds).
+	kinds []string
+	// specs are the specs read, in the order read (by directory, then by file name); paths
+	// their files (the library knows them by their /proc/self/fd path).
+	specs   []*cdi.Spec
+	paths   map[*cdi.Spec]string
+	devices map[string]*cdi.Device
+	// problems say, each as "<file or directory>: <why>", what was not read.
+	problems []string
 }
 
 // NewResolver reads the specs of dirs (later directories take precedence, as in the CDI
-// library). Specs that do not load are reported by Resolve's error when a device is missing.
-func NewResolver(dirs []string) (*Resolver, error) {
-	c, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
-	if err != nil && c == nil {
-		return nil, fmt.Errorf("read CDI specs in %s: %w", strings.Join(dirs, ", "), err)
+// library). Specs that are not read are reported by Problems, and by Resolve's error when a
+// device is missing. Resolve resolves only names of the kinds allowed (cdi.allowed-kinds);
+// Devices and CheckSpecs see every kind.
+func NewResolver(dirs, allowed []string) *Resolver {
+	r := &Resolver{dirs: dirs, kinds: allowed, paths: map[*cdi.Spec]string{}, devices: map[string]*cdi.Device{}}
+	r.load()
+	return r
+}
+
+// load reads every spec of r.dirs and decides which spec's device each qualified name is,
+// by the rules of the CDI library's Cache.refresh
+// (https://github.com/cncf-tags/container-device-interface/blob/v1.1.1/pkg/cdi/cache.go),
+// so that gpu-runtime resolves a name to the device podman or containerd would: a later
+// directory's device replaces an earlier one's; two specs of one directory that define the
+// same name are a conflict, reported for both, and the name resolves to nothing (even where
+// a later directory defines it too, as in the library).
+func (r *Resolver) load() {
+	for priority, dir := range r.dirs {
+		names, err := specFiles(dir)
+		if err != nil {
+			r.problems = append(r.problems, err.Error())
+			continue
+		}
+		for _, name := range names {
+			r.read(filepath.Join(dir, name), priority)
+		}
 	}
-	return &Resolver{cache: c, dirs: dirs}, nil
+	conflicts := map[string]bool{}
+	for _, s := range r.specs {
+		for _, d := range s.Devices {
+			dev := s.GetDevice(d.Name)
+			name := dev.GetQualifiedName()
+			if old := r.devices[name]; old != nil && s.GetPriority() <= old.GetSpec().GetPriority() {
+				if s.GetPriority() == old.GetSpec().GetPriority() {
+					msg := fmt.Sprintf("conflicting device %q (specs %q, %q)", name, r.paths[s], r.paths[old.GetSpec()])
+					r.problems = append(r.problems, r.paths[s]+": "+msg, r.paths[old.GetSpec()]+": "+msg)
+					conflicts[name] = true
+				}
+				continue
+			}
+			r.devices[name] = dev
+		}
+	}
+	for name := range conflicts {
+		delete(r.devices, name)
+	}
+	sort.Strings(r.problems)
+}
+
+// specFiles lists the spec files of dir (*.json and *.yaml, as the CDI library), sorted; a
+// missing directory has none. A directory of more than maxDirEntries entries is an error:
+// which of them a bounded read saw would be arbitrary.
+func specFiles(dir string) ([]string, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close()
+	entries, err := d.Readdirnames(maxDirEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if len(entries) > maxDirEntries {
+		return nil, fmt.Errorf("%s: more than %d entries: none of its specs is read", dir, maxDirEntries)
+	}
+	var names []string
+	for _, name := range entries {
+		if ext := filepath.Ext(name); ext == ".json" || ext == ".yaml" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// read reads the spec file at path if it passes specRule.
+func (r *Resolver) read(path string, priority int) {
+	h, err := trustedfile.Open(path, specRule)
+	var untrusted *trustedfile.Error
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return // removed since the directory was listed
+	case errors.As(err, &untrusted):
+		r.problems = append(r.problems, path+": "+untrusted.Reason)
+		return
+	case err != nil:
+		r.problems = append(r.problems, err.Error())
+		return
+	}
+	defer h.Close()
+	fdPath := trustedfile.FDPath(h)
+	spec, err := cdi.ReadSpec(fdPath, priority)
+	if err != nil {
+		// The library's message names the file by the path it was given; path already says it.
+		r.problems = append(r.problems, path+": "+strings.ReplaceAll(err.Error(), " "+strconv.Quote(fdPath), ""))
+		return
+	}
+	r.specs = append(r.specs, spec)
+	r.paths[spec] = path
 }
 
 // Devices lists the qualified names of every device the specs define, sorted.
 func (r *Resolver) Devices() []string {
-	names := r.cache.ListDevices()
+	names := make([]string, 0, len(r.devices))
+	for n := range r.devices {
+		names = append(names, n)
+	}
 	sort.Strings(names)
 	return names
 }
 
-// Problems lists, per spec file, why it did not load.
+// Problems lists, sorted, each spec file or directory that was not read and why.
 func (r *Resolver) Problems() []string {
-	var out []string
-	for path, errs := range r.cache.GetErrors() {
-		for _, err := range errs {
-			out = append(out, fmt.Sprintf("%s: %v", path, err))
-		}
-	}
-	sort.Strings(out)
-	return out
+	return r.problems
 }
 
 // Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
-// once; every one must resolve before anything is applied.
+// once; every one must be of an allowed kind and resolve before anything is applied. A name
+// of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
 func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
 	if len(annotations) > 0 {
 		_, annotated, err := cdi.ParseAnnotations(annotations)
@@ -69,15 +218,23 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 		sort.Strings(annotated) // map order: keep the result stable
 		names = append(append([]string(nil), names...), annotated...)
 	}
-	var d devices
+	d := devices{paths: r.paths}
 	seen := map[string]bool{}
-	var unresolved []string
+	var refused, refusedKinds, unresolved []string
 	for _, n := range names {
 		if seen[n] {
 			continue
 		}
 		seen[n] = true
-		dev := r.cache.GetDevice(n)
+		vendor, class, _ := parser.ParseDevice(n)
+		if kind := vendor + "/" + class; !slices.Contains(r.kinds, kind) {
+			refused = append(refused, n)
+			if !slices.Contains(refusedKinds, kind) {
+				refusedKinds = append(refusedKinds, kind)
+			}
+			continue
+		}
+		dev := r.devices[n]
 		if dev == nil {
 			unresolved = append(unresolved, n)
 			continue
@@ -85,11 +242,35 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 		d.names = append(d.names, n)
 		d.devices = append(d.devices, dev)
 	}
-	if len(unresolved) > 0 {
-		return nil, r.unresolvable(unresolved)
+	var errs []error
+	if len(refused) > 0 {
+		errs = append(errs, r.notAllowed(refused, refusedKinds))
 	}
-	d.cache = r.cache
-	return d, nil
+	if len(unresolved) > 0 {
+		errs = append(errs, r.unresolvable(unresolved))
+	}
+	switch len(errs) {
+	case 0:
+		return d, nil
+	case 1:
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("%w; %w", errs[0], errs[1])
+}
+
+// notAllowed says which names are of kinds not allowed, which kinds are, and the setting.
+// The names come from the container: they are quoted, and bounded (internal/quote).
+func (r *Resolver) notAllowed(names, kinds []string) error {
+	kind := "kind"
+	if len(kinds) > 1 {
+		kind = "kinds"
+	}
+	allowed := "resolves no CDI devices (cdi.allowed-kinds is empty)"
+	if len(r.kinds) > 0 {
+		allowed = "resolves CDI devices of kinds " + strings.Join(r.kinds, ", ") + " only"
+	}
+	return fmt.Errorf("%w: %s (%s %s): gpu-runtime %s; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config",
+		ErrKindNotAllowed, quote.List(names), kind, quote.List(kinds), allowed)
 }
 
 // unresolvable says which names did not resolve, what the specs offer, and which specs did
@@ -109,9 +290,9 @@ func (r *Resolver) unresolvable(names []string) error {
 
 // devices are resolved CDI devices.
 type devices struct {
-	cache   *cdi.Cache
 	names   []string
 	devices []*cdi.Device
+	paths   map[*cdi.Spec]string // the spec files (the Resolver's)
 }
 
 func (d devices) Names() []string { return d.names }
@@ -134,13 +315,21 @@ func (d devices) DeviceNodes() []string {
 	return out
 }
 
-// Apply injects the devices with the CDI library: each spec's common edits once, then the
-// devices' own.
+// Apply injects the devices with the CDI library's ContainerEdits, as its
+// Cache.InjectDevices does: each spec's common edits once, before its first device's, then
+// each device's own, all applied at once (Apply sorts the mounts by depth and handles user
+// namespaces).
 func (d devices) Apply(spec *specs.Spec) error {
-	if _, err := d.cache.InjectDevices(spec, d.names...); err != nil {
-		return err
+	edits := &cdi.ContainerEdits{}
+	specSeen := map[*cdi.Spec]bool{}
+	for _, dev := range d.devices {
+		if s := dev.GetSpec(); !specSeen[s] {
+			specSeen[s] = true
+			edits.Append(&cdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
+		}
+		edits.Append(&cdi.ContainerEdits{ContainerEdits: &dev.ContainerEdits})
 	}
-	return nil
+	return edits.Apply(spec)
 }
 
 // Edits describes what the devices inject in gpu-runtime's model, for people (gpu-ctk
@@ -153,7 +342,7 @@ func (d devices) Edits() (edits.Edits, error) {
 	for i, dev := range d.devices {
 		if s := dev.GetSpec(); !specSeen[s] {
 			specSeen[s] = true
-			e, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", s.GetPath(), s.GetVendor()+"/"+s.GetClass()))
+			e, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", d.paths[s], s.GetVendor()+"/"+s.GetClass()))
 			if err != nil {
 				return out, err
 			}

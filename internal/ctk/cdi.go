@@ -39,7 +39,8 @@ dev-root, proc-root, hook.path; GPU_RUNTIME_CONFIG): a device per GPU not in MIG
 MIG device, named by index (0, 0:1) and/or UUID, and "all". The spec carries the driver files
 of every capability unless --capabilities names fewer (CDI cannot see the container's
 NVIDIA_DRIVER_CAPABILITIES). Without --output it goes to stdout; --output replaces FILE
-atomically. With --check FILE nothing is written: the exit status is 1, with what differs,
+atomically by a new file of mode 0644 that belongs to the user gpu-ctk runs as (root): a
+symbolic link at FILE is replaced, never followed. With --check FILE nothing is written: the exit status is 1, with what differs,
 when FILE no longer matches this host (a driver upgrade, a MIG reconfiguration).
 
 list prints the fully qualified names of the devices the specs in cdi.spec-dirs offer.
@@ -127,7 +128,15 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(*output), 0o755); err != nil {
 		return err
 	}
-	if err := atomicfile.Write(*output, data, 0o644, atomicfile.Options{Follow: true, KeepOwner: true}); err != nil {
+	// A symbolic link at the output path is replaced by the spec, never followed: one planted
+	// in a spec directory others can write to would aim root's write at any file, and no
+	// link is read as a spec (cdi.CheckSpecFile). The new file is root's, mode 0644, whoever
+	// owned what it replaces: the rule spec files are read by.
+	if fi, err := os.Lstat(*output); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(*output)
+		fmt.Fprintf(stderr, "gpu-ctk: warning: %s was a symbolic link (to %s): replaced by the spec; links are not read as CDI specs\n", *output, target)
+	}
+	if err := atomicfile.Write(*output, data, 0o644, atomicfile.Options{}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d devices of kind %s, CDI version %s\n", *output, len(spec.Devices), spec.Kind, spec.Version)
@@ -185,10 +194,7 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := cdi.NewResolver(cfg.CDI.SpecDirs)
-	if err != nil {
-		return err
-	}
+	r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	for _, p := range r.Problems() {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
 	}
@@ -226,12 +232,13 @@ func cdiInject(args []string, stderr io.Writer) error {
 	}
 	err = cfgErr
 	if err == nil {
-		var r *cdi.Resolver
-		if r, err = cdi.NewResolver(cfg.CDI.SpecDirs); err == nil {
-			self, _ := os.Executable()
-			cwd, _ := os.Getwd()
-			err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
+		r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
+		for _, p := range r.Problems() {
+			log.WithField("container_id", inv.ContainerID).Warn("CDI spec not loaded: " + p)
 		}
+		self, _ := os.Executable()
+		cwd, _ := os.Getwd()
+		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
 	}
 	if err != nil {
 		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own

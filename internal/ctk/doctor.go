@@ -555,11 +555,7 @@ func (d *doctor) checkCgroups() {
 }
 
 func (d *doctor) checkCDI() {
-	r, err := cdi.NewResolver(d.cfg.CDI.SpecDirs)
-	if err != nil {
-		d.add("CDI", statusWarn, err.Error(), "check [cdi] spec-dirs")
-		return
-	}
+	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
 	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
 	if d.driver == nil {
 		return // nothing to compare a spec with
@@ -568,7 +564,11 @@ func (d *doctor) checkCDI() {
 	res := r.CheckSpecs(cdi.DefaultKind, plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps})
 	switch {
 	case len(res.Files) == 0:
-		d.add("CDI", statusWarn, "no spec of kind "+cdi.DefaultKind+" in "+strings.Join(d.cfg.CDI.SpecDirs, ", ")+": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none)", generate)
+		detail := "no spec of kind " + cdi.DefaultKind + " in " + strings.Join(d.cfg.CDI.SpecDirs, ", ") + ": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none)"
+		if p := r.Problems(); len(p) > 0 {
+			detail += "; specs not loaded: " + strings.Join(p, "; ")
+		}
+		d.add("CDI", statusWarn, detail, generate)
 	case len(res.Problems) > 0:
 		d.add("CDI", statusFail, strings.Join(res.Problems, "; "), "regenerate it: "+generate)
 	default:

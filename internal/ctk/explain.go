@@ -198,13 +198,15 @@ func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
 	log.AddHook(warnings)
 	self, _ := os.Executable()
 	opts := runtime.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log}
-	resolver, err := cdi.NewResolver(cfg.CDI.SpecDirs)
-	if err != nil {
-		return nil, err
-	}
+	resolver := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	opts.CDI = resolver
 	in, err := runtime.Decide(path, raw, opts, log)
 	ex.Warnings = warnings.lines
+	if in.Request.WantsCDI() { // as gpu-ctk cdi inject warns
+		for _, p := range resolver.Problems() {
+			ex.Warnings = append(ex.Warnings, "CDI spec not loaded: "+p)
+		}
+	}
 	if err == nil && in.Unchanged == "" {
 		// What Apply would do to this very spec: a CDI device's edits must apply too.
 		err = in.Apply()

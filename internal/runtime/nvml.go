@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -28,12 +29,11 @@ func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.
 		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
 		cmd.Env = plan.HookEnv
 		// On the deadline, kill the whole process group and stop waiting for its pipes.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 500 * time.Millisecond
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
+		if err := runDyingWithUs(cmd); err != nil {
 			msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), "gpu-ctk: "))
 			if msg == "" {
 				msg = err.Error()
@@ -54,19 +54,34 @@ func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.
 // ErrReported: a hand-off failed and reported why itself, in runc's log and on stderr.
 var ErrReported = errors.New("the CDI hand-off failed and reported why")
 
+// ErrHandOffTimeout: gpu-ctk did not finish a hand-off within cdi.timeout.
+var ErrHandOffTimeout = errors.New("CDI hand-off timed out")
+
 // HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi
 // inject -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging
 // where gpu-runtime would (its stderr is gpu-runtime's). A failure it reported is
-// ErrReported.
-func HandOffToCTK(executable string, args []string) func() error {
+// ErrReported. It may take timeout (cdi.timeout): then gpu-ctk is killed with every
+// process it started (its NVML query), and the error is ErrHandOffTimeout naming the setting.
+func HandOffToCTK(executable string, args []string, timeout time.Duration) func() error {
 	return func() error {
 		ctkPath, err := toolPath(CTKName, "", executable, "install gpu-ctk next to gpu-runtime or in PATH (it resolves CDI devices)")
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(ctkPath, append([]string{"cdi", "inject", "--"}, args...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, ctkPath, append([]string{"cdi", "inject", "--"}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		err = cmd.Run()
+		// On the deadline, kill the whole process group, as NVMLQuery does; its NVML query,
+		// in a group of its own, dies with it (runDyingWithUs).
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 500 * time.Millisecond
+		err = runDyingWithUs(cmd)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w: %s cdi inject, which resolves the container's CDI devices, did not finish within %s (setting cdi.timeout) and was killed: "+
+				"find what it waits on (a CDI spec directory on a file system that does not answer; NVML, bounded by discovery.timeout), or raise cdi.timeout if the host is only slow",
+				ErrHandOffTimeout, ctkPath, timeout)
+		}
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 1 {
 			return ErrReported
@@ -76,4 +91,16 @@ func HandOffToCTK(executable string, args []string) func() error {
 		}
 		return nil
 	}
+}
+
+// runDyingWithUs runs cmd in a process group of its own (its Cancel kills the group) that
+// is also killed when this process dies: a gpu-ctk killed at cdi.timeout, or a gpu-runtime
+// killed by its engine, must not leave its child hanging on NVML. The death signal follows
+// the thread that started the child (PR_SET_PDEATHSIG), so that thread stays ours until it
+// is done, as in gpu-hook's ldconfig sandbox.
+func runDyingWithUs(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	return cmd.Run()
 }

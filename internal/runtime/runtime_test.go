@@ -3,9 +3,12 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -147,6 +150,86 @@ func TestNVMLQuery(t *testing.T) {
 	start := time.Now()
 	if _, err := NVMLQuery(script("sleep 5"))(ctx, "/drv"); err == nil || time.Since(start) > 3*time.Second {
 		t.Errorf("hung query: err %v after %s", err, time.Since(start))
+	}
+}
+
+// TestHandOffToCTK: gpu-runtime hands a CDI create to the gpu-ctk beside it with its own
+// arguments; an exit status of 1 means gpu-ctk reported the error itself; a gpu-ctk that does
+// not finish within the timeout (cdi.timeout) is killed, with what it started, and the error
+// names the setting.
+func TestHandOffToCTK(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "gpu-runtime")
+	if err := os.WriteFile(self, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctk := filepath.Join(dir, "gpu-ctk")
+	argsFile, pidFile := filepath.Join(dir, "args"), filepath.Join(dir, "pid")
+	args := []string{"create", "--bundle", "/b", "id"}
+	testCases := []struct {
+		description string
+		script      string
+		wantErr     string // "" for none
+		wantIs      error
+	}{
+		{description: "done", script: `echo "$@" > ` + argsFile},
+		{description: "reported", script: "exit 1", wantErr: ErrReported.Error(), wantIs: ErrReported},
+		{description: "crashed", script: "exit 3", wantErr: "run " + ctk + " cdi inject: exit status 3"},
+		{description: "hangs, with a child of its own", script: "sleep 300 & echo $! > " + pidFile + "; wait",
+			wantErr: "CDI hand-off timed out: " + ctk + " cdi inject, which resolves the container's CDI devices, did not finish within 300ms (setting cdi.timeout) and was killed: " +
+				"find what it waits on (a CDI spec directory on a file system that does not answer; NVML, bounded by discovery.timeout), or raise cdi.timeout if the host is only slow",
+			wantIs: ErrHandOffTimeout},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if err := os.WriteFile(ctk, []byte("#!/bin/sh\n"+tc.script+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- HandOffToCTK(self, args, 300*time.Millisecond)() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(5 * time.Second):
+				if data, rerr := os.ReadFile(pidFile); rerr == nil { // what the test started
+					pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+				t.Fatal("the hand-off did not return within 5s")
+			}
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, _ := os.ReadFile(argsFile); string(got) != "cdi inject -- create --bundle /b id\n" {
+					t.Errorf("gpu-ctk called with %q", got)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr || (tc.wantIs != nil && !errors.Is(err, tc.wantIs)) {
+				t.Errorf("error = %v\nwant    %s", err, tc.wantErr)
+			}
+		})
+	}
+	// The hung gpu-ctk's child died with it.
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		state, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(state), ") Z ") {
+			break // gone, or dead and not yet reaped
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the hung gpu-ctk's child %d outlived it", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			break
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/sirupsen/logrus"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 const (
@@ -58,11 +59,27 @@ type Config struct {
 	Health    HealthConfig    `toml:"health"`
 }
 
-// CDIConfig is the [cdi] table: where CDI specs are read from.
+// CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving them
+// may take.
 type CDIConfig struct {
 	// SpecDirs are the directories of CDI specs, lowest precedence first (the CDI library's
 	// and the engines' defaults).
 	SpecDirs []string `toml:"spec-dirs"`
+	// AllowedKinds are the CDI kinds (vendor.com/class) whose devices gpu-runtime resolves for
+	// a container that names them (NVIDIA_VISIBLE_DEVICES, cdi.k8s.io/ annotations, volume
+	// mounts): by default those gpu-runtime serves. A name of another kind fails the create: the
+	// container must not pick any vendor's device, one that bind-mounts host data among them.
+	AllowedKinds []string `toml:"allowed-kinds"`
+	// Timeout bounds gpu-runtime's hand-off of a create that names CDI devices to gpu-ctk
+	// (reading the specs, discovery, editing config.json): gpu-ctk is killed when it passes
+	// and the create fails (a Go duration, at least 1s).
+	Timeout string `toml:"timeout"`
+}
+
+// TimeoutDuration is CDI.Timeout parsed (validated by Load/Parse).
+func (c CDIConfig) TimeoutDuration() time.Duration {
+	t, _ := time.ParseDuration(c.Timeout)
+	return t
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
@@ -173,7 +190,9 @@ func Default() Config {
 			Timeout:   "10s",
 		},
 		CDI: CDIConfig{
-			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+			SpecDirs:     []string{"/etc/cdi", "/var/run/cdi"},
+			AllowedKinds: []string{"nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu"},
+			Timeout:      "30s",
 		},
 		MPS: MPSConfig{
 			Root: "/run/gpu-runtime/mps",
@@ -408,6 +427,12 @@ func (c *Config) clean() []string {
 	for i := range c.CDI.SpecDirs {
 		requiredPath(fmt.Sprintf("cdi.spec-dirs[%d]", i), &c.CDI.SpecDirs[i])
 	}
+	for i, k := range c.CDI.AllowedKinds {
+		vendor, class := parser.ParseQualifier(k)
+		if parser.ValidateVendorName(vendor) != nil || parser.ValidateClassName(class) != nil {
+			bad(fmt.Sprintf("cdi.allowed-kinds[%d]", i), k, `a CDI kind, vendor.com/class, such as "nvidia.com/gpu"`)
+		}
+	}
 	requiredPath("mps.root", &c.MPS.Root)
 	c.MPS.clean(bad)
 	optionalPath("health.file", &c.Health.File)
@@ -417,6 +442,9 @@ func (c *Config) clean() []string {
 	}
 	if d, err := time.ParseDuration(c.Discovery.Timeout); err != nil || d < 0 {
 		bad("discovery.timeout", c.Discovery.Timeout, `a duration such as "10s" ("0s" = no limit)`)
+	}
+	if d, err := time.ParseDuration(c.CDI.Timeout); err != nil || d < time.Second {
+		bad("cdi.timeout", c.CDI.Timeout, `a duration of at least one second, such as "30s"`)
 	}
 	return problems
 }

@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(keys) != 21 {
-		t.Errorf("Config has %d keys, want 21: %v", len(keys), keys)
+	if len(keys) != 23 {
+		t.Errorf("Config has %d keys, want 23: %v", len(keys), keys)
 	}
 }
 
@@ -130,6 +130,8 @@ cache-file = "/var/cache//gpu.json"
 timeout = "250ms"
 [cdi]
 spec-dirs = ["/etc/cdi/", "/opt/cdi"]
+allowed-kinds = ["nvidia.com/gpu", "example.com/fpga"]
+timeout = "2m"
 [mps]
 root = "/run//mps/"
 share = "large"
@@ -153,11 +155,16 @@ ignore-xids = [13, 43]
 				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
-				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}},
+				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}, AllowedKinds: []string{"nvidia.com/gpu", "example.com/fpga"}, Timeout: "2m"},
 				MPS: MPSConfig{Root: "/run/mps", Share: "large", Shares: map[string]MPSShare{
 					"large": {Devices: []string{"0", "GPU-8f3a"}, ActiveThreadPercentage: 80, PinnedMemoryLimit: "60GiB", UID: 1000}}},
 				Health: HealthConfig{File: "/var/run/gpu-health.csv", All: "fail", IgnoreXids: []int{13, 43}},
 			},
+		},
+		{
+			description: "cdi allowed-kinds empty: no CDI device is resolved",
+			data:        "[cdi]\nallowed-kinds = []\n",
+			want:        withDefaults(func(c *Config) { c.CDI.AllowedKinds = []string{} }),
 		},
 		{
 			description: "dotted keys and inline tables",
@@ -275,6 +282,19 @@ func TestParseErrors(t *testing.T) {
 			description: "hook timeout under a second",
 			data:        "[hook]\ntimeout = \"500ms\"\n",
 			wantErr:     `config /x.toml: invalid hook.timeout "500ms": want a duration of at least one second, such as "30s"`,
+		},
+		{
+			description: "cdi allowed-kinds that are not kinds",
+			data:        "[cdi]\nallowed-kinds = [\"nvidia.com/gpu\", \"nvidia.com\", \"nvidia.com/gpu=0\", \"/gpu\", \"nvidia.com/gpu/mig\"]\n",
+			wantErr: `config /x.toml: invalid cdi.allowed-kinds[1] "nvidia.com": want a CDI kind, vendor.com/class, such as "nvidia.com/gpu"; ` +
+				`invalid cdi.allowed-kinds[2] "nvidia.com/gpu=0": want a CDI kind, vendor.com/class, such as "nvidia.com/gpu"; ` +
+				`invalid cdi.allowed-kinds[3] "/gpu": want a CDI kind, vendor.com/class, such as "nvidia.com/gpu"; ` +
+				`invalid cdi.allowed-kinds[4] "nvidia.com/gpu/mig": want a CDI kind, vendor.com/class, such as "nvidia.com/gpu"`,
+		},
+		{
+			description: "cdi timeout under a second",
+			data:        "[cdi]\ntimeout = \"0s\"\n",
+			wantErr:     `config /x.toml: invalid cdi.timeout "0s": want a duration of at least one second, such as "30s"`,
 		},
 		{
 			description: "string for a boolean",

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 )
 
@@ -260,10 +261,13 @@ func listTree(dir string, depth int) []string {
 	return out
 }
 
-// readCache returns the cache file if it is trustworthy (readTrusted), of this version and
-// has a driver version; the caller checks its fingerprint.
+// cacheRule is what the cache must be to be read (internal/trustedfile): its writer's alone.
+var cacheRule = trustedfile.Rule{What: "discovery cache", Mode: 0o600, Max: maxCacheSize}
+
+// readCache returns the cache file if it is trustworthy (cacheRule), of this version and has
+// a driver version; the caller checks its fingerprint.
 func readCache(p string) (cacheFile, error) {
-	data, err := readTrusted(p, "discovery cache", maxCacheSize)
+	data, err := trustedfile.Read(p, cacheRule)
 	if err != nil {
 		return cacheFile{}, err
 	}
@@ -420,43 +424,6 @@ func decodeCache(data []byte) (cacheFile, error) {
 			return c, nerr
 		}
 	}
-}
-
-// readTrusted reads a file of root's that decides what containers get (the discovery cache,
-// the health file) if it can be trusted: not a symlink (it is opened with O_NOFOLLOW), a
-// regular file (opened without blocking, so a FIFO cannot hang a create), owned by the user
-// gpu-runtime runs as (root) and of mode 0600 exactly, and at most max bytes. what names the
-// file in errors; a missing file is an error wrapping fs.ErrNotExist.
-func readTrusted(p, what string, max int) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%s %s ignored: it is a symbolic link", what, p)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat %s %s: %w", what, p, err)
-	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s %s ignored: not a regular file", what, p)
-	case st == nil || int64(st.Uid) != int64(os.Geteuid()):
-		return nil, fmt.Errorf("%s %s ignored: owned by uid %d, not %d", what, p, st.Uid, os.Geteuid())
-	case fi.Mode().Perm() != 0o600:
-		return nil, fmt.Errorf("%s %s ignored: mode %04o, not 0600", what, p, fi.Mode().Perm())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
-	if err == nil && len(data) > max {
-		err = fmt.Errorf("larger than %d bytes", max)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", what, p, err)
-	}
-	return data, nil
 }
 
 func writeCache(p string, c cacheFile) error {

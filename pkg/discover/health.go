@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // Health says why a device must not be given to containers (reference §12). A nil *Health
@@ -367,7 +368,7 @@ func quoteShort(s string) string {
 // blocking — and is one. A missing file is an error wrapping fs.ErrNotExist; any other error
 // says why the file is ignored.
 func ReadHealthFile(p string) ([]HealthRecord, error) {
-	data, err := readTrusted(p, "health file", maxHealthSize)
+	data, err := trustedfile.Read(p, trustedfile.Rule{What: "health file", Mode: 0o600, Max: maxHealthSize})
 	if err != nil {
 		return nil, err
 	}

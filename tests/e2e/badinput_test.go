@@ -49,6 +49,13 @@ func devRootWith(t *testing.T, e *env, name string, make func(path string) error
 	return root
 }
 
+// allowTestKind lets gpu-runtime resolve names of the kind gpu-runtime.test/none, which no
+// spec defines; testKindRefused is what it says of one without.
+const (
+	allowTestKind   = "[cdi]\nallowed-kinds = [\"nvidia.com/gpu\", \"gpu-runtime.test/none\"]\n"
+	testKindRefused = `CDI device kind not allowed: "gpu-runtime.test/none=0" (kind "gpu-runtime.test/none"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config`
+)
+
 func TestBadInput(t *testing.T) {
 	str := func(s string) *string { return &s }
 	gpu0 := []string{"NVIDIA_VISIBLE_DEVICES=0"}
@@ -69,7 +76,9 @@ func TestBadInput(t *testing.T) {
 		}, wantMsg: []string{`"0" and "GPU-`, `in NVIDIA_VISIBLE_DEVICES both name GPU 0`}},
 		{description: "MIG device on a host without MIG", env: []string{"NVIDIA_VISIBLE_DEVICES=0:1"}, wantMsg: []string{`unknown device: MIG device "0:1" in NVIDIA_VISIBLE_DEVICES: this host has no MIG devices`}},
 		{description: "MIG UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=MIG-8f3a"}, wantMsg: []string{`MIG device "MIG-8f3a"`}},
-		{description: "CDI name in the env var, no spec offers it", env: []string{"NVIDIA_VISIBLE_DEVICES=gpu-runtime.test/none=0"}, wantMsg: []string{`unresolvable CDI devices "gpu-runtime.test/none=0": the CDI specs in /etc/cdi, /var/run/cdi offer `}},
+		{description: "CDI name in the env var, no spec offers it", env: []string{"NVIDIA_VISIBLE_DEVICES=gpu-runtime.test/none=0"}, config: allowTestKind,
+			wantMsg: []string{`unresolvable CDI devices "gpu-runtime.test/none=0": the CDI specs in /etc/cdi, /var/run/cdi offer `}},
+		{description: "CDI name of a kind not allowed in the env var", env: []string{"NVIDIA_VISIBLE_DEVICES=gpu-runtime.test/none=0"}, wantMsg: []string{testKindRefused}},
 		{description: "capability with wrong separator", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute;utility"},
 			wantMsg: []string{`unknown driver capability "compute;utility"`, "allowed are all, compute, compat32, display, graphics, ngx, utility, video"}},
 		{description: "capability in upper case", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=COMPUTE"}, wantMsg: []string{`unknown driver capability "COMPUTE"`}},
@@ -98,10 +107,14 @@ func TestBadInput(t *testing.T) {
 			return e.host.DriverRoot, devRootWith(t, e, "nvidiactl", nil)
 		}, wantMsg: []string{"missing device node: /dev/nvidiactl not found under device root", "check that the NVIDIA driver is loaded, or set driver.dev-root"}},
 		{description: "hook path that does not exist", env: gpu0, wantMsg: []string{"hook.path /nonexistent/gpu-hook: stat /nonexistent/gpu-hook: no such file or directory"}},
-		{description: "CDI device by volume mount", env: gpu0, config: "[request]\naccept-device-list-as-volume-mounts = true\n",
+		{description: "CDI device by volume mount", env: gpu0, config: "[request]\naccept-device-list-as-volume-mounts = true\n" + allowTestKind,
 			spec: func(t *testing.T, _ *env, b string) {
 				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/gpu-runtime.test/none=0")
 			}, wantMsg: []string{`unresolvable CDI devices "gpu-runtime.test/none=0": the CDI specs in /etc/cdi, /var/run/cdi offer `}},
+		{description: "CDI device of a kind not allowed by volume mount", env: gpu0, config: "[request]\naccept-device-list-as-volume-mounts = true\n",
+			spec: func(t *testing.T, _ *env, b string) {
+				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/gpu-runtime.test/none=0")
+			}, wantMsg: []string{testKindRefused}},
 		{description: "crun --config", env: gpu0, wantMsg: []string{`unsupported runtime arguments: create --config "other.json": gpu-runtime only reads <bundle>/config.json`}},
 		// Round two (issue: security and reliability).
 		{description: "none with a device", env: []string{"NVIDIA_VISIBLE_DEVICES=0,none"},

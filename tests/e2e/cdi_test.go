@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
@@ -181,6 +183,238 @@ func TestCDIPolicyAndPassThrough(t *testing.T) {
 	if r.code != 0 || !bytes.Equal(before, after) {
 		t.Errorf("an engine-injected spec was changed (exit %d %s)", r.code, r.stderr)
 	}
+}
+
+// TestCDISpecDirTrust: a spec directory a user can write to (a world-writable /var/run/cdi)
+// hands containers nothing of theirs. A user's spec that overrides nvidia.com/gpu=1 with a
+// createRuntime hook (runc runs it on the host, as root), a FIFO and a link to a huge file
+// (/dev/zero in the report) are each ignored with a warning naming the file; the create
+// neither runs the hook, nor hangs, nor reads the huge file, and the container gets GPU 1
+// from root's spec.
+func TestCDISpecDirTrust(t *testing.T) {
+	e, trusted := newCDIEnv(t, "")
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q, %q]\n", trusted, open))
+	marker := filepath.Join(t.TempDir(), "hook-ran-on-the-host")
+	evil := filepath.Join(open, "evil.yaml")
+	writeFile(t, evil, fmt.Sprintf(`cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nvidia1, type: c, major: 195, minor: 1}
+containerEdits:
+  hooks:
+  - {hookName: createRuntime, path: /bin/sh, args: [sh, -c, "id -u > %s"]}
+`, marker))
+	if err := os.Chown(evil, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(open, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The reported link was to /dev/zero; a regression here must not take the test host's
+	// memory, so this one names a sparse file of 256 MiB, which reading would allocate.
+	huge := filepath.Join(t.TempDir(), "huge")
+	writeFile(t, huge, "")
+	if err := os.Truncate(huge, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(open, "zero.yaml")
+	if err := os.Symlink(huge, zero); err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, migProbe)
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	start := time.Now()
+	r := e.run(t, b, "--log", logPath, "--log-format", "json")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the create took %s", took)
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r.maxRSS > 200<<20 {
+		t.Errorf("peak RSS %d MiB", r.maxRSS>>20)
+	}
+	if data, err := os.ReadFile(marker); err == nil {
+		t.Errorf("the user's spec hook ran on the host as uid %s", strings.TrimSpace(string(data)))
+	}
+	var got []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "dev ") {
+			got = append(got, l)
+		}
+	}
+	sort.Strings(got)
+	want := []string{"dev /dev/nvidia-modeset 195:254", "dev /dev/nvidia-uvm 235:0", "dev /dev/nvidia-uvm-tools 235:1", "dev /dev/nvidia1 195:1", "dev /dev/nvidiactl 195:255"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the container's NVIDIA nodes:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	log, _ := os.ReadFile(logPath)
+	for _, w := range []string{
+		"CDI spec not loaded: " + evil + ": owned by uid 1000, not 0",
+		"CDI spec not loaded: " + fifo + ": not a regular file",
+		"CDI spec not loaded: " + zero + ": it is a symbolic link",
+	} {
+		if !bytes.Contains(log, []byte(`"level":"warning","msg":"`+w+`"`)) {
+			t.Errorf("no warning %q in the log:\n%s", w, log)
+		}
+	}
+	// gpu-ctk cdi list warns the same, and lists root's devices only.
+	list := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "list")
+	list.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	out, err := list.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("gpu-ctk: warning: spec not loaded: "+evil+": owned by uid 1000, not 0\n")) || !bytes.Contains(out, []byte("nvidia.com/gpu=1\n")) {
+		t.Errorf("gpu-ctk cdi list: %v\n%s", err, out)
+	}
+}
+
+// TestCDIHandOffTimeout: gpu-ctk cdi inject, to which gpu-runtime hands a create that names
+// CDI devices, is killed at cdi.timeout, with the NVML query it started (here NVML hangs and
+// discovery.timeout sets no limit), and the create fails naming the setting, config.json
+// untouched.
+func TestCDIHandOffTimeout(t *testing.T) {
+	e, dir := newCDIEnv(t, "")
+	opts := fakehost.Default(2)
+	opts.NVMLInitDelay = 30 * time.Second
+	e.host = privateHost(t, filepath.Join(e.dir, "hung"), opts)
+	e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\ntimeout = \"1s\"\n", dir))
+	replaceInFile(t, e.config, "[discovery]\n", "[discovery]\ncache = false\ntimeout = \"0s\"\n")
+	b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, "echo should-not-run")
+	before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+	start := time.Now()
+	r := e.run(t, b)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the create took %s: cdi.timeout did not bound it", took)
+	}
+	want := "CDI hand-off timed out: " + filepath.Join(binDir, "gpu-ctk") + " cdi inject, which resolves the container's CDI devices, did not finish within 1s (setting cdi.timeout) and was killed"
+	if r.code == 0 || strings.Contains(r.stdout, "should-not-run") || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr lacks %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	wantSpecUnchanged(t, b, before)
+	// Nothing gpu-ctk started is left: neither it nor its NVML query.
+	time.Sleep(100 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(p)
+		if bytes.Contains(cmdline, []byte(b)) || bytes.Contains(cmdline, []byte(e.host.DriverRoot)) {
+			t.Errorf("left running: %s", bytes.ReplaceAll(cmdline, []byte{0}, []byte(" ")))
+		}
+	}
+}
+
+// TestCDIGenerateOutputLink: gpu-ctk cdi generate --output never writes through a symbolic
+// link at the output path (one a user planted in a spec directory they can write to): the
+// file it names — root's 0600 file, or one it would create elsewhere — is left as it was, the
+// link is replaced by the spec (root's, 0644, which the spec directories' rule reads), and a
+// warning names both.
+func TestCDIGenerateOutputLink(t *testing.T) {
+	e := newMIGEnv(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	writeFileMode(t, secret, "root's own\n", 0o600)
+	elsewhere := filepath.Join(t.TempDir(), "created-by-root")
+	for _, tc := range []struct{ description, target string }{
+		{"a link to root's 0600 file", secret},
+		{"a link to a file that does not exist yet", elsewhere},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "nvidia.yaml")
+			if err := os.Symlink(tc.target, out); err != nil {
+				t.Fatal(err)
+			}
+			gen := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--output", out)
+			gen.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+			msg, err := gen.CombinedOutput()
+			if err != nil {
+				t.Fatalf("gpu-ctk cdi generate: %v\n%s", err, msg)
+			}
+			if want := "gpu-ctk: warning: " + out + " was a symbolic link (to " + tc.target + "): replaced by the spec; links are not read as CDI specs\n"; !strings.Contains(string(msg), want) {
+				t.Errorf("output lacks %q:\n%s", want, msg)
+			}
+			if data, err := os.ReadFile(secret); err != nil || string(data) != "root's own\n" {
+				t.Errorf("root's file now holds %q (%v)", data, err)
+			}
+			if fi, err := os.Stat(secret); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("root's file: %v, %v", fi.Mode(), err)
+			}
+			if _, err := os.Lstat(elsewhere); err == nil {
+				t.Errorf("%s was created through the link", elsewhere)
+			}
+			fi, err := os.Lstat(out)
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+				t.Fatalf("%s: %v, %v; want a regular file of mode 0644", out, fi.Mode(), err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
+				t.Errorf("%s belongs to uid %d", out, st.Uid)
+			}
+			e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n", dir))
+			if list, code := gpuCTK(t, e, "cdi", "list"); code != 0 || !strings.Contains(list, "nvidia.com/gpu=0:1\n") {
+				t.Errorf("gpu-ctk cdi list: exit %d\n%s", code, list)
+			}
+		})
+	}
+}
+
+// TestCDIKinds: with the default policy a container's environment or cdi.k8s.io/ annotation
+// cannot pick a CDI device of another kind than gpu-runtime serves (here root's own spec of a
+// kind that bind-mounts a host directory): the create fails naming the device, the allowed
+// kinds and cdi.allowed-kinds, config.json untouched. Once the kind is allowed it resolves.
+func TestCDIKinds(t *testing.T) {
+	e, dir := newCDIEnv(t, "")
+	hostData := t.TempDir()
+	writeFile(t, filepath.Join(hostData, "secret"), "host data\n")
+	writeFile(t, filepath.Join(dir, "data.yaml"), fmt.Sprintf(`cdiVersion: 0.5.0
+kind: example.com/data
+devices:
+- name: host
+  containerEdits:
+    mounts:
+    - {hostPath: %s, containerPath: /host-data, options: [ro, bind]}
+`, hostData))
+	const refused = `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config`
+	for _, tc := range []struct {
+		description string
+		env         []string
+		annotations map[string]any
+	}{
+		{"NVIDIA_VISIBLE_DEVICES", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,example.com/data=host"}, nil},
+		{"a cdi.k8s.io/ annotation", nil, map[string]any{"cdi.k8s.io/tenant": "example.com/data=host"}},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			b := e.bundle(t, tc.env, "cat /host-data/secret")
+			if tc.annotations != nil {
+				editSpec(t, b, func(s map[string]any) { s["annotations"] = tc.annotations })
+			}
+			before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if r.code == 0 || strings.Contains(r.stdout, "host data") {
+				t.Fatalf("the container read the host's data: exit %d\n%s", r.code, r.stdout)
+			}
+			if msg := lastJSONError(t, logPath); !strings.Contains(r.stderr, refused) || !strings.Contains(msg, refused) {
+				t.Errorf("stderr or --log lacks %q:\nstderr %s\nlog %s", refused, r.stderr, msg)
+			}
+			wantSpecUnchanged(t, b, before)
+		})
+	}
+	t.Run("allowed", func(t *testing.T) {
+		e.writeConfig(t, fmt.Sprintf("[cdi]\nspec-dirs = [%q]\nallowed-kinds = [\"nvidia.com/gpu\", \"example.com/data\"]\n", dir))
+		b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=example.com/data=host"}, "cat /host-data/secret")
+		if r := e.run(t, b); r.code != 0 || !strings.Contains(r.stdout, "host data") {
+			t.Errorf("an allowed kind: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+	})
 }
 
 // TestCDIGenerateCheck: gpu-ctk cdi generate --check says nothing differs for a fresh spec

@@ -234,6 +234,16 @@ func TestDoctor(t *testing.T) {
 				return []verdict{{"hook", "fail", "; hook.ldconfig " + filepath.Join(d.dir, "ld", "ldconfig") + " is dynamically linked: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig",
 					"set hook.ldconfig to a static ldconfig (glibc's is)"}}
 			}},
+		{description: "a CDI spec others may write to", code: 0,
+			breakIt: func(t *testing.T, d *doctorEnv) {
+				if err := os.Chmod(filepath.Join(d.cdiDir, "nvidia.yaml"), 0o666); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(d *doctorEnv) []verdict {
+				return []verdict{{"CDI", "warn", "no spec of kind nvidia.com/gpu in " + d.cdiDir + ": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none); specs not loaded: " + filepath.Join(d.cdiDir, "nvidia.yaml") + ": mode 0666, writable by its group or others",
+					"gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"}}
+			}},
 		{description: "no CDI spec", code: 0,
 			breakIt: func(t *testing.T, d *doctorEnv) { mustRemove(t, filepath.Join(d.cdiDir, "nvidia.yaml")) },
 			want: func(d *doctorEnv) []verdict {

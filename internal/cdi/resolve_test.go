@@ -1,0 +1,341 @@
+package cdi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+)
+
+// hostileSpec defines nvidia.com/gpu=1 with a createRuntime hook, which runc runs on the host
+// as root: what a user who can write to a spec directory would plant.
+const hostileSpec = `cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nvidia1, type: c, major: 195, minor: 1}
+containerEdits:
+  hooks:
+  - {hookName: createRuntime, path: /bin/sh, args: [sh, -c, "touch /tmp/owned"]}
+`
+
+// newResolverWithin is NewResolver, failed when it takes more than five seconds (a FIFO read
+// as a spec blocks forever).
+func newResolverWithin(t *testing.T, dirs []string) *Resolver {
+	t.Helper()
+	done := make(chan *Resolver, 1)
+	go func() { done <- NewResolver(dirs, []string{"nvidia.com/gpu"}) }()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatalf("NewResolver(%q) blocked", dirs)
+	}
+	return nil
+}
+
+// TestSpecFileTrust: a spec file in a directory others can write to is read only when it is
+// root's regular file that no one else may write, of at most 4 MiB: a spec that fails is
+// ignored, named with why in Problems, and the device resolves to the trusted spec's. (A link
+// to /dev/zero is tests/e2e TestCDISpecDirTrust's: here a regression would fill the memory of
+// the test binary, not of a child the harness can bound.)
+func TestSpecFileTrust(t *testing.T) {
+	asRoot := os.Geteuid() == 0
+	write := func(data string, perm os.FileMode) func(t *testing.T, p string) {
+		return func(t *testing.T, p string) {
+			if err := os.WriteFile(p, []byte(data), perm); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, perm); err != nil { // past the umask
+				t.Fatal(err)
+			}
+		}
+	}
+	testCases := []struct {
+		description string
+		root        bool // needs root
+		plant       func(t *testing.T, p string)
+		want        string // the problem, with {P} for the file; "" for a trusted spec
+	}{
+		{description: "root's spec, 0644: trusted, and the later directory's device wins", plant: write(hostileSpec, 0o644)},
+		{description: "group-writable", plant: write(hostileSpec, 0o664), want: "{P}: mode 0664, writable by its group or others"},
+		{description: "world-writable", plant: write(hostileSpec, 0o666), want: "{P}: mode 0666, writable by its group or others"},
+		{description: "another user's", root: true, plant: func(t *testing.T, p string) {
+			write(hostileSpec, 0o644)(t, p)
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "{P}: owned by uid 1000, not 0"},
+		{description: "a symbolic link to a spec elsewhere", plant: func(t *testing.T, p string) {
+			real := filepath.Join(t.TempDir(), "real.yaml")
+			write(hostileSpec, 0o644)(t, real)
+			if err := os.Symlink(real, p); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "{P}: it is a symbolic link"},
+		{description: "a FIFO", plant: func(t *testing.T, p string) {
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "{P}: not a regular file"},
+		{description: "a directory", plant: func(t *testing.T, p string) {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "{P}: not a regular file"},
+		{description: "a sparse file of a gigabyte", plant: func(t *testing.T, p string) {
+			write("", 0o644)(t, p)
+			if err := os.Truncate(p, 1<<30); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "{P}: 1073741824 bytes, more than 4194304"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if tc.root && !asRoot {
+				t.Skip("SKIPPED: needs root to give a file to another user (run the unit tests as root)")
+			}
+			trusted := writeSpecs(t)
+			open := t.TempDir() // a spec directory anyone can write to
+			if err := os.Chmod(open, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(open, "evil.yaml")
+			tc.plant(t, p)
+			r := newResolverWithin(t, []string{trusted, open})
+			problems := slices.DeleteFunc(r.Problems(), func(s string) bool { return strings.HasPrefix(s, trusted+"/broken.yaml: ") })
+			want := []string{}
+			if tc.want != "" {
+				want = append(want, strings.ReplaceAll(tc.want, "{P}", p))
+			}
+			if !slices.Equal(problems, want) {
+				t.Errorf("problems = %q\nwant %q", problems, want)
+			}
+			d, err := r.Resolve([]string{"nvidia.com/gpu=1"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
+			if err := d.Apply(spec); err != nil {
+				t.Fatal(err)
+			}
+			hooked := spec.Hooks != nil && len(spec.Hooks.CreateRuntime) > 0
+			if hooked != (tc.want == "") {
+				t.Errorf("the planted spec's createRuntime hook applied: %v, want %v", hooked, tc.want == "")
+			}
+		})
+	}
+}
+
+// TestSpecDirBounds: a spec directory of more entries than the bound is not read at all (which
+// of them a bounded read saw would be arbitrary), and something else than a directory at a
+// spec directory's path is reported without being opened.
+func TestSpecDirBounds(t *testing.T) {
+	many := t.TempDir()
+	for i := range maxDirEntries + 1 {
+		if err := os.WriteFile(filepath.Join(many, fmt.Sprintf("f%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trusted := writeSpecs(t)
+	fifo := filepath.Join(t.TempDir(), "cdi")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newResolverWithin(t, []string{trusted, many, fifo})
+	want := []string{
+		trusted + "/broken.yaml: failed to parse CDI Spec: failed to unmarshal CDI Spec: yaml: line 2: did not find expected node content",
+		fifo + ": not a directory",
+		many + ": more than 4096 entries: none of its specs is read",
+	}
+	slices.Sort(want)
+	if got := r.Problems(); !slices.Equal(got, want) {
+		t.Errorf("problems =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(r.Devices()) != 4 {
+		t.Errorf("devices = %q: the readable directory's spec was not read", r.Devices())
+	}
+	if err := os.Remove(filepath.Join(many, "f0")); err != nil {
+		t.Fatal(err)
+	}
+	if p := NewResolver([]string{many}, nil).Problems(); len(p) != 0 {
+		t.Errorf("a directory at the bound: %q", p)
+	}
+}
+
+// TestPrecedence: names resolve to the device the CDI library's own Cache picks from the same
+// directories (a later directory's device wins; two specs of one directory defining a name
+// are a conflict, named for both, and the name resolves to nothing), the file names of the
+// specs kept for messages.
+func TestPrecedence(t *testing.T) {
+	spec := func(devices ...string) string {
+		s := "cdiVersion: 0.5.0\nkind: example.com/x\ndevices:\n"
+		for _, d := range devices {
+			s += fmt.Sprintf("- {name: %q, containerEdits: {env: [FROM=%s]}}\n", d, d)
+		}
+		return s
+	}
+	low, high := t.TempDir(), t.TempDir()
+	files := map[string]string{
+		filepath.Join(low, "a.yaml"):  spec("1", "2", "3", "4"),
+		filepath.Join(low, "b.json"):  spec("2", "3"), // JSON is YAML
+		filepath.Join(high, "c.yaml"): spec("1", "3", "5"),
+		filepath.Join(high, "d.yml"):  spec("6"), // not a spec file's name
+	}
+	for p, data := range files {
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs := []string{low, high}
+	r := NewResolver(dirs, []string{"example.com/x"})
+	lib, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if got, want := r.Devices(), lib.ListDevices(); !slices.Equal(got, want) {
+		t.Errorf("devices = %q, the library's %q", got, want)
+	}
+	for _, n := range []string{"1", "2", "3", "4", "5", "6"} {
+		name := "example.com/x=" + n
+		libDev := lib.GetDevice(name)
+		d, err := r.Resolve([]string{name}, nil)
+		if (err == nil) != (libDev != nil) {
+			t.Errorf("%s: error %v, the library's device %v", name, err, libDev)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		s := &specs.Spec{Process: &specs.Process{}}
+		if err := d.Apply(s); err != nil {
+			t.Fatal(err)
+		}
+		libSpec := &specs.Spec{Process: &specs.Process{}}
+		if _, err := lib.InjectDevices(libSpec, name); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(s.Process.Env, libSpec.Process.Env) {
+			t.Errorf("%s: env %q, the library's %q", name, s.Process.Env, libSpec.Process.Env)
+		}
+	}
+	conflict := func(n string) string {
+		return fmt.Sprintf(`conflicting device "example.com/x=%s" (specs %q, %q)`, n, filepath.Join(low, "b.json"), filepath.Join(low, "a.yaml"))
+	}
+	want := []string{
+		filepath.Join(low, "a.yaml") + ": " + conflict("2"), filepath.Join(low, "a.yaml") + ": " + conflict("3"),
+		filepath.Join(low, "b.json") + ": " + conflict("2"), filepath.Join(low, "b.json") + ": " + conflict("3"),
+	}
+	if got := r.Problems(); !slices.Equal(got, want) {
+		t.Errorf("problems =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A device's edits and its spec's are described with the spec's file, not the handle the
+	// library read it through.
+	d, err := r.Resolve([]string{"example.com/x=5"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := d.Edits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Env) != 1 || e.Env[0] != "FROM=5" {
+		t.Errorf("edits: %+v", e)
+	}
+	check := r.CheckSpecs("example.com/x", testHost())
+	if want := []string{filepath.Join(low, "a.yaml"), filepath.Join(low, "b.json"), filepath.Join(high, "c.yaml")}; !slices.Equal(check.Files, want) {
+		t.Errorf("CheckSpecs files = %q, want %q", check.Files, want)
+	}
+}
+
+// TestCheckSpecFile: the rule a writer of spec files (a DRA plugin) checks its own with.
+func TestCheckSpecFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "claim.yaml")
+	if err := os.WriteFile(p, []byte(hostileSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckSpecFile(p); err != nil {
+		t.Errorf("a root spec of mode 0644: %v", err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckSpecFile(p)
+	if want := "CDI spec " + p + " ignored: mode 0666, writable by its group or others"; err == nil || err.Error() != want || !errors.Is(err, trustedfile.ErrUntrusted) {
+		t.Errorf("mode 0666: %v, want %s", err, want)
+	}
+}
+
+// TestResolveKinds: only names of the allowed kinds (cdi.allowed-kinds) resolve, whether they
+// come from the environment or the annotations and whether or not a spec defines them; the
+// error names each refused device and kind, the allowed kinds and the setting, quoting at most
+// five of what the container wrote. Another kind resolves once it is allowed.
+func TestResolveKinds(t *testing.T) {
+	dir := writeSpecs(t)
+	// A kind whose device bind-mounts host data: what the container must not pick itself.
+	data := "cdiVersion: 0.5.0\nkind: example.com/data\ndevices:\n- {name: host, containerEdits: {mounts: [{hostPath: /etc, containerPath: /host-etc, options: [bind]}]}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "data.yaml"), []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defaults := config.Default().CDI.AllowedKinds
+	const setting = "; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config"
+	testCases := []struct {
+		description string
+		allowed     []string
+		names       []string
+		annotations map[string]string
+		want        string // the error; "" to resolve
+		wantIs      []error
+	}{
+		{description: "the default kinds", allowed: defaults, names: []string{"nvidia.com/gpu=1"}},
+		{description: "another kind by name", allowed: defaults, names: []string{"example.com/data=host"},
+			want:   `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting,
+			wantIs: []error{ErrKindNotAllowed}},
+		{description: "another kind by annotation", allowed: defaults, annotations: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=1,example.com/data=host"},
+			want:   `CDI device kind not allowed: "example.com/data=host" (kind "example.com/data"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting,
+			wantIs: []error{ErrKindNotAllowed}},
+		{description: "kinds no spec defines, and a missing device of an allowed kind", allowed: defaults,
+			names: []string{"a.com/x=1", "a.com/x=2", "b.com/y=1", "nvidia.com/gpu=7"},
+			want: `CDI device kind not allowed: "a.com/x=1", "a.com/x=2", "b.com/y=1" (kinds "a.com/x", "b.com/y"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting +
+				`; unresolvable CDI devices "nvidia.com/gpu=7": the CDI specs in ` + dir,
+			wantIs: []error{ErrKindNotAllowed, ErrUnresolvable}},
+		{description: "many refused names are bounded", allowed: defaults,
+			names: []string{"a.com/x=1", "a.com/x=2", "a.com/x=3", "a.com/x=4", "a.com/x=5", "a.com/x=6", "a.com/x=7"},
+			want:  `CDI device kind not allowed: "a.com/x=1", "a.com/x=2", "a.com/x=3", "a.com/x=4", "a.com/x=5" and 2 more (kind "a.com/x"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only` + setting},
+		{description: "none allowed", allowed: []string{}, names: []string{"nvidia.com/gpu=1"},
+			want: `CDI device kind not allowed: "nvidia.com/gpu=1" (kind "nvidia.com/gpu"): gpu-runtime resolves no CDI devices (cdi.allowed-kinds is empty)` + setting},
+		{description: "the kind allowed", allowed: append(slices.Clone(defaults), "example.com/data"), names: []string{"example.com/data=host", "nvidia.com/gpu=1"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			d, err := NewResolver([]string{dir}, tc.allowed).Resolve(tc.names, tc.annotations)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := d.Names(), tc.names; !slices.Equal(got, want) {
+					t.Errorf("names = %q, want %q", got, want)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error =\n%v\nwant prefix\n%s", err, tc.want)
+			}
+			for _, is := range tc.wantIs {
+				if !errors.Is(err, is) {
+					t.Errorf("error does not wrap %v", is)
+				}
+			}
+		})
+	}
+}
