@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
@@ -62,9 +63,12 @@ func (r *Resolver) Problems() []string {
 // once; every one must resolve before anything is applied.
 func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
 	if len(annotations) > 0 {
+		if err := checkAnnotations(annotations); err != nil {
+			return nil, err
+		}
 		_, annotated, err := cdi.ParseAnnotations(annotations)
-		if err != nil {
-			return nil, fmt.Errorf("CDI annotations: %w", err)
+		if err != nil { // checkAnnotations refused what the library refuses; bounded all the same
+			return nil, fmt.Errorf("CDI annotations: %w", quote.Error(err))
 		}
 		sort.Strings(annotated) // map order: keep the result stable
 		names = append(append([]string(nil), names...), annotated...)
@@ -90,6 +94,28 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 	}
 	d.cache = r.cache
 	return d, nil
+}
+
+// checkAnnotations refuses a cdi.k8s.io/ annotation whose value is not a comma-separated list
+// of qualified CDI device names, as cdi.ParseAnnotations does, naming the first such
+// annotation by key and the name, each quoted cut: the library's error quotes the name whole
+// and names no key (a megabyte annotation made a megabyte message).
+func checkAnnotations(annotations map[string]string) error {
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		if strings.HasPrefix(k, cdi.AnnotationPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, d := range strings.Split(annotations[k], ",") {
+			if !parser.IsQualifiedName(d) {
+				return fmt.Errorf("CDI annotation %s: %s is not a CDI device name (vendor.com/class=name)", quote.Value(k), quote.Value(d))
+			}
+		}
+	}
+	return nil
 }
 
 // unresolvable says which names did not resolve, what the specs offer, and which specs did
