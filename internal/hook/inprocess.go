@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 )
 
@@ -565,7 +566,7 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 			continue
 		}
 		if strings.HasPrefix(line, "hwcap") || !path.IsAbs(line) || strings.ContainsAny(line, " \t:,=") {
-			return fmt.Errorf("the image has no %s and its loader configuration has a line gpu-hook does not read: %q", ldcache.DefaultPath, line)
+			return fmt.Errorf("the image has no %s and its loader configuration has a line gpu-hook does not read: %s", ldcache.DefaultPath, quote.Value(line))
 		}
 		dirs = append(dirs, path.Clean(line))
 	}
@@ -582,7 +583,7 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 				continue
 			}
-			return fmt.Errorf("the image has no %s and %s cannot be listed: %w", ldcache.DefaultPath, dir, err)
+			return fmt.Errorf("the image has no %s and %s cannot be listed: %w", ldcache.DefaultPath, quote.Cut(dir), quote.Error(err))
 		}
 		if id.name = ""; w.ours[id] {
 			continue // the compat directory, read by compatDir

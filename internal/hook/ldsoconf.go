@@ -12,6 +12,8 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Limits on what is read of an image's loader configuration. A real one is a few files of
@@ -55,7 +57,7 @@ func flattenLDSOConf(root *os.File) (conf []byte, warnings []string) {
 			text = strings.TrimSpace(text)
 			if rest, ok := cutKeyword(text, "include"); ok {
 				if depth >= maxConfDepth {
-					warnings = append(warnings, fmt.Sprintf("%s: include %q skipped: includes nested more than %d deep", file, rest, maxConfDepth))
+					warnings = append(warnings, fmt.Sprintf("%s: include %s skipped: includes nested more than %d deep", file, quote.Value(rest), maxConfDepth))
 					continue
 				}
 				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
@@ -64,7 +66,7 @@ func flattenLDSOConf(root *os.File) (conf []byte, warnings []string) {
 					}
 					matches, err := globInRoot(root, pattern)
 					if err != nil {
-						warnings = append(warnings, fmt.Sprintf("%s: include %q skipped: %v", file, pattern, err))
+						warnings = append(warnings, fmt.Sprintf("%s: include %s skipped: %v", file, quote.Value(pattern), quote.Error(err)))
 					}
 					for _, m := range matches {
 						walk(m, depth+1)
