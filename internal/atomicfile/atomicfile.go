@@ -6,6 +6,8 @@
 package atomicfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,8 +36,21 @@ type Options struct {
 const staleAge = time.Minute
 
 // tmpInfix separates a file's name from the suffix of its temporary files:
-// .<name>.tmp-<pid>-<nanoseconds>.
+// .<name>.tmp-<pid>-<16 random hex digits>.
 const tmpInfix = ".tmp-"
+
+// tmpName returns a new name for a temporary file of the file name base. Its random part
+// keeps any two writers apart: goroutines of one process, two processes, two containers'
+// creates writing into one shared root. Creating it with O_EXCL|O_NOFOLLOW still decides.
+func tmpName(base string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24 and later)
+	return "." + base + tmpInfix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// createAttempts is how many temporary names a writer tries; with random names only a
+// file planted at every one of them makes it fail.
+const createAttempts = 10
 
 // Write replaces path with data: a temporary file in the same directory is written, synced,
 // given perm (and, with KeepOwner, the replaced file's owner and group) and renamed over
@@ -65,11 +80,9 @@ func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 	}
 	RemoveStale(dir, base)
 
-	prefix := "." + base + tmpInfix
 	var f *os.File
-	for range 100 {
-		name := filepath.Join(dir, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 10))
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	for range createAttempts {
+		f, err = os.OpenFile(filepath.Join(dir, tmpName(base)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			break
 		}
@@ -184,16 +197,31 @@ func alive(pid int) bool {
 }
 
 // WriteAt replaces name in the directory dir — a handle resolved inside a container root,
-// O_PATH will do — with data, as ldconfig replaces its cache: a temporary file name~ created
-// new beside it (never through a link the image planted), written, given perm, synced, then
-// renamed over name (which replaces a link there, never follows it). Unlike Write it keeps no
-// owner and does not sync the directory: a container's root lives as long as the container,
-// and the create path pays for every sync.
+// O_PATH will do — with data, as ldconfig replaces its cache: a temporary file of a name of
+// its own (tmpName), created new beside it (O_EXCL|O_NOFOLLOW: never through a link the image
+// planted), written, given perm, synced, then renamed over name (which replaces a link there,
+// never follows it). Writers of one name in one directory never share a temporary file, so
+// concurrent writes (two creates on one shared root) leave one of them whole. On error the
+// temporary file is removed. Temporary files of this naming a killed writer left there are
+// removed by the next write once they are a minute old (see removeStaleAt).
+//
+// Unlike Write it keeps no owner and does not sync the directory: a container's root lives as
+// long as the container, and the create path pays for every sync.
 func WriteAt(dir *os.File, name string, data []byte, perm fs.FileMode) error {
-	tmp := name + "~"
 	dfd := int(dir.Fd())
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	removeStaleAt(dfd, name, time.Now())
+	var (
+		fd  int
+		tmp string
+		err error
+	)
+	for range createAttempts {
+		tmp = tmpName(name)
+		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
@@ -210,4 +238,45 @@ func WriteAt(dir *os.File, name string, data []byte, perm fs.FileMode) error {
 		return fmt.Errorf("rename %s to %s: %w", tmp, name, err)
 	}
 	return nil
+}
+
+// maxStaleScan bounds how many entries of a container directory removeStaleAt reads: an image
+// chooses the size of its /etc, and a create must not list a million names. A real /etc holds
+// a few hundred.
+const maxStaleScan = 4096
+
+// removeStaleAt removes, from the directory dfd, regular files of tmpName's naming for name
+// that are at least staleAge old: what a killed WriteAt left there. Unlike RemoveStale it does
+// not judge by pid: the writers of one container root (gpu-runtime at create, gpu-hook in the
+// container's PID namespace, another container's create on a shared root) see each other's
+// pids in different namespaces, so a live writer's file could look abandoned. Age alone keeps
+// any writer's file for a minute, and leftovers from accumulating past one minute's worth.
+// Errors are ignored: a leftover costs space, never correctness.
+func removeStaleAt(dfd int, name string, now time.Time) {
+	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	d := os.NewFile(uintptr(fd), ".")
+	defer d.Close()
+	prefix := "." + name + tmpInfix
+	for read := 0; read < maxStaleScan; {
+		names, err := d.Readdirnames(min(256, maxStaleScan-read))
+		read += len(names)
+		for _, n := range names {
+			if !strings.HasPrefix(n, prefix) {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				continue
+			}
+			if now.Sub(time.Unix(st.Mtim.Unix())) >= staleAge {
+				_ = unix.Unlinkat(dfd, n, 0)
+			}
+		}
+		if err != nil || len(names) == 0 {
+			return // io.EOF: the whole directory was read
+		}
+	}
 }

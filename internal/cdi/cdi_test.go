@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -292,5 +293,35 @@ func TestResolve(t *testing.T) {
 	empty := NewResolver([]string{t.TempDir(), "/nonexistent/cdi"}, []string{"nvidia.com/gpu"})
 	if _, err := empty.Resolve([]string{"nvidia.com/gpu=0"}, nil); err == nil || !strings.Contains(err.Error(), "offer no devices") {
 		t.Errorf("no specs: %v", err)
+	}
+}
+
+// TestResolveAnnotationErrors: an annotation whose value is not a list of CDI device names is
+// refused naming its key and the first bad name, each quoted cut: a megabyte annotation
+// (key or value) makes a message of a few hundred bytes, not megabytes.
+func TestResolveAnnotationErrors(t *testing.T) {
+	r := NewResolver([]string{writeSpecs(t)}, []string{"nvidia.com/gpu"})
+	long := strings.Repeat("x", 1<<20)
+	cut := func(s string) string { return strconv.Quote(s[:256]) + fmt.Sprintf("… (%d bytes)", len(s)) }
+	for _, tc := range []struct {
+		description string
+		annotations map[string]string
+		wantErr     string
+	}{
+		{description: "a name that is not qualified", annotations: map[string]string{"cdi.k8s.io/b": "nvidia.com/gpu=1", "cdi.k8s.io/a": "nvidia.com/gpu=0,gpu1"},
+			wantErr: `CDI annotation "cdi.k8s.io/a": "gpu1" is not a CDI device name (vendor.com/class=name)`},
+		{description: "an empty value", annotations: map[string]string{"cdi.k8s.io/a": ""},
+			wantErr: `CDI annotation "cdi.k8s.io/a": "" is not a CDI device name (vendor.com/class=name)`},
+		{description: "a megabyte value", annotations: map[string]string{"cdi.k8s.io/a": long},
+			wantErr: `CDI annotation "cdi.k8s.io/a": ` + cut(long) + ` is not a CDI device name (vendor.com/class=name)`},
+		{description: "a megabyte key", annotations: map[string]string{"cdi.k8s.io/" + long: "nvidia.com/gpu=" + long + "!"},
+			wantErr: `CDI annotation ` + cut("cdi.k8s.io/"+long) + `: ` + cut("nvidia.com/gpu="+long+"!") + ` is not a CDI device name (vendor.com/class=name)`},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			_, err := r.Resolve(nil, tc.annotations)
+			if err == nil || len(err.Error()) > 2048 || err.Error() != tc.wantErr {
+				t.Fatalf("error (%d bytes) = %.600s\nwant %.600s", len(fmt.Sprint(err)), err, tc.wantErr)
+			}
+		})
 	}
 }

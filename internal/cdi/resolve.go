@@ -211,9 +211,12 @@ func (r *Resolver) Problems() []string {
 // of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
 func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
 	if len(annotations) > 0 {
+		if err := checkAnnotations(annotations); err != nil {
+			return nil, err
+		}
 		_, annotated, err := cdi.ParseAnnotations(annotations)
-		if err != nil {
-			return nil, fmt.Errorf("CDI annotations: %w", err)
+		if err != nil { // checkAnnotations refused what the library refuses; bounded all the same
+			return nil, fmt.Errorf("CDI annotations: %w", quote.Error(err))
 		}
 		sort.Strings(annotated) // map order: keep the result stable
 		names = append(append([]string(nil), names...), annotated...)
@@ -271,6 +274,28 @@ func (r *Resolver) notAllowed(names, kinds []string) error {
 	}
 	return fmt.Errorf("%w: %s (%s %s): gpu-runtime %s; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config",
 		ErrKindNotAllowed, quote.List(names), kind, quote.List(kinds), allowed)
+}
+
+// checkAnnotations refuses a cdi.k8s.io/ annotation whose value is not a comma-separated list
+// of qualified CDI device names, as cdi.ParseAnnotations does, naming the first such
+// annotation by key and the name, each quoted cut: the library's error quotes the name whole
+// and names no key (a megabyte annotation made a megabyte message).
+func checkAnnotations(annotations map[string]string) error {
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		if strings.HasPrefix(k, cdi.AnnotationPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, d := range strings.Split(annotations[k], ",") {
+			if !parser.IsQualifiedName(d) {
+				return fmt.Errorf("CDI annotation %s: %s is not a CDI device name (vendor.com/class=name)", quote.Value(k), quote.Value(d))
+			}
+		}
+	}
+	return nil
 }
 
 // unresolvable says which names did not resolve, what the specs offer, and which specs did

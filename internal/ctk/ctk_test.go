@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -66,7 +67,8 @@ func TestRuntimeCommand(t *testing.T) {
 		description string
 		args        []string
 		files       map[string]string // written under the test dir before running
-		containerd2 bool              // the host's containerd is 2.x
+		setup       func(t *testing.T, dir string)
+		containerd2 bool // the host's containerd is 2.x
 		wantCode    int
 		wantStdout  []string
 		wantStderr  []string
@@ -195,6 +197,45 @@ func TestRuntimeCommand(t *testing.T) {
 			wantFiles:   map[string]string{"conf.d/99-gpu-runtime.toml": ""},
 		},
 		{
+			description: "docker: daemon.json a link to nothing is refused; nothing is created where it points",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime"},
+			setup: func(t *testing.T, dir string) {
+				if err := os.MkdirAll(filepath.Join(dir, "elsewhere"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(dir, "elsewhere", "daemon.json"), filepath.Join(dir, "daemon.json")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantCode: 1,
+			wantErr: []string{"configure docker: invalid options: DIR/daemon.json is a symbolic link to DIR/elsewhere/daemon.json, which does not exist: " +
+				"gpu-ctk does not create a file where a link points; create that file (an empty one will do), point the link at the engine's configuration file, or remove the link, then run gpu-ctk again"},
+			wantFiles: map[string]string{"elsewhere/daemon.json": ""},
+		},
+		{
+			description: "docker: daemon.json a FIFO is refused without blocking",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-path=/opt/gpu/gpu-runtime"},
+			setup: func(t *testing.T, dir string) {
+				if err := syscall.Mkfifo(filepath.Join(dir, "daemon.json"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantCode: 1,
+			wantErr:  []string{"configure docker: invalid options: DIR/daemon.json is a FIFO, not a regular file: gpu-ctk edits regular files only; remove it, or name the engine's configuration file"},
+		},
+		{
+			description: "containerd: a FIFO among the imports is skipped with a warning",
+			args:        []string{"configure", "--runtime=containerd", "--config=DIR/config.toml", "--drop-in=DIR/conf.d/99-gpu-runtime.toml"},
+			files:       map[string]string{"config.toml": "version = 2\nimports = [\"DIR/extra/*.toml\"]\n", "extra/a.toml": "version = 2\n"},
+			setup: func(t *testing.T, dir string) {
+				if err := syscall.Mkfifo(filepath.Join(dir, "extra", "b.toml"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStdout: []string{"wrote DIR/conf.d/99-gpu-runtime.toml\n", "wrote DIR/config.toml"},
+			wantStderr: []string{"warning: containerd import DIR/extra/b.toml is a FIFO, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports\n"},
+		},
+		{
 			description: "unconfigure when not configured",
 			args:        []string{"unconfigure", "--runtime=crio", "--config=DIR/99-gpu-runtime.conf"},
 			wantStdout:  []string{`crio: runtime "gpu" not configured in DIR/99-gpu-runtime.conf; nothing written`},
@@ -209,9 +250,12 @@ func TestRuntimeCommand(t *testing.T) {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+				if err := os.WriteFile(path, []byte(subst(content)), 0o755); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tc.setup != nil {
+				tc.setup(t, dir)
 			}
 			args := make([]string, len(tc.args))
 			for i, a := range tc.args {

@@ -171,6 +171,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", verb, eng, err)
 	}
+	writeLines(stderr, "warning: ", plan.Warnings)
 
 	report := stdout
 	if f.dryRun {

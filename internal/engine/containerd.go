@@ -454,13 +454,16 @@ func importCovers(entry, parent, dropIn string) bool {
 }
 
 // containerdImportFiles returns the names of the files containerd would load, after main, in
-// its order (breadth first, globs sorted), leaving out skip. read returns a file's content.
-func containerdImportFiles(main File, skip string, read func(string) ([]byte, error)) ([]File, error) {
+// its order (breadth first, globs sorted), leaving out skip. read returns a file's content; a
+// file it finds not regular (a *notRegularError naming a kind: a FIFO, a device) is left out
+// too, with a warning, and a file it cannot read is an error.
+func containerdImportFiles(main File, skip string, read func(string) ([]byte, error)) ([]File, []string, error) {
 	loaded := map[string]bool{filepath.Clean(main.Path): true, filepath.Clean(skip): true}
 	var out []File
+	var warnings []string
 	pending, err := importPaths(main)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for len(pending) > 0 {
 		path := pending[0]
@@ -470,18 +473,27 @@ func containerdImportFiles(main File, skip string, read func(string) ([]byte, er
 		}
 		loaded[path] = true
 		content, err := read(path)
+		var nr *notRegularError
+		if errors.As(err, &nr) && nr.kind != "" {
+			what := path
+			if nr.path != path {
+				what += " (a link to " + nr.path + ")"
+			}
+			warnings = append(warnings, fmt.Sprintf("containerd import %s is a %s, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports", what, nr.kind))
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("read containerd import %s: %w", path, err)
+			return nil, nil, fmt.Errorf("read containerd import %s: %w", path, err)
 		}
 		f := File{Path: path, Content: content}
 		more, err := importPaths(f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, f)
 		pending = append(pending, more...)
 	}
-	return out, nil
+	return out, warnings, nil
 }
 
 // importPaths lists what f imports, globs expanded.

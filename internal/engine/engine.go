@@ -25,6 +25,12 @@
 //     Anything the user changed after configure is kept, and the file is then backed up first.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
+//   - Only regular files are read, each of at most 1 MiB, checked on an O_PATH handle before
+//     being opened without blocking: a FIFO or a device is never opened for reading. A config
+//     path that is a symbolic link to a regular file is edited where the link points and the
+//     link stays; a link to nothing, or to anything but a regular file, is refused (no file is
+//     ever created where a link points). A containerd import that is not a regular file is
+//     left out with a warning (Plan.Warnings).
 package engine
 
 import (

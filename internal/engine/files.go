@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 )
 
@@ -44,7 +47,9 @@ type Plan struct {
 	Files   []string // the files examined
 	Changes []Change
 	Notes   []string // facts worth telling (a replaced default, a copied setting)
-	Next    []string // what the user must do once the changes are written
+	// Warnings say what was left out and why: a containerd import that is not a regular file.
+	Warnings []string
+	Next     []string // what the user must do once the changes are written
 }
 
 // Changed reports whether applying the plan writes anything.
@@ -132,14 +137,13 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 		return nil, fmt.Errorf("%s: %w: it does not start with %q; choose another drop-in file with --drop-in", drop.path, ErrNotOurs, dropInMarker)
 	}
 	files := []File{{Path: opts.ConfigPath, Content: main.content}}
+	var warnings []string
 	if main.content != nil {
-		imported, err := containerdImportFiles(files[0], opts.DropInPath, func(path string) ([]byte, error) {
-			return os.ReadFile(path) // #nosec G304 -- paths come from the admin's containerd config
-		})
+		imported, skipped, err := containerdImportFiles(files[0], opts.DropInPath, readImport)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, imported...)
+		files, warnings = append(files, imported...), skipped
 	}
 	if drop.content != nil && containerdDropInSetsDefault(drop.content, opts.RuntimeName) {
 		opts.SetAsDefault = true
@@ -152,7 +156,7 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, withPath(err, main.path)
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}}
+	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}, Warnings: warnings}
 	same := false
 	if drop.content != nil {
 		if same, err = sameTOML(drop.content, dropEdit.content); err != nil {
@@ -249,34 +253,135 @@ type configFile struct {
 	mode    fs.FileMode
 }
 
-// readConfig reads path, following symlinks so that a linked config is edited where it lives.
+// readConfig reads the configuration file at path, which configure and unconfigure may write.
+// A symbolic link there is followed: the file it resolves to is read, and Apply replaces that
+// file, so that the link stays (as atomicfile does for a bundle's config.json). A link that
+// resolves to nothing is refused, rather than a new file created wherever it points, and so
+// is a link to anything but a regular file. The file is read by readRegular: never opened for
+// reading unless it is a regular file, never more than maxConfigSize bytes.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+	link := ""
+	if fi, err := os.Lstat(f.path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		link = f.path
+	}
+	resolved, err := filepath.EvalSymlinks(f.path)
+	switch {
+	case err == nil:
 		f.path = resolved
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist) && link != "":
+		target, _ := os.Readlink(link)
+		return f, fmt.Errorf("%w: %s is a symbolic link to %s, which does not exist: gpu-ctk does not create a file where a link points; "+
+			"create that file (an empty one will do), point the link at the engine's configuration file, or remove the link, then run gpu-ctk again",
+			ErrInvalidOptions, link, target)
+	case !errors.Is(err, fs.ErrNotExist):
 		return f, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	info, err := os.Stat(f.path)
-	if errors.Is(err, fs.ErrNotExist) {
+	content, mode, err := readRegular(f.path)
+	var nr *notRegularError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return f, nil
-	}
-	if err != nil {
-		return f, fmt.Errorf("stat %s: %w", f.path, err)
-	}
-	if !info.Mode().IsRegular() {
-		return f, fmt.Errorf("%w: %s is not a regular file", ErrInvalidOptions, f.path)
-	}
-	content, err := os.ReadFile(f.path) // #nosec G304 -- the admin names the engine's config
-	if err != nil {
-		return f, fmt.Errorf("read %s: %w", f.path, err)
-	}
-	if content == nil {
-		content = []byte{}
+	case errors.As(err, &nr) && nr.kind != "" && link != "":
+		return f, fmt.Errorf("%w: %s is a symbolic link to %s, a %s, not a regular file: point the link at a regular file or remove it, then run gpu-ctk again",
+			ErrInvalidOptions, link, f.path, nr.kind)
+	case errors.As(err, &nr) && nr.kind != "":
+		return f, fmt.Errorf("%w: %s is a %s, not a regular file: gpu-ctk edits regular files only; remove it, or name the engine's configuration file",
+			ErrInvalidOptions, f.path, nr.kind)
+	case errors.As(err, &nr):
+		return f, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	case err != nil:
+		return f, err
 	}
 	f.content = content
-	f.mode = info.Mode().Perm()
+	f.mode = mode
 	return f, nil
+}
+
+// maxConfigSize bounds what gpu-ctk reads of an engine's configuration file, an import or a
+// backup: such files are kilobytes.
+const maxConfigSize = 1 << 20
+
+// notRegularError says that a file gpu-ctk would read is not a regular file (kind says what
+// it is), or is larger than maxConfigSize (kind is empty).
+type notRegularError struct {
+	path, kind string
+	size       int64
+}
+
+func (e *notRegularError) Error() string {
+	if e.kind == "" {
+		return fmt.Sprintf("%s is %d bytes, more than the %d gpu-ctk reads of a configuration file", e.path, e.size, maxConfigSize)
+	}
+	return fmt.Sprintf("%s is a %s, not a regular file", e.path, e.kind)
+}
+
+// readRegular reads path, which must be a regular file of at most maxConfigSize bytes, and
+// returns its content (never nil) and permission bits. It checks on an O_PATH|O_NOFOLLOW
+// handle, then reads through that handle reopened O_NONBLOCK: a FIFO (whose open blocks until
+// a writer comes), a device, a socket or a symbolic link at path is never opened for reading,
+// and a file swapped in after the check is not what is read. An error wraps fs.ErrNotExist
+// when nothing is there, and is a *notRegularError for anything but a small regular file.
+func readRegular(path string) ([]byte, fs.FileMode, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	h := os.NewFile(uintptr(fd), path)
+	defer h.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, &notRegularError{path: path, kind: fileKind(st.Mode)}
+	}
+	if st.Size > maxConfigSize {
+		return nil, 0, &notRegularError{path: path, size: st.Size}
+	}
+	f, err := pathrs.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	content, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(content) > maxConfigSize { // it grew after the check
+		return nil, 0, &notRegularError{path: path, size: int64(len(content))}
+	}
+	return content, fs.FileMode(st.Mode & 0o777), nil
+}
+
+// fileKind names the type of a file in a message: a FIFO, a directory…
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return "special file"
+}
+
+// readImport reads a file containerd's imports name: links followed, as containerd does, and
+// then a regular file only (readRegular).
+func readImport(path string) ([]byte, error) {
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	content, _, err := readRegular(resolved)
+	return content, err
 }
 
 // change plans replacing f with content (nil: removing it).
@@ -414,19 +519,10 @@ func backupsOf(path string) []string {
 	return names
 }
 
-// maxBackupSize bounds what undo reads of a backup: configuration files are small.
-const maxBackupSize = 1 << 20
-
-// readBackup reads a backup that is a regular file of at most maxBackupSize bytes.
+// readBackup reads a backup that is a regular file (not a link) of at most maxConfigSize bytes.
 func readBackup(path string) ([]byte, error) {
-	info, err := os.Lstat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !info.Mode().IsRegular() || info.Size() > maxBackupSize {
-		return nil, fmt.Errorf("%w: %s is not a regular file of at most %d bytes", ErrInvalidOptions, path, maxBackupSize)
-	}
-	return os.ReadFile(path) // #nosec G304 -- a backup gpu-ctk wrote next to the engine's config
+	content, _, err := readRegular(path)
+	return content, err
 }
 
 // Apply makes the plan's changes in order. For each it first checks that the file still has

@@ -116,6 +116,9 @@ func writeLib(t *testing.T, p, soname string) {
 // or writing there — and say why, in these words. /etc or the cache linked to a host path
 // resolves inside the root, where there is no cache: the host's is never read. A musl image
 // gets no cache.
+// longConfLine is a line of an image's ld.so.conf of 900 KB (the hook reads 1 MiB of a file).
+var longConfLine = "/opt/" + strings.Repeat("x", 900000-len("/opt/"))
+
 func TestLDCacheFallback(t *testing.T) {
 	requireRoot(t)
 	small := testimage.Options{Libraries: 20, UsrMerge: true}
@@ -390,6 +393,41 @@ func TestLDCacheFallback(t *testing.T) {
 			},
 			wantMethod: MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read (/etc/ld.so.conf line 1)",
+		},
+		{
+			description: "no cache, a loader configuration line of 900 KB: named by place, not quoted",
+			opts:        bare,
+			image: func(t *testing.T, root, _ string) {
+				if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(longConfLine+":/opt/more\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read (/etc/ld.so.conf line 1)",
+		},
+		{
+			description: "no cache, an include of 900 KB that is no pattern: named by place, not quoted",
+			opts:        bare,
+			image: func(t *testing.T, root, _ string) {
+				if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("include /opt/["+longConfLine+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantMethod: MethodLDConfig,
+			wantReason: "the image has no /etc/ld.so.cache and /etc/ld.so.conf line 1: include: bad pattern: syntax error in pattern",
+		},
+		{
+			description: "no cache, a directory of 900 KB: cut",
+			opts:        bare,
+			image: func(t *testing.T, root, _ string) {
+				if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(longConfLine+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantMethod: MethodLDConfig,
+			// securejoin's error names the path twice: cut too
+			wantReason: "the image has no /etc/ld.so.cache and " + longConfLine[:256] + "… (900000 bytes) cannot be opened: securejoin.OpenInRoot " +
+				longConfLine[:256-len("securejoin.OpenInRoot ")] + "… (1800052 bytes)",
 		},
 		{
 			description: "no cache, a library directory too large to list",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 )
 
@@ -517,14 +518,14 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 			w.warn("%v: its libraries are not in the container's loader cache", err)
 			continue
 		case err != nil:
-			return fmt.Errorf("the image has no %s and %s cannot be opened: %w", ldcache.DefaultPath, dir, err)
+			return fmt.Errorf("the image has no %s and %s cannot be opened: %w", ldcache.DefaultPath, quote.Cut(dir), quote.Error(err))
 		}
 		names, err := d.List(maxScanEntries)
 		if fatal(err) {
 			return err
 		}
 		if err != nil {
-			return fmt.Errorf("the image has no %s and %s cannot be listed: %w", ldcache.DefaultPath, dir, err)
+			return fmt.Errorf("the image has no %s and %s cannot be listed: %w", ldcache.DefaultPath, quote.Cut(dir), quote.Error(err))
 		}
 		dirID, err := d.ID()
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Limits on what is read of an image's loader configuration. A real one is a few files of
@@ -68,7 +69,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			return nil // included again: its lines are in already, and ldconfig dedups directories
 		}
 		if len(read) >= maxConfFiles {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", file, maxConfFiles))
+			c.warnings = append(c.warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", quote.Cut(file), maxConfFiles))
 			return nil
 		}
 		read[file] = true
@@ -79,7 +80,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 			return nil
 		case err != nil:
-			c.warnings = append(c.warnings, fmt.Sprintf("loader configuration %s skipped: %v", file, err))
+			c.warnings = append(c.warnings, fmt.Sprintf("loader configuration %s skipped: %v", quote.Cut(file), quote.Error(err)))
 			return nil
 		}
 		for i, line := range strings.Split(string(data), "\n") {
@@ -87,7 +88,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			text = strings.TrimSpace(text)
 			if rest, ok := cutKeyword(text, "include"); ok {
 				if depth >= maxConfDepth {
-					c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", file, i+1, maxConfDepth))
+					c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
 					continue
 				}
 				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
@@ -99,7 +100,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 						return err
 					}
 					for _, w := range warnings {
-						c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include: %s", file, i+1, w))
+						c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include: %s", quote.Cut(file), i+1, w))
 					}
 					for _, m := range matches {
 						if err := walk(m, depth+1); err != nil {
@@ -156,7 +157,7 @@ func globInRoot(root *confined.Root, pattern string) (matches, warnings []string
 				case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 					continue // as glob: a missing directory matches nothing
 				case err != nil:
-					warnings = append(warnings, fmt.Sprintf("%s not searched: %v", dir, err))
+					warnings = append(warnings, fmt.Sprintf("%s not searched: %v", quote.Cut(dir), quote.Error(err)))
 					continue
 				}
 				for _, name := range names {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Cache is an ld.so.cache as the dynamic linker reads it. ParseCache returns
@@ -179,10 +181,10 @@ func (c *Cache) parseExtensions(data []byte, np *newPart) error {
 func checkHwcapsNames(names []string) error {
 	for i, name := range names {
 		if name == "" || strings.IndexByte(name, 0) >= 0 {
-			return fmt.Errorf("glibc-hwcaps subdirectory %d: name %q is empty or holds a NUL byte", i, name)
+			return fmt.Errorf("glibc-hwcaps subdirectory %d: name %s is empty or holds a NUL byte", i, quote.Value(name))
 		}
 		if i > 0 && names[i-1] >= name {
-			return fmt.Errorf("glibc-hwcaps subdirectory names are not sorted and distinct: %q before %q", names[i-1], name)
+			return fmt.Errorf("glibc-hwcaps subdirectory names are not sorted and distinct: %s before %s", quote.Value(names[i-1]), quote.Value(name))
 		}
 	}
 	return nil
@@ -193,13 +195,13 @@ func checkHwcapsNames(names []string) error {
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
 		if isExtension(e.Hwcap) && uint64(hwcapIndex(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
-			return fmt.Errorf("entry %d (%q): glibc-hwcaps subdirectory %d of %d", i, e.Name, hwcapIndex(e.Hwcap), len(c.GlibcHwcaps))
+			return fmt.Errorf("entry %d (%s): glibc-hwcaps subdirectory %d of %d", i, quote.Value(e.Name), hwcapIndex(e.Hwcap), len(c.GlibcHwcaps))
 		}
 	}
 	for i := 1; i < len(c.Entries); i++ {
 		if c.compare(&c.Entries[i-1], &c.Entries[i]) > 0 {
-			return fmt.Errorf("entries %d (%q => %q) and %d (%q => %q) are not in ldconfig's order",
-				i-1, c.Entries[i-1].Name, c.Entries[i-1].Path, i, c.Entries[i].Name, c.Entries[i].Path)
+			return fmt.Errorf("entries %d (%s => %s) and %d (%s => %s) are not in ldconfig's order",
+				i-1, quote.Value(c.Entries[i-1].Name), quote.Value(c.Entries[i-1].Path), i, quote.Value(c.Entries[i].Name), quote.Value(c.Entries[i].Path))
 		}
 	}
 	return nil
@@ -390,7 +392,7 @@ func (l Library) check() error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("add library %q => %q to ld cache: %s", l.Name, l.Path, strings.Join(problems, "; "))
+	return fmt.Errorf("add library %s => %s to ld cache: %s", quote.Value(l.Name), quote.Value(l.Path), strings.Join(problems, "; "))
 }
 
 // add inserts e into c's sorted entries; first says to go before ties.
@@ -473,7 +475,7 @@ var nativeEndianFlag = func() byte {
 func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) {
 	for i, e := range c.Entries {
 		if e.Name == "" || e.Path == "" || strings.IndexByte(e.Name, 0) >= 0 || strings.IndexByte(e.Path, 0) >= 0 {
-			return nil, fmt.Errorf("encode ld cache: entry %d (%q => %q): name and path must be non-empty, without NUL bytes", i, e.Name, e.Path)
+			return nil, fmt.Errorf("encode ld cache: entry %d (%s => %s): name and path must be non-empty, without NUL bytes", i, quote.Value(e.Name), quote.Value(e.Path))
 		}
 	}
 	if err := checkHwcapsNames(c.GlibcHwcaps); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxValue is how many bytes of a value a message quotes.
@@ -22,6 +23,35 @@ func Value(s string) string {
 	}
 	return strconv.Quote(s[:MaxValue]) + fmt.Sprintf("… (%d bytes)", len(s))
 }
+
+// Cut is s itself when it is at most MaxValue bytes, else its first MaxValue bytes (cut at
+// a character boundary) with its length said: unquoted, for text that is already part of a
+// message, such as a library's error that quotes a value whole, or the user's own words
+// on a command line (docker run --gpus device=0,1).
+func Cut(s string) string {
+	if len(s) <= MaxValue {
+		return s
+	}
+	n := MaxValue
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// Error is err with its text bounded by Cut, still unwrapping to err: for a library's error
+// that quotes a value it was given whole (the CDI parser's "invalid device %q"). Nil for nil.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	return cutError{err}
+}
+
+type cutError struct{ err error }
+
+func (e cutError) Error() string { return Cut(e.err.Error()) }
+func (e cutError) Unwrap() error { return e.err }
 
 // Var shows NAME=value with the value quoted and bounded by Value.
 func Var(name, value string) string { return name + "=" + Value(value) }

@@ -1,6 +1,8 @@
 package quote
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -47,5 +49,34 @@ func TestJoin(t *testing.T) {
 		if got := Join(tc.items, tc.max); got != tc.want {
 			t.Errorf("Join(%q, %d) = %q, want %q", tc.items, tc.max, got, tc.want)
 		}
+	}
+}
+
+func TestCut(t *testing.T) {
+	if got := Cut("short"); got != "short" {
+		t.Errorf("short: %s", got)
+	}
+	long := strings.Repeat("x", 1000)
+	if got, want := Cut(long), strings.Repeat("x", 256)+"… (1000 bytes)"; got != want {
+		t.Errorf("long: %s", got)
+	}
+	// A character across the cut is left out whole: the text stays valid UTF-8.
+	mixed := strings.Repeat("x", 255) + "é" + strings.Repeat("x", 100)
+	if got, want := Cut(mixed), strings.Repeat("x", 255)+"… (357 bytes)"; got != want {
+		t.Errorf("rune at the cut: %q", got)
+	}
+}
+
+func TestError(t *testing.T) {
+	if Error(nil) != nil {
+		t.Error("Error(nil) is not nil")
+	}
+	inner := errors.New("invalid device " + strconv.Quote(strings.Repeat("y", 1<<20)))
+	err := Error(inner)
+	if len(err.Error()) > MaxValue+32 || !strings.HasPrefix(err.Error(), `invalid device "yyy`) || !strings.HasSuffix(err.Error(), "… (1048593 bytes)") {
+		t.Errorf("text %.300q… (%d bytes)", err.Error(), len(err.Error()))
+	}
+	if !errors.Is(err, inner) {
+		t.Error("the cut error does not unwrap to the library's")
 	}
 }

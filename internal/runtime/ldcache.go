@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -159,18 +160,18 @@ func shadowsLoader(root string, mounts []specs.Mount, loader []string) string {
 	for _, p := range loader {
 		h, err := securejoin.SecureJoin(root, p)
 		if err != nil {
-			return fmt.Sprintf("%s cannot be resolved in the container root: %v", p, err)
+			return fmt.Sprintf("%s cannot be resolved in the container root: %v", quote.Value(p), quote.Error(err))
 		}
 		paths = append(paths, resolved{p, h})
 	}
 	for _, m := range mounts {
 		d, err := securejoin.SecureJoin(root, m.Destination)
 		if err != nil {
-			return fmt.Sprintf("mount destination %s cannot be resolved in the container root: %v", m.Destination, err)
+			return fmt.Sprintf("mount destination %s cannot be resolved in the container root: %v", quote.Value(m.Destination), quote.Error(err))
 		}
 		for _, p := range paths {
 			if d == p.host || within(p.host, d) || within(d, p.host) {
-				return fmt.Sprintf("something is mounted at %s, and the update reads or writes %s: the hook sees the mount", m.Destination, p.path)
+				return fmt.Sprintf("something is mounted at %s, and the update reads or writes %s: the hook sees the mount", quote.Value(m.Destination), quote.Value(p.path))
 			}
 		}
 	}

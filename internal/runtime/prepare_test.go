@@ -387,10 +387,10 @@ func TestPrepareBundleLDCacheAtCreate(t *testing.T) {
 		}, line: left + "the container has a user namespace (files the hook writes are its root's)"},
 		{description: "a volume at /usr", edit: func(s map[string]any) {
 			s["mounts"] = json.RawMessage(`[{"destination":"/usr","type":"bind","source":"/tmp","options":["rbind"]}]`)
-		}, line: left + "something is mounted at /usr, and the update reads or writes /usr/local/cuda/compat: the hook sees the mount"},
+		}, line: left + `something is mounted at "/usr", and the update reads or writes "/usr/local/cuda/compat": the hook sees the mount`},
 		{description: "a volume at /", edit: func(s map[string]any) {
 			s["mounts"] = json.RawMessage(`[{"destination":"/","type":"bind","source":"/tmp","options":["rbind"]}]`)
-		}, line: left + "something is mounted at /, and the update reads or writes /etc/ld.so.cache: the hook sees the mount"},
+		}, line: left + `something is mounted at "/", and the update reads or writes "/etc/ld.so.cache": the hook sees the mount`},
 		{description: "no root", edit: func(s map[string]any) { delete(s, "root") }, line: left + "the spec has no root.path"},
 		{description: "two roots", edit: func(s map[string]any) { s["ROOT"] = map[string]any{"path": "/"} },
 			line: left + `root: ambiguous members: more than one member named "root" in any case`},

@@ -219,8 +219,8 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 			continue
 		}
 		if d.GPU.MIGEnabled() && !d.IsMIG() && !manager {
-			errs = append(errs, fmt.Errorf("%w: %q in %s names GPU %s, which is in MIG mode: it cannot be given whole; ask for its MIG devices: %s (a MIG manager also sets %s or %s)",
-				ErrMIGEnabled, tok, request.EnvVisibleDevices, d, describeMIG(d.GPU), request.EnvMIGConfig, request.EnvMIGMonitor))
+			errs = append(errs, fmt.Errorf("%w: %s in %s names GPU %s, which is in MIG mode: it cannot be given whole; ask for its MIG devices: %s (a MIG manager also sets %s or %s)",
+				ErrMIGEnabled, quote.Value(tok), request.EnvVisibleDevices, d, describeMIG(d.GPU), request.EnvMIGConfig, request.EnvMIGMonitor))
 			continue
 		}
 		if prev, dup := seen[d.UUID]; dup {
@@ -248,7 +248,7 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 			err = fmt.Errorf("%w: docker run --gpus %d asked for %d GPUs, and %s; use --gpus %d or fewer, --gpus all, or --gpus device=<index or UUID>",
 				ErrUnknownDevice, n, n, describe(gpus), len(gpus))
 		case req.DockerGPUs:
-			err = fmt.Errorf("%w %s in docker run --gpus device=%s: %s", ErrUnknownDevice, quote.List(unknown), strings.Join(req.Devices, ","), describe(gpus))
+			err = fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))
 		default:
 			err = fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))
 		}

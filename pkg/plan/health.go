@@ -45,7 +45,7 @@ func healthText(d Device) (text string, h discover.Health, clear string) {
 // unhealthyToken is the error for a device a request names that is unhealthy.
 func unhealthyToken(req request.Request, tok string, d Device) error {
 	text, h, clear := healthText(d)
-	return fmt.Errorf("%w: %q in %s names %s; ask for another device, or %s", ErrUnhealthy, tok, requestedIn(req), text, h.Fix(clear))
+	return fmt.Errorf("%w: %s in %s names %s; ask for another device, or %s", ErrUnhealthy, quote.Value(tok), requestedIn(req), text, h.Fix(clear))
 }
 
 // requestedIn names where the device list came from, in the user's words.
@@ -54,7 +54,7 @@ func requestedIn(req request.Request) string {
 		return fmt.Sprintf("docker run --gpus %d", n)
 	}
 	if req.DockerGPUs && req.Mode == request.DeviceList {
-		return "docker run --gpus device=" + strings.Join(req.Devices, ",")
+		return "docker run --gpus device=" + quote.Cut(strings.Join(req.Devices, ",")) // the user's words, unquoted
 	}
 	return request.EnvVisibleDevices
 }
@@ -64,8 +64,8 @@ func requestedIn(req request.Request) string {
 func excludedToken(tok string, drv discover.Driver) error {
 	for _, x := range drv.Excluded {
 		if strings.EqualFold(x.UUID, tok) {
-			return fmt.Errorf("%w: %q in %s names GPU %s%s, which the driver excludes (NVreg_ExcludedGpus): NVML and CUDA do not see it; ask for another device, or remove it from NVreg_ExcludedGpus and reload the driver",
-				ErrUnhealthy, tok, request.EnvVisibleDevices, x.UUID, x.Where())
+			return fmt.Errorf("%w: %s in %s names GPU %s%s, which the driver excludes (NVreg_ExcludedGpus): NVML and CUDA do not see it; ask for another device, or remove it from NVreg_ExcludedGpus and reload the driver",
+				ErrUnhealthy, quote.Value(tok), request.EnvVisibleDevices, x.UUID, x.Where())
 		}
 	}
 	return nil

@@ -9,7 +9,9 @@ import (
 )
 
 // FuzzFromEnv: any container environment either parses into a consistent request or fails
-// with ErrInvalid; it never panics.
+// with ErrInvalid; it never panics. No error is longer than maxMessage, however long the
+// values: the values, joined and repeated longer than any message may be, are also tried in
+// every variable this package reads.
 func FuzzFromEnv(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"all", "", ""}, {"0,1", "compute,utility", ""}, {"void", "all", "12.0"}, {"none", "graphics,display", ""},
@@ -20,7 +22,18 @@ func FuzzFromEnv(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, visible, caps, cuda string) {
 		env := []string{"NVIDIA_VISIBLE_DEVICES=" + visible, "NVIDIA_DRIVER_CAPABILITIES=" + caps, "CUDA_VERSION=" + cuda, "NVIDIA_REQUIRE_X=" + visible}
+		v := visible + caps + cuda
+		long := strings.Repeat(v, maxMessage/max(len(v), 1)+1) // longer than any message may be
+		for _, name := range []string{EnvVisibleDevices, EnvCapabilities, EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor} {
+			// all first: the variable named last replaces it when it is NVIDIA_VISIBLE_DEVICES
+			if _, err := FromEnv([]string{"NVIDIA_VISIBLE_DEVICES=all", name + "=" + long}); err != nil && len(err.Error()) > maxMessage {
+				t.Fatalf("%s of %d bytes: an error of %d bytes: %.300q…", name, len(long), len(err.Error()), err.Error())
+			}
+		}
 		r, err := FromEnv(env)
+		if err != nil && len(err.Error()) > maxMessage {
+			t.Fatalf("an error of %d bytes: %.300q…", len(err.Error()), err.Error())
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v is not ErrInvalid", err)

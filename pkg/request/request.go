@@ -151,7 +151,7 @@ func build(env Env, visible string, set bool) (Request, error) {
 				req.CDIDevices = append(req.CDIDevices, d)
 			case strings.Contains(d, "/") && strings.Contains(d, "="): // meant as a CDI name
 				_, _, _, err := parser.ParseQualifiedName(d)
-				return Request{}, fmt.Errorf("%w: %q in %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, d, EnvVisibleDevices, err)
+				return Request{}, fmt.Errorf("%w: %s in %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(d), EnvVisibleDevices, quote.Error(err))
 			default:
 				req.Devices = append(req.Devices, d)
 			}
@@ -181,7 +181,7 @@ func build(env Env, visible string, set bool) (Request, error) {
 		case "all":
 			*m.dst = true
 		default:
-			return Request{}, fmt.Errorf("%w: %s=%q: only \"all\" is supported", ErrInvalid, m.name, v)
+			return Request{}, fmt.Errorf("%w: %s: only \"all\" is supported", ErrInvalid, quote.Var(m.name, v))
 		}
 	}
 
@@ -203,7 +203,7 @@ func parseIMEX(value string, req *Request) error {
 		}
 		n, err := strconv.Atoi(tok)
 		if err != nil || n < 0 || n > MaxIMEXChannel || strconv.Itoa(n) != tok {
-			return fmt.Errorf("%w: IMEX channel %q in %s=%q: want a number from 0 to %d, or all", ErrInvalid, tok, EnvIMEXChannels, value, MaxIMEXChannel)
+			return fmt.Errorf("%w: IMEX channel %s in %s: want a number from 0 to %d, or all", ErrInvalid, quote.Value(tok), quote.Var(EnvIMEXChannels, value), MaxIMEXChannel)
 		}
 		if !seen[n] {
 			seen[n] = true

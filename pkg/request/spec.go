@@ -129,8 +129,8 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 		if req, err := build(env, visible, set); err != nil || req.IsGPU() {
 			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
-				"%s=%q ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
-				EnvVisibleDevices, visible)}, nil
+				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
+				quote.Var(EnvVisibleDevices, visible))}, nil
 		}
 		return Request{Mode: NoGPU}, nil, nil
 	}
@@ -167,10 +167,10 @@ func VolumeMountShare(mounts []specs.Mount) (string, error) {
 			continue
 		}
 		if strings.Contains(name, "/") || name == "" {
-			return "", fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, dest)
+			return "", fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, quote.Value(dest))
 		}
 		if share != "" && share != name {
-			return "", fmt.Errorf("%w: volume mounts name two MPS shares, %q and %q: a container joins one", ErrInvalid, share, name)
+			return "", fmt.Errorf("%w: volume mounts name two MPS shares, %s and %s: a container joins one", ErrInvalid, quote.Value(share), quote.Value(name))
 		}
 		share = name
 	}
@@ -319,13 +319,13 @@ func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
 		}
 		if name, ok := strings.CutPrefix(id, "cdi/"); ok {
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
-				return nil, fmt.Errorf("%w: volume mount %s: %q is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, dest, name, err)
+				return nil, fmt.Errorf("%w: volume mount %s: %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(dest), quote.Value(name), quote.Error(err))
 			}
 			ids = append(ids, name)
 			continue
 		}
 		if strings.Contains(id, "/") || strings.Contains(id, ",") {
-			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, dest)
+			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, quote.Value(dest))
 		}
 		ids = append(ids, id)
 	}

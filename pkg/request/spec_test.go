@@ -77,9 +77,9 @@ func TestVolumeMountErrors(t *testing.T) {
 		mount       specs.Mount
 		wantErr     string
 	}{
-		{"not a CDI name", devMount("cdi/gpu0"), `invalid GPU request: volume mount /var/run/nvidia-container-devices/cdi/gpu0: "gpu0" is not a CDI device name (vendor.com/class=name): unqualified device "gpu0", missing vendor`},
-		{"nested path", devMount("a/b"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/a/b does not name one device"},
-		{"list in one mount", devMount("0,1"), "invalid GPU request: volume mount /var/run/nvidia-container-devices/0,1 does not name one device"},
+		{"not a CDI name", devMount("cdi/gpu0"), `invalid GPU request: volume mount "/var/run/nvidia-container-devices/cdi/gpu0": "gpu0" is not a CDI device name (vendor.com/class=name): unqualified device "gpu0", missing vendor`},
+		{"nested path", devMount("a/b"), `invalid GPU request: volume mount "/var/run/nvidia-container-devices/a/b" does not name one device`},
+		{"list in one mount", devMount("0,1"), `invalid GPU request: volume mount "/var/run/nvidia-container-devices/0,1" does not name one device`},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

@@ -11,7 +11,8 @@ import (
 
 // FuzzParse checks, for any expression and any host values, that Parse neither panics nor
 // varies between calls, that what it accepts keeps the text as written, and that Eval and
-// Check on an accepted expression neither panic nor blame the expression for host values.
+// Check on an accepted expression neither panic nor blame the expression for host values; no
+// message is longer than maxMessage.
 func FuzzParse(f *testing.F) {
 	seeds := []struct{ expr, cuda, driver, arch, brand string }{
 		{realCUDA, "12.4", "550.54.15", "9.0", "nvidia"},
@@ -44,7 +45,7 @@ func FuzzParse(f *testing.F) {
 			if !strings.Contains(err.Error(), quote.Value(expr)) {
 				t.Fatalf("Parse(%q) error %q does not name the expression", expr, err)
 			}
-			if len(err.Error()) > 4*MaxExpressionLength {
+			if len(err.Error()) > maxMessage {
 				t.Fatalf("Parse(%q): error of %d bytes", expr, len(err.Error()))
 			}
 			return
@@ -67,7 +68,12 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q).Eval without GPUs: %v", expr, err)
 		}
 
-		_, cerr := Check([]Requirement{{Name: "NVIDIA_REQUIRE_FUZZ", Expression: expr}}, h)
+		warnings, cerr := Check([]Requirement{{Name: "NVIDIA_REQUIRE_FUZZ", Expression: expr}}, h)
+		for _, m := range append(warnings, errText(cerr)) {
+			if len(m) > maxMessage {
+				t.Fatalf("Check(%q): a message of %d bytes", expr, len(m))
+			}
+		}
 		switch {
 		case err != nil:
 			if !errors.Is(cerr, ErrInvalidVersion) {
@@ -82,8 +88,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Check(%q) error %v, want ErrUnsatisfied", expr, cerr)
 			}
 			msg := cerr.Error()
-			if !strings.HasPrefix(msg, "unsatisfied condition: "+e.Terms[0].Raw) || strings.ContainsAny(msg, "\n\r") {
-				t.Fatalf("Check(%q) message %q: want one line starting with the first term", expr, msg)
+			if !strings.HasPrefix(msg, "unsatisfied condition: "+quote.Cut(e.Terms[0].Raw)) || strings.ContainsAny(msg, "\n\r") {
+				t.Fatalf("Check(%q) message %q: want one line starting with the first term (cut)", expr, msg)
 			}
 		}
 	})

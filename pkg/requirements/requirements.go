@@ -29,7 +29,8 @@
 //     operator characters in the value, a bad version, brand with an ordering operator, a
 //     non-printable character) is an error wrapping ErrMalformed that names the expression and
 //     the term or factor; Check also names the variable. Expression text always appears quoted
-//     in errors and warnings, and only printable text reaches the unsatisfied message.
+//     in errors and warnings, each value cut to 256 bytes (internal/quote), and only printable
+//     text reaches the unsatisfied message.
 //   - An unknown key (NVIDIA_REQUIRE_FOO=foo>=1) is not an error. NVIDIA silently skips such
 //     factors, and refusing them would refuse images NVIDIA runs, so the factor counts as
 //     satisfied; unlike NVIDIA, Check reports it as a warning naming the variable, the
@@ -38,7 +39,8 @@
 //   - A host value the evaluation needs but cannot parse (an empty driver version, say) is an
 //     error wrapping ErrInvalidVersion and never ErrMalformed: the image is not at fault.
 //   - Check's unsatisfied error reads, verbatim at its start, as NVIDIA's does:
-//     "unsatisfied condition: <first OR-term as written>", plus ", please update your driver
+//     "unsatisfied condition: <first OR-term as written>" (a term longer than 256 bytes cut,
+//     its length said), plus ", please update your driver
 //     to a newer version, or use an earlier cuda container" when that term starts with
 //     "cuda>=", plus what the host has, on one line:
 //     " (host: cuda 12.4, driver 550.54.15)", and when the expression has an arch or brand
@@ -181,11 +183,11 @@ func parse(expr string) (Expression, error) {
 				return Expression{}, fmt.Errorf("more than %d factors", MaxFactors)
 			}
 			if fraw == "" {
-				return Expression{}, fmt.Errorf("term %q: empty factor", raw)
+				return Expression{}, fmt.Errorf("term %s: empty factor", quote.Value(raw))
 			}
 			f, err := parseFactor(fraw)
 			if err != nil {
-				return Expression{}, fmt.Errorf("factor %q: %w", fraw, err)
+				return Expression{}, fmt.Errorf("factor %s: %w", quote.Value(fraw), err)
 			}
 			t.Factors = append(t.Factors, f)
 		}
@@ -213,13 +215,13 @@ func parseFactor(raw string) (Factor, error) {
 	switch f.Op {
 	case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
 	default:
-		return Factor{}, fmt.Errorf("unknown operator %q (want one of = != < <= > >=)", string(f.Op))
+		return Factor{}, fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 	}
 	if f.Value == "" {
 		return Factor{}, errors.New("missing value after the operator")
 	}
 	if strings.ContainsAny(f.Value, opChars) {
-		return Factor{}, fmt.Errorf("value %q contains an operator character", f.Value)
+		return Factor{}, fmt.Errorf("value %s contains an operator character", quote.Value(f.Value))
 	}
 	if err := f.check(); err != nil {
 		return Factor{}, err
@@ -234,13 +236,13 @@ func (f Factor) check() error {
 		switch f.Op {
 		case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
 		default:
-			return fmt.Errorf("unknown operator %q (want one of = != < <= > >=)", string(f.Op))
+			return fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 		}
 		_, err := parseVersion(f.Value)
 		return err
 	case KeyBrand:
 		if f.Op != OpEqual && f.Op != OpNotEqual {
-			return fmt.Errorf("operator %q does not apply to brand (want = or !=)", string(f.Op))
+			return fmt.Errorf("operator %s does not apply to brand (want = or !=)", quote.Value(string(f.Op)))
 		}
 		if f.Value == "" {
 			return errors.New("missing value after the operator")
@@ -285,7 +287,7 @@ func (e Expression) Eval(h Host) (bool, error) {
 	for _, t := range e.Terms {
 		ok, err := t.eval(h)
 		if err != nil {
-			return false, fmt.Errorf("evaluate %q: %w", t.Raw, err)
+			return false, fmt.Errorf("evaluate %s: %w", quote.Value(t.Raw), err)
 		}
 		if ok {
 			return true, nil
@@ -360,7 +362,7 @@ func (f Factor) compare(have, what string) (bool, error) {
 	case OpGreaterEqual:
 		return c >= 0, nil
 	}
-	return false, fmt.Errorf("%w: unknown operator %q", ErrMalformed, string(f.Op))
+	return false, fmt.Errorf("%w: unknown operator %s", ErrMalformed, quote.Value(string(f.Op)))
 }
 
 // Check evaluates every requirement against h; all must hold. Empty and whitespace-only
@@ -432,13 +434,13 @@ func unknownKeysWarning(r Requirement, unknown []Factor) string {
 	}
 	known := " (known keys: " + strings.Join(knownKeys, ", ") + "); treated as satisfied"
 	if len(unknown) == 1 {
-		return fmt.Sprintf("%s: unknown key %s in factor %q%s", label(r), quote.List(keys), unknown[0].Raw, known)
+		return fmt.Sprintf("%s: unknown key %s in factor %s%s", label(r), quote.List(keys), quote.Value(unknown[0].Raw), known)
 	}
 	noun := "key"
 	if len(keys) > 1 {
 		noun = "keys"
 	}
-	return fmt.Sprintf("%s: unknown %s %s in %d factors, the first %q%s", label(r), noun, quote.List(keys), len(unknown), unknown[0].Raw, known)
+	return fmt.Sprintf("%s: unknown %s %s in %d factors, the first %s%s", label(r), noun, quote.List(keys), len(unknown), quote.Value(unknown[0].Raw), known)
 }
 
 // label names a requirement in errors: NVIDIA_REQUIRE_CUDA="cuda>=12.0". A long expression
@@ -461,7 +463,7 @@ func (e *unsatisfiedError) Unwrap() error { return ErrUnsatisfied }
 func unsatisfiedMessage(e Expression, h Host) string {
 	var b strings.Builder
 	first := e.Terms[0].Raw
-	b.WriteString("unsatisfied condition: " + first)
+	b.WriteString("unsatisfied condition: " + quote.Cut(first)) // as NVIDIA writes it, unquoted; a long term cut
 	if strings.HasPrefix(first, "cuda>=") {
 		b.WriteString(", please update your driver to a newer version, or use an earlier cuda container")
 	}

@@ -3,6 +3,8 @@ package requirements
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // CompareVersions compares two dotted numeric versions and returns -1, 0 or +1 as a is less
@@ -38,17 +40,17 @@ type Version []string
 
 func parseVersion(s string) (Version, error) {
 	if s == "" {
-		return nil, fmt.Errorf("%w %q: empty", ErrInvalidVersion, s)
+		return nil, fmt.Errorf("%w %s: empty", ErrInvalidVersion, quote.Value(s))
 	}
 	parts := strings.Split(s, ".")
 	v := make(Version, 0, len(parts))
 	for _, p := range parts {
 		if p == "" {
-			return nil, fmt.Errorf("%w %q: empty component", ErrInvalidVersion, s)
+			return nil, fmt.Errorf("%w %s: empty component", ErrInvalidVersion, quote.Value(s))
 		}
 		for i := 0; i < len(p); i++ {
 			if p[i] < '0' || p[i] > '9' {
-				return nil, fmt.Errorf("%w %q: component %q is not a number", ErrInvalidVersion, s, p)
+				return nil, fmt.Errorf("%w %s: component %s is not a number", ErrInvalidVersion, quote.Value(s), quote.Value(p))
 			}
 		}
 		p = strings.TrimLeft(p, "0")

@@ -56,6 +56,10 @@ const (
 	testKindRefused = `CDI device kind not allowed: "gpu-runtime.test/none=0" (kind "gpu-runtime.test/none"): gpu-runtime resolves CDI devices of kinds nvidia.com/gpu, k8s.device-plugin.nvidia.com/gpu only; to allow a kind, add it to cdi.allowed-kinds in the gpu-runtime config`
 )
 
+// maxMessage bounds what a create that fails says, whatever the container sent: messages quote
+// a few values of at most 256 bytes each (internal/quote).
+const maxMessage = 16 << 10
+
 func TestBadInput(t *testing.T) {
 	str := func(s string) *string { return &s }
 	gpu0 := []string{"NVIDIA_VISIBLE_DEVICES=0"}
@@ -123,6 +127,16 @@ func TestBadInput(t *testing.T) {
 			wantMsg: []string{`"all" cannot be combined with other devices`}},
 		{description: "100,000 unknown tokens: bounded message", env: []string{"NVIDIA_VISIBLE_DEVICES=" + manyTokens(100000)},
 			wantMsg: []string{`unknown device "t0", "t1", "t2", "t3", "t4" and 99995 more in NVIDIA_VISIBLE_DEVICES`}},
+		// Issue 23: every value a message quotes is cut (internal/quote); no message is long.
+		{description: "a 2 MB NVIDIA_IMEX_CHANNELS: bounded message", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0," + strings.Repeat("x", 2<<20)},
+			wantMsg: []string{`IMEX channel "` + strings.Repeat("x", 256) + `"… (2097152 bytes) in NVIDIA_IMEX_CHANNELS="0,` + strings.Repeat("x", 254) + `"… (2097154 bytes): want a number from 0 to 2047, or all`}},
+		{description: "a 1 MB NVIDIA_MIG_MONITOR_DEVICES: bounded message", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=" + strings.Repeat("0", 1<<20)},
+			wantMsg: []string{`NVIDIA_MIG_MONITOR_DEVICES="` + strings.Repeat("0", 256) + `"… (1048576 bytes): only "all" is supported`}},
+		{description: "a 1 MB CDI annotation: bounded message", env: gpu0, spec: func(t *testing.T, _ *env, b string) {
+			editSpec(t, b, func(s map[string]any) {
+				s["annotations"] = map[string]any{"cdi.k8s.io/big": strings.Repeat("y", 1<<20)}
+			})
+		}, wantMsg: []string{`CDI annotation "cdi.k8s.io/big": "` + strings.Repeat("y", 256) + `"… (1048576 bytes) is not a CDI device name (vendor.com/class=name)`}},
 		{description: "case-variant key in a mount", env: gpu0, spec: func(t *testing.T, _ *env, b string) {
 			data, err := os.ReadFile(filepath.Join(b, "config.json"))
 			if err != nil {
@@ -205,6 +219,9 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("create succeeded; stderr:\n%s", r.stderr)
 			}
 			msg := lastJSONError(t, logPath)
+			if len(msg) > maxMessage || len(r.stderr) > maxMessage {
+				t.Errorf("a message of %d bytes (stderr %d bytes): %.300q…", len(msg), len(r.stderr), msg)
+			}
 			for _, m := range tc.wantMsg {
 				if !strings.Contains(r.stderr, m) {
 					t.Errorf("stderr lacks %q:\n%s", m, r.stderr)

@@ -60,12 +60,12 @@ func TestLDCacheAtCreate(t *testing.T) {
 			spec: func(t *testing.T, b string) {
 				addMount(t, b, specs.Mount{Destination: "/etc/ld.so.conf.d", Type: "bind", Source: t.TempDir(), Options: []string{"rbind", "ro"}})
 			},
-			line: "loader cache: left to the update-ldcache hook: something is mounted at /etc/ld.so.conf.d, and the update reads or writes /etc/ld.so.conf.d: the hook sees the mount"},
+			line: `loader cache: left to the update-ldcache hook: something is mounted at "/etc/ld.so.conf.d", and the update reads or writes "/etc/ld.so.conf.d": the hook sees the mount`},
 		{description: "a volume inside the libraries' directory, reached through the image's /lib link", opts: testimage.Default(), hook: true,
 			spec: func(t *testing.T, b string) {
 				addMount(t, b, specs.Mount{Destination: "/lib/x86_64-linux-gnu/plugins", Type: "bind", Source: t.TempDir(), Options: []string{"rbind", "ro"}})
 			},
-			line: "loader cache: left to the update-ldcache hook: something is mounted at /lib/x86_64-linux-gnu/plugins, and the update reads or writes /lib: the hook sees the mount"},
+			line: `loader cache: left to the update-ldcache hook: something is mounted at "/lib/x86_64-linux-gnu/plugins", and the update reads or writes "/lib": the hook sees the mount`},
 		{description: "an image whose cache ldconfig must rebuild", opts: testimage.Options{Libraries: 20, UsrMerge: true, NoCache: true}, hook: true,
 			line: "loader cache: left to the update-ldcache hook: ldconfig must run: the image has no /etc/ld.so.cache and has libraries of its own, such as "},
 	}
@@ -136,7 +136,7 @@ func TestLDCacheAtCreateStaysInRoot(t *testing.T) {
 	if err != nil {
 		t.Skipf("SKIP: the host has no /etc/ld.so.cache to aim at: %v", err)
 	}
-	const atCreate, toHook = "loader cache: written at create", "loader cache: left to the update-ldcache hook: something is mounted at /proc"
+	const atCreate, toHook = "loader cache: written at create", `loader cache: left to the update-ldcache hook: something is mounted at "/proc`
 	for _, tc := range []struct {
 		description, path string
 		target            func(victim string) string
