@@ -16,7 +16,7 @@ import (
 const mpsProbe = `
 for f in /dev/nvidia*; do [ -c "$f" ] && echo "dev $f"; done
 env | grep '^CUDA_MPS_' | sed 's/^/env /'
-[ -p /tmp/nvidia-mps/control ] && echo pipe-control
+[ -S /tmp/nvidia-mps/control ] && echo pipe-control
 echo "shm $(stat -c %d /dev/shm)"
 for f in /dev/shm/marker-*; do [ -e "$f" ] && echo "seen $f"; done
 touch /dev/shm/marker-$MARK
