@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,7 +136,7 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	st := Check(cfg, name)
 	did := "already running"
 	if !st.Running {
-		if err := prepare(cfg, name, share); err != nil {
+		if err := prepare(cfg, name); err != nil {
 			return "", err
 		}
 		pid, err := launch(cfg, name, o)
@@ -179,18 +180,27 @@ func defaults(share config.MPSShare, devices int) []string {
 	return cmds
 }
 
-// prepare makes the share's directories and mounts its tmpfs.
-func prepare(cfg config.MPSConfig, name string, share config.MPSShare) error {
-	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name), cfg.ShmDir(name)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
+// prepare makes the share's directories and mounts its tmpfs. The pipe and log directories
+// are root's (0755): the daemon and gpu-ctk write there as root, and in a directory the
+// share's user could write, a link it planted would be followed (an older gpu-ctk gave both
+// to the share's user). The user needs no more: the share's MPS servers, which run as it,
+// reach the sockets and FIFO the daemon makes there with its own modes, and its logs are
+// readable. The pipe directory holds only what the daemon makes at start: it is made anew.
+func prepare(cfg config.MPSConfig, name string) error {
+	if err := os.MkdirAll(filepath.Join(cfg.Root, name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Join(cfg.Root, name), err)
+	}
+	pipe := cfg.PipeDir(name)
+	if err := os.RemoveAll(pipe); err != nil {
+		return fmt.Errorf("empty %s: %w", pipe, err)
+	}
+	for _, d := range []string{pipe, cfg.LogDir(name)} {
+		if err := ownDir(d); err != nil {
+			return err
 		}
 	}
-	// The share's user connects to the pipe directory and reads its logs.
-	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name)} {
-		if err := os.Chown(d, share.UID, -1); err != nil {
-			return fmt.Errorf("give %s to uid %d: %w", d, share.UID, err)
-		}
+	if err := os.MkdirAll(cfg.ShmDir(name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", cfg.ShmDir(name), err)
 	}
 	if !mounted(cfg.ShmDir(name)) {
 		if err := unix.Mount("tmpfs", cfg.ShmDir(name), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
@@ -200,10 +210,106 @@ func prepare(cfg config.MPSConfig, name string, share config.MPSShare) error {
 	return nil
 }
 
+// ownDir makes dir, or takes it back: gpu-ctk's own (root's), mode 0755, through a handle
+// that follows no link.
+func ownDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open directory %s (not a symbolic link): %w", dir, err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := unix.Fchown(fd, os.Geteuid(), os.Getegid()); err != nil {
+		return fmt.Errorf("take back %s: %w", dir, err)
+	}
+	if err := unix.Fchmod(fd, 0o755); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
+}
+
+// logName is gpu-ctk's log of a share's daemon (what it prints) in the share's log
+// directory; daemonLogs are the logs the daemon writes there itself.
+const logName = "gpu-ctk.log"
+
+var daemonLogs = []string{"control.log", "server.log"}
+
+// openLog opens the share's gpu-ctk.log for appending, through a handle on its log directory
+// that follows no link, and checks the daemon's own logs there. A name that is a symbolic
+// link, a FIFO or any file but a regular one of gpu-ctk's user with one link is refused:
+// never followed, opened or waited on. The daemon opens its logs as it will.
+func openLog(dir string) (*os.File, error) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open log directory %s (not a symbolic link): %w", dir, err)
+	}
+	defer func() { _ = unix.Close(dfd) }()
+	var bad []string
+	for _, n := range append([]string{logName}, daemonLogs...) {
+		if why := notOwnFile(dfd, n); why != "" {
+			bad = append(bad, n+" "+why)
+		}
+	}
+	var fd int
+	if len(bad) == 0 {
+		fd, err = unix.Openat(dfd, logName, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, logName), err)
+		}
+		if why := notOwn(fd); why != "" { // made between the check and the open: only root can
+			_ = unix.Close(fd)
+			bad = append(bad, logName+" "+why)
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("log directory %s: %s: remove them (gpu-ctk and the MPS daemon write there as root; an older gpu-ctk let the share's user write there too)",
+			dir, strings.Join(bad, "; "))
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, logName)), nil
+}
+
+// notOwnFile says why name in the directory dfd is not a file gpu-ctk may write as root; ""
+// when it is, or is absent.
+func notOwnFile(dfd int, name string) string {
+	var st unix.Stat_t
+	err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return ""
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return notOwnStat(st)
+}
+
+func notOwn(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err.Error()
+	}
+	return notOwnStat(st)
+}
+
+func notOwnStat(st unix.Stat_t) string {
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return "is a symbolic link"
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return "is not a regular file"
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Sprintf("belongs to uid %d", st.Uid)
+	case st.Nlink != 1:
+		return fmt.Sprintf("has %d hard links", st.Nlink)
+	}
+	return ""
+}
+
 // launch starts `gpu-ctk mps __daemon` in its own session and records its pid: the process
 // becomes the control daemon (exec keeps the pid).
 func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
-	logFile, err := os.OpenFile(filepath.Join(cfg.LogDir(name), "gpu-ctk.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logFile, err := openLog(cfg.LogDir(name))
 	if err != nil {
 		return 0, err
 	}

@@ -27,6 +27,17 @@ echo probe-done
 // uid 1000, started with gpu-ctk mps start and stopped when the test ends.
 func mpsEnv(t *testing.T) (*env, string) {
 	t.Helper()
+	e, root := mpsConfigured(t)
+	if out, code := gpuCTK(t, e, "mps", "start", "large", "small"); code != 0 || !strings.Contains(out, "large: started (pid ") || !strings.Contains(out, "small: started (pid ") {
+		t.Fatalf("gpu-ctk mps start: exit %d\n%s", code, out)
+	}
+	return e, root
+}
+
+// mpsConfigured is mpsEnv before gpu-ctk mps start: the shares are configured, and stopped
+// when the test ends.
+func mpsConfigured(t *testing.T) (*env, string) {
+	t.Helper()
 	e := newEnv(t, 2)
 	root := filepath.Join(e.dir, "mps")
 	e.writeConfig(t, fmt.Sprintf(`[mps]
@@ -48,10 +59,19 @@ uid = 1000
 			t.Errorf("gpu-ctk mps stop: exit %d\n%s", code, out)
 		}
 	})
-	if out, code := gpuCTK(t, e, "mps", "start", "large", "small"); code != 0 || !strings.Contains(out, "large: started (pid ") || !strings.Contains(out, "small: started (pid ") {
-		t.Fatalf("gpu-ctk mps start: exit %d\n%s", code, out)
-	}
 	return e, root
+}
+
+// ctkCombined runs gpu-ctk with e's config and returns its stdout and stderr together.
+func ctkCombined(t *testing.T, e *env, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	out, err := cmd.CombinedOutput()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
 }
 
 // TestMPS: each share's daemon got exactly its defaults and GPUs and its own /dev/shm; a
@@ -204,5 +224,52 @@ func TestMPSUnit(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(out, step.want) {
 			t.Errorf("%s %q: exit %d: %q", step.key, argv, code, out)
 		}
+	}
+}
+
+// TestMPSLogDirectory: gpu-ctk mps start writes in a share's log directory as root, and the
+// daemon writes its logs there as root. A link or FIFO planted there — by the share's user,
+// to whom an older gpu-ctk gave the directory — is refused with a message naming it, never
+// followed (no file appears in a root-only directory) nor waited on; the directory is root's
+// again, and the share starts once they are removed.
+func TestMPSLogDirectory(t *testing.T) {
+	e, root := mpsConfigured(t)
+	logDir := filepath.Join(root, "large", "log")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logDir, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	rootOnly := filepath.Join(e.dir, "root-only")
+	if err := os.Mkdir(rootOnly, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(rootOnly, "created"), filepath.Join(logDir, "gpu-ctk.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(logDir, "server.log"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	want := "gpu-ctk: MPS share \"large\": log directory " + logDir + ": gpu-ctk.log is a symbolic link; server.log is not a regular file: remove them " +
+		"(gpu-ctk and the MPS daemon write there as root; an older gpu-ctk let the share's user write there too)\n"
+	if code != 1 || out != want {
+		t.Errorf("start with planted files: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if _, err := os.Lstat(filepath.Join(rootOnly, "created")); err == nil {
+		t.Error("gpu-ctk created a file in a root-only directory through a link in the share's log directory")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(logDir, &st); err != nil || st.Uid != 0 || st.Mode&0o7777 != 0o755 {
+		t.Errorf("log directory: uid %d, mode %o (%v); want root's, 0755", st.Uid, st.Mode&0o7777, err)
+	}
+	for _, n := range []string{"gpu-ctk.log", "server.log"} {
+		if err := os.Remove(filepath.Join(logDir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "start", "large"); code != 0 || !strings.HasPrefix(out, "large: started (pid ") {
+		t.Errorf("start after removing them: exit %d: %q", code, out)
 	}
 }
