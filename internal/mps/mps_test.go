@@ -1,6 +1,7 @@
 package mps
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,8 +131,8 @@ func TestOpenLog(t *testing.T) {
 }
 
 // TestPrepareTakesDirectoriesBack: directories an older gpu-ctk gave to the share's user
-// become root's again; the pipe directory is made anew, so nothing planted there is left for
-// the daemon to follow; the logs stay.
+// become root's again; the pipe directory and the client view are made anew, so nothing
+// planted there is left for the daemon to follow or a container to see; the logs stay.
 func TestPrepareTakesDirectoriesBack(t *testing.T) {
 	requireRoot(t)
 	base := t.TempDir()
@@ -155,7 +156,7 @@ func TestPrepareTakesDirectoriesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(cfg.ShmDir("a"), syscall.MNT_DETACH) })
-	for _, d := range []string{cfg.PipeDir("a"), cfg.LogDir("a")} {
+	for _, d := range []string{cfg.PipeDir("a"), cfg.ClientDir("a"), cfg.LogDir("a")} {
 		var st syscall.Stat_t
 		if err := syscall.Lstat(d, &st); err != nil {
 			t.Fatal(err)
@@ -164,8 +165,10 @@ func TestPrepareTakesDirectoriesBack(t *testing.T) {
 			t.Errorf("%s: uid %d, mode %o; want root's, 0755", d, st.Uid, st.Mode&0o7777)
 		}
 	}
-	if entries, _ := os.ReadDir(cfg.PipeDir("a")); len(entries) != 0 {
-		t.Errorf("the pipe directory kept %v", entries)
+	for _, d := range []string{cfg.PipeDir("a"), cfg.ClientDir("a")} {
+		if entries, _ := os.ReadDir(d); len(entries) != 0 {
+			t.Errorf("%s kept %v", d, entries)
+		}
 	}
 	if data, _ := os.ReadFile(filepath.Join(cfg.LogDir("a"), "control.log")); string(data) != "kept\n" {
 		t.Errorf("control.log: %q", data)
@@ -183,5 +186,60 @@ func symlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClientView: the client view holds the daemon's control socket itself (a hard link),
+// and nothing else of the pipe directory; a daemon that made its socket anew leaves the view
+// stale until gpu-ctk mps start links it again, and the share is not running meanwhile.
+func TestClientView(t *testing.T) {
+	base := t.TempDir()
+	cfg := config.MPSConfig{Root: base, Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}}}}
+	if err := os.MkdirAll(cfg.PipeDir("a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	listen := func() net.Listener {
+		t.Helper()
+		_ = os.Remove(filepath.Join(cfg.PipeDir("a"), "control"))
+		l, err := net.Listen("unixpacket", filepath.Join(cfg.PipeDir("a"), "control"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	if why := viewProblem(cfg, "a"); why != "its daemon has no control socket in "+cfg.PipeDir("a") {
+		t.Errorf("no daemon: %q", why)
+	}
+	if err := linkView(cfg, "a"); err == nil || !strings.HasPrefix(err.Error(), `the daemon of MPS share "a" made no control socket `+filepath.Join(cfg.PipeDir("a"), "control")) {
+		t.Errorf("linkView without a socket: %v", err)
+	}
+	listen()
+	writeFile(t, filepath.Join(cfg.PipeDir("a"), "nvidia-cuda-mps-control.pid"), "1")
+	if why := viewProblem(cfg, "a"); why != "its client view "+cfg.ClientDir("a")+" holds no control socket yet" {
+		t.Errorf("before linkView: %q", why)
+	}
+	if err := linkView(cfg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if why := viewProblem(cfg, "a"); why != "" {
+		t.Errorf("after linkView: %q", why)
+	}
+	entries, _ := os.ReadDir(cfg.ClientDir("a"))
+	if len(entries) != 1 || entries[0].Name() != "control" || entries[0].Type() != os.ModeSocket {
+		t.Errorf("client view holds %v", entries)
+	}
+	// A client connects through the view.
+	c, err := net.Dial("unixpacket", filepath.Join(cfg.ClientDir("a"), "control"))
+	if err != nil {
+		t.Fatalf("connect through the client view: %v", err)
+	}
+	_ = c.Close()
+	listen() // the daemon made its socket anew
+	if why := viewProblem(cfg, "a"); why != "its client view "+cfg.ClientDir("a")+" holds an old control socket" {
+		t.Errorf("a new socket: %q", why)
+	}
+	if err := linkView(cfg, "a"); err != nil || viewProblem(cfg, "a") != "" {
+		t.Errorf("linked again: %v, %q", err, viewProblem(cfg, "a"))
 	}
 }

@@ -3,6 +3,8 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
@@ -103,19 +105,36 @@ func describeDevices(devices []Device) string {
 	return strings.Join(parts, ", ")
 }
 
-// mpsEdits connects a container to its share: only that share's pipe directory and shared
-// memory, and its own CUDA_MPS_* variables removed — they can only lower the daemon's
-// limits, and the share's are the administrator's.
+// mpsEdits connects a container to its share: only that share's client view (the control
+// socket of its daemon, read-only) and shared memory, and its own CUDA_MPS_* variables
+// removed — they can only lower the daemon's limits, and the share's are the administrator's.
 func mpsEdits(name string, cfg config.MPSConfig) edits.Edits {
-	why := fmt.Sprintf("MPS share %s: its daemon's pipe directory and shared memory, none of another share's", name)
-	opts := []string{"rw", "nosuid", "nodev", "bind"}
 	return edits.Edits{
 		UnsetEnv: []string{"CUDA_MPS_*"},
 		Env:      []string{"CUDA_MPS_PIPE_DIRECTORY=" + MPSPipeDir},
 		EnvWhy:   fmt.Sprintf("MPS share %s: the container's CUDA_MPS_* could only lower the share's limits; the share sets them", name),
 		Mounts: []edits.Mount{
-			{HostPath: cfg.PipeDir(name), ContainerPath: MPSPipeDir, Options: opts, Why: why},
-			{HostPath: cfg.ShmDir(name), ContainerPath: "/dev/shm", Options: opts, Why: why},
+			{HostPath: cfg.ClientDir(name), ContainerPath: MPSPipeDir, Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"},
+				Why: fmt.Sprintf("MPS share %s: its daemon's control socket, which clients connect to; not the daemon's privileged socket, lock, pid file or log pipe, and nothing the container can replace", name)},
+			{HostPath: cfg.ShmDir(name), ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "bind"},
+				Why: fmt.Sprintf("MPS share %s: the shared memory of its daemon's servers, none of another share's", name)},
 		},
 	}
+}
+
+// mpsPrograms are the driver's MPS programs: the control daemon and front end, and the
+// server it starts. A share's clients need neither: the daemon runs on the host.
+var mpsPrograms = []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
+
+// withoutMPSPrograms drops the driver's MPS programs from a share container's mounts: the
+// front end is how people change a daemon's defaults or end it. A tenant can bring its own
+// copy; what keeps the daemon's privileged socket out of reach is the client view.
+func withoutMPSPrograms(mounts []edits.Mount) []edits.Mount {
+	out := mounts[:0:0]
+	for _, m := range mounts {
+		if !slices.Contains(mpsPrograms, path.Base(m.ContainerPath)) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -3,10 +3,13 @@ package plan
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
@@ -40,24 +43,33 @@ func mpsReq(t *testing.T, uid uint32, env ...string) request.Request {
 	return r
 }
 
-// TestMPSPlan: a share's container gets the share's GPUs, its pipe directory and shared
-// memory, and none of its own CUDA_MPS_* settings.
+// TestMPSPlan: a share's container gets the share's GPUs, its client view (read-only) and
+// shared memory, none of its own CUDA_MPS_* settings, and none of the driver's MPS programs.
 func TestMPSPlan(t *testing.T) {
-	p, err := Build(mpsReq(t, 0, "NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=all"), mpsHost())
+	h := mpsHost()
+	for _, name := range []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"} {
+		h.Files = append(h.Files, discover.File{Kind: discover.KindBinary, Capability: capabilities.Compute, HostPath: "/drv/usr/bin/" + name, ContainerPath: "/usr/bin/" + name})
+	}
+	p, err := Build(mpsReq(t, 0, "NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=all"), h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Devices) != 1 || p.Devices[0].UUID != "GPU-aaaa" {
 		t.Errorf("devices %v, want GPU 0 only", p.Devices)
 	}
-	opts := []string{"rw", "nosuid", "nodev", "bind"}
-	why := "MPS share large: its daemon's pipe directory and shared memory, none of another share's"
 	wantMounts := []edits.Mount{
-		{HostPath: "/run/mps/large/pipe", ContainerPath: "/tmp/nvidia-mps", Options: opts, Why: why},
-		{HostPath: "/run/mps/large/shm", ContainerPath: "/dev/shm", Options: opts, Why: why},
+		{HostPath: "/run/mps/large/client", ContainerPath: "/tmp/nvidia-mps", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"},
+			Why: "MPS share large: its daemon's control socket, which clients connect to; not the daemon's privileged socket, lock, pid file or log pipe, and nothing the container can replace"},
+		{HostPath: "/run/mps/large/shm", ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "bind"},
+			Why: "MPS share large: the shared memory of its daemon's servers, none of another share's"},
 	}
 	if !reflect.DeepEqual(p.Edits.Mounts[:2], wantMounts) {
 		t.Errorf("mounts %+v", p.Edits.Mounts[:2])
+	}
+	for _, m := range p.Edits.Mounts {
+		if strings.Contains(m.ContainerPath, "nvidia-cuda-mps") {
+			t.Errorf("%s mounted into a share's container", m.ContainerPath)
+		}
 	}
 	if !reflect.DeepEqual(p.Edits.UnsetEnv, []string{"CUDA_MPS_*"}) || !reflect.DeepEqual(p.Edits.Env, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"}) {
 		t.Errorf("env: unset %q, set %q", p.Edits.UnsetEnv, p.Edits.Env)
@@ -66,6 +78,10 @@ func TestMPSPlan(t *testing.T) {
 		if d.Path == "/dev/nvidia2" {
 			t.Error("GPU 1, outside the share, injected")
 		}
+	}
+	// Without a share, a compute container keeps them.
+	if p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0"), h); err != nil || !slices.ContainsFunc(p.Edits.Mounts, func(m edits.Mount) bool { return m.ContainerPath == "/usr/bin/nvidia-cuda-mps-control" }) {
+		t.Errorf("a container without a share lacks nvidia-cuda-mps-control: %v", err)
 	}
 	// A device list inside the share.
 	if p, err := Build(mpsReq(t, 1000, "NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"), mpsHost()); err != nil || len(p.Devices) != 1 {

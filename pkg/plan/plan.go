@@ -115,6 +115,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if req.MPSShare != "" {
+		common.Mounts = withoutMPSPrograms(common.Mounts)
+	}
 	p.Warnings = append(healthWarnings, warnings...)
 	p.Edits.Add(common)
 	for _, ch := range imexChannels(req, host.Devices) {

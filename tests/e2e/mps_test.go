@@ -273,3 +273,79 @@ func TestMPSLogDirectory(t *testing.T) {
 		t.Errorf("start after removing them: exit %d: %q", code, out)
 	}
 }
+
+// tenantScript is a tenant on an MPS share trying its daemon's control interface: with its
+// own copy of the front end (/mine), the pipe directory it was given, and whatever is there.
+const tenantScript = `
+ls -A /tmp/nvidia-mps | sed 's/^/entry /'
+command -v nvidia-cuda-mps-control >/dev/null && echo driver-front-end
+echo get_default_active_thread_percentage | /mine/nvidia-cuda-mps-control | sed 's/^/query /'
+printf 'set_default_active_thread_percentage 100\nset_default_device_pinned_mem_limit 0 80G\nquit\n' | /mine/nvidia-cuda-mps-control | sed 's/^/reply /'
+for f in control control_privileged control_lock log nvidia-cuda-mps-control.pid; do rm /tmp/nvidia-mps/$f 2>/dev/null && echo "removed $f"; done
+ln -s / /tmp/nvidia-mps/planted 2>/dev/null && echo planted
+[ -S /tmp/nvidia-mps/control ] && echo control-still-there
+echo probe-done
+`
+
+// TestMPSTenantCannotControl: a share's container, root with CAP_DAC_OVERRIDE (docker's
+// default) and its own copy of nvidia-cuda-mps-control, sees only its daemon's control
+// socket, read-only: it can query the daemon but not raise the share's defaults, end the
+// daemon, remove or plant anything there; the driver's front end is not injected; the daemon
+// runs on with the share's defaults, and the next tenant's container starts.
+func TestMPSTenantCannotControl(t *testing.T) {
+	e, root := mpsEnv(t)
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, tenantScript)
+	mine := filepath.Join(b, "rootfs", "mine")
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control"), mine).CombinedOutput(); err != nil {
+		t.Fatalf("copy the front end: %v: %s", err, out)
+	}
+	editSpec(t, b, func(s map[string]any) {
+		caps := s["process"].(map[string]any)["capabilities"].(map[string]any)
+		for k, v := range caps {
+			caps[k] = append(v.([]any), "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+		}
+	})
+	r := e.run(t, b)
+	if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+		t.Fatalf("tenant: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f := facts(lines(r.stdout))
+	for _, want := range []string{
+		"entry control", "query 20", "control-still-there",
+		"reply set_default_active_thread_percentage: not permitted on this connection",
+		"reply set_default_device_pinned_mem_limit: not permitted on this connection",
+		"reply quit: not permitted on this connection",
+	} {
+		if !f[want] {
+			t.Errorf("tenant: missing %q:\n%s", want, r.stdout)
+		}
+	}
+	for l := range f {
+		if (strings.HasPrefix(l, "entry ") && l != "entry control") || strings.HasPrefix(l, "removed ") || l == "planted" || l == "driver-front-end" {
+			t.Errorf("tenant: %q:\n%s", l, r.stdout)
+		}
+	}
+
+	log, _ := os.ReadFile(filepath.Join(root, "small", "log", "control.log"))
+	for _, not := range []string{"cmd set_default_active_thread_percentage 100", "cmd set_default_device_pinned_mem_limit 0 80G", "cmd quit"} {
+		if strings.Contains(string(log), not+"\n") {
+			t.Errorf("the tenant's %q reached share small's daemon:\n%s", not, log)
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "small"); code != 0 || !strings.HasPrefix(out, "small: running, pid ") {
+		t.Errorf("after the tenant: status %d: %q", code, out)
+	}
+	query := exec.Command(filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control"))
+	query.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(root, "small", "pipe")}
+	query.Stdin = strings.NewReader("get_default_active_thread_percentage\nget_default_device_pinned_mem_limit 0\n")
+	if out, err := query.CombinedOutput(); err != nil || string(out) != "20\n16G\n" {
+		t.Errorf("share small's defaults after the tenant: %v: %q, want 20 and 16G", err, out)
+	}
+	next := e.run(t, e.bundle(t, []string{"NVIDIA_MPS_SHARE=small", "MARK=next"}, mpsProbe))
+	if next.code != 0 || !strings.Contains(next.stdout, "probe-done") || !strings.Contains(next.stdout, "pipe-control") {
+		t.Errorf("the next tenant: exit %d\n%s\n%s", next.code, next.stdout, next.stderr)
+	}
+}
