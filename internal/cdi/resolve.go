@@ -134,6 +134,24 @@ func (d devices) DeviceNodes() []string {
 	return out
 }
 
+// NodesOf lists the container paths of the nodes one of the devices injects, with those of
+// its spec's common edits (injected with it).
+func (d devices) NodesOf(name string) []string {
+	var out []string
+	for i, dev := range d.devices {
+		if d.names[i] != name {
+			continue
+		}
+		for _, n := range dev.ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+		for _, n := range dev.GetSpec().ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+	}
+	return out
+}
+
 // Apply injects the devices with the CDI library: each spec's common edits once, then the
 // devices' own.
 func (d devices) Apply(spec *specs.Spec) error {

@@ -42,6 +42,25 @@ type MPS struct {
 // list must stay inside them. It checks the share exists, runs, and serves the container's
 // user.
 func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, error) {
+	members, err := checkShare(req, host)
+	if err != nil {
+		return nil, err
+	}
+	if req.Mode == request.AllGPUs {
+		return members, nil
+	}
+	var errs []error
+	for _, d := range selected {
+		if !isMember(d, members) {
+			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, req.MPSShare, describeDevices(members)))
+		}
+	}
+	return selected, errors.Join(errs...)
+}
+
+// checkShare checks that the share a request is on exists, runs, and serves the container's
+// user, and returns its GPUs.
+func checkShare(req request.Request, host Host) ([]Device, error) {
 	name := req.MPSShare
 	cfg := host.MPS.Config
 	share, ok := cfg.Shares[name]
@@ -59,24 +78,67 @@ func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, er
 		return nil, mpsErrorf("MPS share %q serves uid %d, and the container runs as uid %d: MPS servers are per user; run the container as uid %d, or give it a share whose uid is %d",
 			name, share.UID, req.UID, share.UID, req.UID)
 	}
-	members, err := ShareDevices(name, share, host.Driver.GPUs)
-	if err != nil {
-		return nil, err
+	return ShareDevices(name, share, host.Driver.GPUs)
+}
+
+func isMember(d Device, members []Device) bool {
+	return slices.ContainsFunc(members, func(m Device) bool { return m.UUID == d.UUID })
+}
+
+// CDIDevice is a CDI device a request names, and the devices its nodes are (DevicesOf).
+type CDIDevice struct {
+	Name    string
+	Devices []Device
+}
+
+// ShareCDI holds the CDI devices of a request on an MPS share — asked for, or forced by the
+// runtime's mps.share — to what Build holds native devices to: the share exists, runs and
+// serves the container's user, and every GPU they bring is one of the share's. A CDI device
+// cannot be narrowed to the share's GPUs (its spec's edits come whole), so one that brings
+// another GPU (nvidia.com/gpu=all where the share has fewer GPUs than the host) is refused,
+// naming the device, the share and the fix. With shareEdits (no native devices: Build added
+// them otherwise), the share's edits are added to p. CDI devices that bring no GPU join no
+// share.
+func (p *Plan) ShareCDI(req request.Request, host Host, cdi []CDIDevice, shareEdits bool) error {
+	gpus := 0
+	for _, c := range cdi {
+		gpus += len(c.Devices)
 	}
-	if req.Mode == request.AllGPUs {
-		return members, nil
+	if gpus == 0 {
+		return nil
+	}
+	members, err := checkShare(req, host)
+	if err != nil {
+		return err
+	}
+	share := fmt.Sprintf("MPS share %q", req.MPSShare)
+	if host.MPS.Config.Share == req.MPSShare {
+		share += " (mps.share: every GPU container of this runtime joins it)"
+	}
+	indices := make([]string, len(members))
+	for i, m := range members {
+		indices[i] = m.Index
 	}
 	var errs []error
-	for _, d := range selected {
-		in := false
-		for _, m := range members {
-			in = in || m.UUID == d.UUID
+	for _, c := range cdi {
+		var outside []string
+		for _, d := range c.Devices {
+			if !isMember(d, members) {
+				outside = append(outside, "GPU "+d.String())
+			}
 		}
-		if !in {
-			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, name, describeDevices(members)))
+		if len(outside) > 0 {
+			errs = append(errs, mpsErrorf("CDI device %s gives %s, not in %s, which has %s: a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or %s=%s)",
+				quote.Value(c.Name), strings.Join(outside, ", "), share, describeDevices(members), request.EnvVisibleDevices, strings.Join(indices, ",")))
 		}
 	}
-	return selected, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if shareEdits {
+		p.Edits.Add(mpsEdits(req.MPSShare, host.MPS.Config))
+	}
+	return nil
 }
 
 // ShareDevices resolves a share's devices on the host's GPUs: whole GPUs, none in MIG mode.

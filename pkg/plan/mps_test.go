@@ -129,3 +129,65 @@ func TestMPSPlanErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestShareCDI: CDI devices on a share obey it as native ones do: the share's checks, its
+// edits, only its GPUs; a CDI device that brings another GPU is refused, naming the device,
+// the share and the fix.
+func TestShareCDI(t *testing.T) {
+	h := mpsHost()
+	gpu0, gpu1 := wholeGPU(h.Driver.GPUs[0]), wholeGPU(h.Driver.GPUs[1])
+	all := CDIDevice{Name: "nvidia.com/gpu=all", Devices: []Device{gpu0, gpu1}}
+	first := CDIDevice{Name: "nvidia.com/gpu=0", Devices: []Device{gpu0}}
+	second := CDIDevice{Name: "nvidia.com/gpu=1", Devices: []Device{gpu1}}
+	imex := CDIDevice{Name: "nvidia.com/imex-channel=0"}
+	testCases := []struct {
+		description string
+		share       string
+		uid         uint32
+		cdi         []CDIDevice
+		host        func(*Host)
+		shareEdits  bool
+		wantEdits   bool
+		want        string
+	}{
+		{description: "the share's GPU", share: "large", cdi: []CDIDevice{first}, shareEdits: true, wantEdits: true},
+		{description: "beside native devices, whose plan has the share's edits", share: "large", cdi: []CDIDevice{first}},
+		{description: "all the share's GPUs", share: "both", cdi: []CDIDevice{all}, shareEdits: true, wantEdits: true},
+		{description: "no GPU: no share", share: "gone", cdi: []CDIDevice{imex}, shareEdits: true},
+		{description: "every GPU of the host", share: "large", cdi: []CDIDevice{all, imex}, shareEdits: true,
+			want: `CDI device "nvidia.com/gpu=all" gives GPU 1 (GPU-bbbb), not in MPS share "large", which has GPU 0 (GPU-aaaa): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`},
+		{description: "a share forced by mps.share", share: "large", cdi: []CDIDevice{first, second}, shareEdits: true,
+			host: func(h *Host) { h.MPS.Config.Share = "large" },
+			want: `CDI device "nvidia.com/gpu=1" gives GPU 1 (GPU-bbbb), not in MPS share "large" (mps.share: every GPU container of this runtime joins it), which has GPU 0 (GPU-aaaa): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`},
+		{description: "a share not running", share: "large", cdi: []CDIDevice{first}, host: func(h *Host) { h.MPS.Running["large"] = false },
+			want: `MPS share "large" is not running: start it with gpu-ctk mps start large`},
+		{description: "another user", share: "large", uid: 1000, cdi: []CDIDevice{first},
+			want: `MPS share "large" serves uid 0, and the container runs as uid 1000: MPS servers are per user; run the container as uid 0, or give it a share whose uid is 1000`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			h := mpsHost()
+			if tc.host != nil {
+				tc.host(&h)
+			}
+			var p Plan
+			err := p.ShareCDI(request.Request{MPSShare: tc.share, UID: tc.uid}, h, tc.cdi, tc.shareEdits)
+			if tc.want != "" {
+				if err == nil || err.Error() != tc.want || !errors.Is(err, ErrMPS) {
+					t.Errorf("error %v\nwant %s", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := edits.Edits{}
+			if tc.wantEdits {
+				want = mpsEdits(tc.share, h.MPS.Config)
+			}
+			if !reflect.DeepEqual(p.Edits, want) {
+				t.Errorf("edits %+v\nwant %+v", p.Edits, want)
+			}
+		})
+	}
+}

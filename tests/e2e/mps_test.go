@@ -349,3 +349,89 @@ func TestMPSTenantCannotControl(t *testing.T) {
 		t.Errorf("the next tenant: exit %d\n%s\n%s", next.code, next.stdout, next.stderr)
 	}
 }
+
+// TestMPSCDI: on an MPS share — forced by the runtime's mps.share, or asked for — devices
+// named by CDI, in NVIDIA_VISIBLE_DEVICES or by the device plugin's cdi/ volume mount, get
+// what native ones get: only the share's GPU, its client view and tmpfs, none of their own
+// CUDA_MPS_* settings; a CDI device that brings another GPU is refused, naming the device,
+// the share and the fix, and the spec is left as it was.
+func TestMPSCDI(t *testing.T) {
+	e, root := mpsEnv(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := string(data) + fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n[request]\naccept-device-list-as-volume-mounts = true\n", dir)
+	if err := os.WriteFile(e.config, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := ctkCombined(t, e, "cdi", "generate", "--output", filepath.Join(dir, "nvidia.yaml")); code != 0 {
+		t.Fatalf("gpu-ctk cdi generate: exit %d\n%s", code, out)
+	}
+	forced := strings.Replace(base, "[mps]\n", "[mps]\nshare = \"small\"\n", 1)
+	gpu0, gpu1 := e.host.Options.GPUs[0].UUID, e.host.Options.GPUs[1].UUID
+	shmDev := func(share string) string {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(root, share, "shm"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("shm %d", st.Dev)
+	}
+	refusal := func(device, share string) string {
+		return `gpu-runtime: plan GPU injection: CDI device "` + device + `" gives GPU 1 (` + gpu1 + `), not in MPS share "small"` + share +
+			`, which has GPU 0 (` + gpu0 + `): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`
+	}
+	const forcedNote = " (mps.share: every GPU container of this runtime joins it)"
+	testCases := []struct {
+		description string
+		config      string
+		env         []string
+		mount       string // a /dev/null mount under /var/run/nvidia-container-devices/cdi/
+		want        string // the error; "" when the container runs on share small
+	}{
+		{description: "forced share, all GPUs by CDI name", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"}, want: refusal("nvidia.com/gpu=all", forcedNote)},
+		{description: "forced share, all GPUs by cdi/ volume mount", config: forced, mount: "nvidia.com/gpu=all", want: refusal("nvidia.com/gpu=all", forcedNote)},
+		{description: "forced share, another GPU beside the share's", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=1"}, want: refusal("nvidia.com/gpu=1", forcedNote)},
+		{description: "forced share, its GPU by CDI name", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}},
+		{description: "forced share, its GPU by cdi/ volume mount", config: forced, mount: "nvidia.com/gpu=0"},
+		{description: "asked for, another GPU by CDI name", config: base, env: []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want: refusal("nvidia.com/gpu=1", "")},
+		{description: "asked for, its GPU by CDI name", config: base, env: []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if err := os.WriteFile(e.config, []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := append([]string{"MARK=cdi", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"}, tc.env...)
+			b := e.bundle(t, env, mpsProbe)
+			if tc.mount != "" {
+				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/"+tc.mount)
+			}
+			before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if tc.want != "" {
+				if msg := lastJSONError(t, logPath); r.code == 0 || msg != tc.want {
+					t.Errorf("exit %d, error %q\nwant %q", r.code, msg, tc.want)
+				}
+				wantSpecUnchanged(t, b, before)
+				return
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+				t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			f := facts(lines(r.stdout))
+			for _, want := range []string{"dev /dev/nvidia0", "env CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "pipe-control", shmDev("small")} {
+				if !f[want] {
+					t.Errorf("missing %q:\n%s", want, dumpFacts(f))
+				}
+			}
+			for _, not := range []string{"dev /dev/nvidia1", "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", shmDev("large")} {
+				if f[not] {
+					t.Errorf("%q in the container:\n%s", not, dumpFacts(f))
+				}
+			}
+		})
+	}
+}
