@@ -113,8 +113,11 @@ func linkView(cfg config.MPSConfig, name string) error {
 	}
 	src := filepath.Join(cfg.PipeDir(name), ControlSocket)
 	var st unix.Stat_t
-	if err := unix.Lstat(src, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return fmt.Errorf("the daemon of MPS share %q made no control socket %s (%v); see %s", name, src, err, cfg.LogDir(name))
+	if err := unix.Lstat(src, &st); err != nil {
+		return fmt.Errorf("the daemon of MPS share %q made no control socket: lstat %s: %w; see %s", name, src, err, cfg.LogDir(name))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("the daemon of MPS share %q made no control socket: %s is not a socket; see %s", name, src, cfg.LogDir(name))
 	}
 	tmp := filepath.Join(dir, "."+ControlSocket+".new")
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {

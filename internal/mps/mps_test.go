@@ -211,8 +211,12 @@ func TestClientView(t *testing.T) {
 	if why := viewProblem(cfg, "a"); why != "its daemon has no control socket in "+cfg.PipeDir("a") {
 		t.Errorf("no daemon: %q", why)
 	}
-	if err := linkView(cfg, "a"); err == nil || !strings.HasPrefix(err.Error(), `the daemon of MPS share "a" made no control socket `+filepath.Join(cfg.PipeDir("a"), "control")) {
+	if err := linkView(cfg, "a"); err == nil || err.Error() != `the daemon of MPS share "a" made no control socket: lstat `+filepath.Join(cfg.PipeDir("a"), "control")+": no such file or directory; see "+cfg.LogDir("a") {
 		t.Errorf("linkView without a socket: %v", err)
+	}
+	writeFile(t, filepath.Join(cfg.PipeDir("a"), "control"), "")
+	if err := linkView(cfg, "a"); err == nil || err.Error() != `the daemon of MPS share "a" made no control socket: `+filepath.Join(cfg.PipeDir("a"), "control")+" is not a socket; see "+cfg.LogDir("a") {
+		t.Errorf("linkView with a file: %v", err)
 	}
 	listen()
 	writeFile(t, filepath.Join(cfg.PipeDir("a"), "nvidia-cuda-mps-control.pid"), "1")
