@@ -27,8 +27,8 @@ func mpsErrorf(format string, args ...any) error {
 	return &mpsError{msg: fmt.Sprintf(format, args...)}
 }
 
-// MPSPipeDir is where a share's pipe directory is mounted in its containers, and what their
-// CUDA_MPS_PIPE_DIRECTORY says.
+// MPSPipeDir is where a share's client view (its daemon's control socket) is mounted in its
+// containers, and what their CUDA_MPS_PIPE_DIRECTORY says.
 const MPSPipeDir = "/tmp/nvidia-mps"
 
 // MPS is what the planner knows of MPS shares: their configuration, and which daemons run
