@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
-	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
@@ -384,7 +384,7 @@ func (d *doctor) checkHook() {
 		d.add("hook", statusFail, err.Error(), "install gpu-hook next to gpu-runtime, or set hook.path")
 		return
 	}
-	ld, err := hook.StaticLDConfig(d.cfg.Hook.LDConfig) // what the hook runs where it needs ldconfig
+	ld, err := ldupdate.StaticLDConfig(d.cfg.Hook.LDConfig) // what the hook runs where it needs ldconfig
 	if err != nil {
 		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; %v", hookPath, err), "set hook.ldconfig to a static ldconfig (glibc's is)")
 		return

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
@@ -61,10 +62,11 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		root, err := ContainerRoot(stdin)
+		root, user, err := containerOf(stdin)
 		if err != nil {
 			return err
 		}
+		opts.User = user
 		// The hook lives for milliseconds and what it holds is bounded (maxImageCache):
 		// collecting garbage would only cost time, unless something went far off.
 		debug.SetGCPercent(-1)
@@ -142,7 +144,9 @@ func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLo
 	if err := fs.Parse(args); err != nil {
 		return opts, log, err
 	}
-	opts.Libraries = libs
+	for _, l := range libs {
+		opts.Libraries = append(opts.Libraries, ldupdate.Library{Path: l})
+	}
 	opts.Deadline = Deadline(timeout)
 	return opts, log, nil
 }

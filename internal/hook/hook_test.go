@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
+	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
 // TestMain lets the test binary play gpu-hook's sandbox: RunLDConfig re-executes
@@ -19,23 +21,6 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
-}
-
-func TestDevLinkName(t *testing.T) {
-	testCases := []struct{ description, in, want string }{
-		{"versioned", "libcuda.so.550.54.15", "libcuda.so"},
-		{"soname", "libGLX_nvidia.so.0", "libGLX_nvidia.so"},
-		{"no version", "libcuda.so", ""},
-		{"not a library", "nvidia-smi", ""},
-		{"leading .so.", ".so.1", ""},
-	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			if got := DevLinkName(tc.in); got != tc.want {
-				t.Errorf("DevLinkName(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
 }
 
 func TestContainerRoot(t *testing.T) {
@@ -78,23 +63,6 @@ func TestContainerRoot(t *testing.T) {
 	}
 }
 
-func buildLib(t *testing.T, path, soname string) {
-	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("SKIPPED: gcc not installed")
-	}
-	src := filepath.Join(t.TempDir(), "s.c")
-	if err := os.WriteFile(src, []byte("int f(void){return 1;}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,"+soname, "-o", path, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, out)
-	}
-}
-
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -106,14 +74,14 @@ func TestUpdateLDCache(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir() // no /etc: the hook must create it inside the root
 	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
-	buildLib(t, filepath.Join(root, lib), "libcuda.so.1")
+	testimage.BuildLib(t, filepath.Join(root, lib), "libcuda.so.1")
 	// The image already ships its own dev link for libnvidia-ml: it must be left alone.
 	ml := "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
-	buildLib(t, filepath.Join(root, ml), "libnvidia-ml.so.1")
+	testimage.BuildLib(t, filepath.Join(root, ml), "libnvidia-ml.so.1")
 	if err := os.Symlink("image-choice", filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib, ml}}); err != nil {
+	if _, err := UpdateLDCache(root, LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{lib, ml}, nil)}}); err != nil {
 		t.Fatal(err)
 	}
 	checks := []struct{ link, want string }{
@@ -150,7 +118,7 @@ func TestUpdateLDCacheConfined(t *testing.T) {
 			if err := os.Symlink(target, filepath.Join(root, "usr/lib/x86_64-linux-gnu")); err != nil {
 				t.Fatal(err)
 			}
-			_, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}})
+			_, err := UpdateLDCache(root, LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}, nil)}})
 			entries, _ := os.ReadDir(host)
 			if len(entries) != 0 {
 				t.Fatalf("hook wrote to the host through an image symlink: %v (err %v)", entries, err)
@@ -168,10 +136,10 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 		opts        LDCacheOptions
 		wantErr     string
 	}{
-		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `update the container's loader cache: ldconfig path "ldconfig" is not absolute`},
-		{"relative library", LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"lib/x.so.1"}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
+		{"relative ldconfig", LDCacheOptions{Options: ldupdate.Options{LDConfig: "ldconfig"}}, `update the container's loader cache: ldconfig path "ldconfig" is not absolute`},
+		{"relative library", LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{"lib/x.so.1"}, nil)}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
 		// Refused before anything is done, though the common case runs no ldconfig.
-		{"dynamic ldconfig", LDCacheOptions{LDConfig: "/bin/true"},
+		{"dynamic ldconfig", LDCacheOptions{Options: ldupdate.Options{LDConfig: "/bin/true"}},
 			"update the container's loader cache: hook.ldconfig /bin/true is dynamically linked: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig"},
 	}
 	for _, tc := range testCases {

@@ -2,7 +2,6 @@ package hook
 
 import (
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 )
 
 // The host's ldconfig runs against a container root that the image controls. Run as
@@ -56,39 +56,46 @@ const (
 )
 
 // ErrLDConfig marks a failed or timed-out ldconfig run.
-var ErrLDConfig = errors.New("update the container's loader cache")
+var ErrLDConfig = ldupdate.ErrLDConfig
 
 // maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
 // runLDConfig runs the host's ldconfig over the root in the sandbox described above: it
-// creates the SONAME links of the libraries in p's directories (and every directory the
+// creates the SONAME links of the libraries in in's directories (and every directory the
 // image's configuration names) and writes the root's /etc/ld.so.cache. The root's deadline
 // bounds the run; deadline is the whole update's length, for the message. ldconfig's
-// output, if any, is returned apart from the error.
-func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Duration) (output string, err error) {
+// output, if any, is returned apart from the error, with warnings about the image's loader
+// configuration.
+func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput, deadline time.Duration) (output string, warnings []string, err error) {
 	bin, err := sealedExecutable(ldconfig)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	defer bin.Close()
-	conf, err := flattenLDSOConf(w.root)
-	w.warnings = append(w.warnings, conf.warnings...)
+	conf, err := ldupdate.ReadConfig(root)
+	warnings = conf.Warnings
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", warnings, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
-	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf.bytes()))
+	output, err = sandbox(root, ldconfig, bin, conf.Bytes(), in, deadline)
+	return output, warnings, err
+}
+
+// sandbox runs the sealed ldconfig bin with the flattened configuration conf in the sandbox.
+func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in ldupdate.LDConfigInput, deadline time.Duration) (output string, err error) {
+	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
 	defer confFile.Close()
 	files := []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
-	args := []string{SandboxCommand, w.root.Path()}
-	for _, lib := range p.libs {
+	args := []string{SandboxCommand, root.Path()}
+	for _, lib := range in.Libraries {
 		// Wherever the low-level runtime mounted it: a link in the image at its path
 		// resolves, inside the root, to where the runtime made its mount target. One that
 		// resolves to no file is not there for ldconfig either.
-		h, err := w.root.Lookup(lib)
+		h, err := root.Lookup(lib)
 		if errors.Is(err, confined.ErrBudget) {
 			return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
 		}
@@ -101,9 +108,9 @@ func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Durat
 			args = append(args, lib)
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", append(append(args, "--"), p.dirs...)...)
+	cmd := exec.Command("/proc/self/exe", append(append(args, "--"), in.Dirs...)...)
 	cmd.Args[0] = "gpu-hook"
-	cmd.Env = LDConfigEnv
+	cmd.Env = ldconfigEnv
 	cmd.ExtraFiles = files
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -121,7 +128,7 @@ func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Durat
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	left := deadline
-	if d := w.root.Deadline(); !d.IsZero() {
+	if d := root.Deadline(); !d.IsZero() {
 		left = time.Until(d)
 	}
 	timer := time.NewTimer(max(left, 0))
@@ -157,7 +164,7 @@ func Sandbox(args []string) error {
 		return err
 	}
 	argv := append([]string{"ldconfig", "-i", "-f", "/proc/self/fd/" + strconv.Itoa(sandboxConfFD), "-C", "/etc/ld.so.cache"}, dirs...)
-	return fmt.Errorf("exec ldconfig: %w", unix.Exec("/proc/self/fd/"+strconv.Itoa(sandboxLDConfigFD), argv, LDConfigEnv))
+	return fmt.Errorf("exec ldconfig: %w", unix.Exec("/proc/self/fd/"+strconv.Itoa(sandboxLDConfigFD), argv, ldconfigEnv))
 }
 
 // enterRoot makes the root's own mount the process's "/", with only the injected libraries
@@ -286,11 +293,14 @@ func isRegular(h *os.File) bool {
 	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
+// ldconfigEnv is the whole environment ldconfig runs with.
+var ldconfigEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
 // sealedExecutable returns a sealed in-memory copy of the static executable at p (a file of
 // the host, trusted), or of p.real when p is a wrapper script and p.real is static (Ubuntu's
 // /sbin/ldconfig is a script around /sbin/ldconfig.real).
 func sealedExecutable(p string) (*os.File, error) {
-	p, err := StaticLDConfig(p)
+	p, err := ldupdate.StaticLDConfig(p)
 	if err != nil {
 		return nil, err
 	}
@@ -300,59 +310,6 @@ func sealedExecutable(p string) (*os.File, error) {
 	}
 	defer f.Close()
 	return sealedMemfd(filepath.Base(p), f)
-}
-
-// StaticLDConfig returns the static executable to run for the configured ldconfig p: p, or
-// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
-func StaticLDConfig(p string) (string, error) {
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
-	}
-	reason := staticExecutable(p)
-	if reason != nil {
-		if staticExecutable(p+".real") != nil {
-			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
-		}
-		p += ".real"
-	}
-	return p, nil
-}
-
-// staticExecutable says why p is not a static ELF executable, or nil.
-func staticExecutable(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var magic [4]byte
-	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != elf.ELFMAG {
-		if string(magic[:2]) == "#!" {
-			return errors.New("is a script")
-		}
-		return errors.New("is not an ELF executable")
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	ef, err := readELF(f, st.Size())
-	var progs []elfProg
-	if err == nil {
-		progs, err = ef.progs()
-	}
-	if err != nil {
-		return fmt.Errorf("is not a readable ELF file (%w)", err)
-	}
-	for _, prog := range progs {
-		if prog.typ == elf.PT_INTERP {
-			return errors.New("is dynamically linked")
-		}
-	}
-	if ef.typ != elf.ET_EXEC && ef.typ != elf.ET_DYN {
-		return errors.New("is not an executable")
-	}
-	return nil
 }
 
 // sealedMemfd copies r into an anonymous memory file that can no longer change.

@@ -15,6 +15,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
@@ -54,24 +55,34 @@ func Bundle(r io.Reader) (string, error) {
 // ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
 // returns the container's root filesystem path from <bundle>/config.json.
 func ContainerRoot(r io.Reader) (string, error) {
+	root, _, err := containerOf(r)
+	return root, err
+}
+
+// containerOf is ContainerRoot, and the container's user when it has no user namespace (the
+// identity its image files are read with; nil with a user namespace, where the hook already
+// acts as the container's root).
+func containerOf(r io.Reader) (string, *confined.Cred, error) {
 	bundle, err := Bundle(r)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var spec struct {
-		Root *specs.Root `json:"root"`
+		Root    *specs.Root    `json:"root"`
+		Process *specs.Process `json:"process"`
+		Linux   *specs.Linux   `json:"linux"`
 	}
 	if err := readBundleSpec(bundle, &spec); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
+		return "", nil, fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
 	}
 	root := spec.Root.Path
 	if !filepath.IsAbs(root) {
 		root = filepath.Join(bundle, root)
 	}
-	return filepath.Clean(root), nil
+	return filepath.Clean(root), confined.UserOf(spec.Process, spec.Linux), nil
 }
 
 // readBundleSpec decodes <bundle>/config.json into v, which names only the members the

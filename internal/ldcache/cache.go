@@ -2,7 +2,6 @@ package ldcache
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -427,24 +426,29 @@ func (c *Cache) add(e Entry, first bool) {
 // each architecture in glibc's sysdeps sets them: FLAG_ELF_LIBC6 plus the
 // ABI. It fails where the flags depend on more than these two, such as the
 // float ABI of 32-bit Arm and RISC-V libraries, which is in the ELF
-// header's flags.
-func FlagsFor(bits int, machine elf.Machine) (int32, error) {
-	const flagELFLibc6 = 0x0003
+// header's flags. machine is the ELF header's e_machine.
+func FlagsFor(bits int, machine uint16) (int32, error) {
+	// e_machine values (ELF gABI): debug/elf is not imported for five numbers, which would
+	// link its package initialisation into gpu-runtime.
+	const (
+		emI386, emPPC64, emS390, emX8664, emAArch64 = 3, 21, 22, 62, 183
+		flagELFLibc6                                = 0x0003
+	)
 	switch {
-	case bits == 64 && machine == elf.EM_X86_64:
+	case bits == 64 && machine == emX8664:
 		return flagX8664Lib64 | flagELFLibc6, nil
-	case bits == 32 && machine == elf.EM_X86_64: // x32
+	case bits == 32 && machine == emX8664: // x32
 		return flagX8664LibX32 | flagELFLibc6, nil
-	case bits == 32 && machine == elf.EM_386:
+	case bits == 32 && machine == emI386:
 		return flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_AARCH64:
+	case bits == 64 && machine == emAArch64:
 		return flagAArch64Lib64 | flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_PPC64:
+	case bits == 64 && machine == emPPC64:
 		return flagPowerPCLib64 | flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_S390:
+	case bits == 64 && machine == emS390:
 		return flagS390Lib64 | flagELFLibc6, nil
 	}
-	return 0, fmt.Errorf("find ld cache flags for %d-bit %v libraries: not supported", bits, machine)
+	return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
 }
 
 // Encode returns c as an ld.so.cache file in the "glibc-ld.so.cache1.1"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -104,38 +105,45 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 	}
 	// The injected libraries' mounts: where each is read from before it is mounted.
 	libs := map[string]bool{}
+	var libPaths []string
 	for _, lib := range ldOpts.Libraries {
-		libs[path.Clean(lib)] = true
+		libs[path.Clean(lib.Path)] = true
+		libPaths = append(libPaths, lib.Path)
 	}
-	ldOpts.Sources = map[string]string{}
+	sources := map[string]string{}
 	var foreign []specs.Mount
 	for _, m := range spec.Mounts {
 		dest := path.Clean(m.Destination)
 		switch {
 		case libs[dest] && (slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")):
-			ldOpts.Sources[dest] = m.Source
+			sources[dest] = m.Source
 		case !ours[dest]:
 			foreign = append(foreign, m)
 		}
 	}
 	for lib := range libs {
-		if ldOpts.Sources[lib] == "" {
+		if sources[lib] == "" {
 			return false, "no bind mount injects " + lib
 		}
 	}
-	lim := confined.DefaultLimits(createDeadline)
-	loader, err := hook.LoaderPaths(root, ldOpts.Libraries, lim)
+	r, err := confined.Open(root, confined.DefaultLimits(createDeadline))
+	if err != nil {
+		return false, err.Error()
+	}
+	defer r.Close()
+	r.ReadAs(confined.UserOf(spec.Process, spec.Linux))
+	loader, err := ldupdate.LoaderPaths(r, libPaths)
 	if err != nil {
 		return false, err.Error()
 	}
 	if why := shadowsLoader(root, foreign, loader); why != "" {
 		return false, why
 	}
-	ldOpts.Deadline = time.Until(lim.Deadline)
-	if u := spec.Process; u != nil {
-		ldOpts.User = &confined.Cred{UID: u.User.UID, GID: u.User.GID, Groups: u.User.AdditionalGids}
+	uo := ldupdate.Options{LDConfig: ldOpts.LDConfig, DriverVersion: ldOpts.DriverVersion}
+	for _, lib := range ldOpts.Libraries {
+		uo.Libraries = append(uo.Libraries, ldupdate.Library{Path: lib.Path, Source: sources[path.Clean(lib.Path)]})
 	}
-	res, err := hook.UpdateLDCacheAtCreate(root, ldOpts)
+	res, err := ldupdate.Update(r, uo)
 	for _, w := range res.Warnings {
 		log.Warn("loader cache: " + w)
 	}
@@ -144,9 +152,9 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 		return false, err.Error() + " (the hook reports it)"
 	case err != nil:
 		return false, err.Error()
-	case res.Method == hook.MethodLDConfig:
+	case res.Method == ldupdate.MethodLDConfig:
 		return false, "ldconfig must run: " + res.Reason
-	case res.Method == hook.MethodSkipped:
+	case res.Method == ldupdate.MethodSkipped:
 		return true, "none written because " + res.Reason
 	}
 	return true, fmt.Sprintf("written at create, in-process (%d libraries)", len(libs))

@@ -1,4 +1,4 @@
-package hook
+package ldupdate
 
 import (
 	"bytes"
@@ -36,14 +36,15 @@ type confLine struct {
 	line int
 }
 
-// loaderConf is the image's loader configuration, flattened.
-type loaderConf struct {
-	lines    []confLine
-	warnings []string
+// Config is the image's loader configuration, flattened (ReadConfig).
+type Config struct {
+	lines []confLine
+	// Warnings say which files were skipped, and why.
+	Warnings []string
 }
 
-// bytes is the configuration as one file with no includes, for ldconfig.
-func (c loaderConf) bytes() []byte {
+// Bytes is the configuration as one file with no includes, for ldconfig.
+func (c Config) Bytes() []byte {
 	var out bytes.Buffer
 	for _, l := range c.lines {
 		out.WriteString(l.text + "\n")
@@ -51,7 +52,7 @@ func (c loaderConf) bytes() []byte {
 	return out.Bytes()
 }
 
-// flattenLDSOConf returns the image's loader configuration as one file with no includes: the
+// ReadConfig returns the image's loader configuration as one file with no includes: the
 // lines of /etc/ld.so.conf with each `include` replaced, in place, by the lines of the files
 // its patterns match (sorted, as glibc's glob sorts them). ldconfig then reads only that
 // text, which it parses itself, instead of opening image files by name: every file here is
@@ -60,8 +61,8 @@ func (c loaderConf) bytes() []byte {
 // at most once, within the limits above and the update's budget. Files that cannot be read
 // that way are skipped with a warning naming them; a missing /etc/ld.so.conf is an empty
 // configuration, as for ldconfig. Only the budget's end is an error.
-func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
-	var c loaderConf
+func ReadConfig(root *confined.Root) (Config, error) {
+	var c Config
 	read := map[string]bool{}
 	var walk func(file string, depth int) error
 	walk = func(file string, depth int) error {
@@ -69,7 +70,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			return nil // included again: its lines are in already, and ldconfig dedups directories
 		}
 		if len(read) >= maxConfFiles {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", quote.Cut(file), maxConfFiles))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", quote.Cut(file), maxConfFiles))
 			return nil
 		}
 		read[file] = true
@@ -80,7 +81,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 			return nil
 		case err != nil:
-			c.warnings = append(c.warnings, fmt.Sprintf("loader configuration %s skipped: %v", quote.Cut(file), quote.Error(err)))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("loader configuration %s skipped: %v", quote.Cut(file), quote.Error(err)))
 			return nil
 		}
 		for i, line := range strings.Split(string(data), "\n") {
@@ -88,7 +89,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			text = strings.TrimSpace(text)
 			if rest, ok := cutKeyword(text, "include"); ok {
 				if depth >= maxConfDepth {
-					c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
+					c.Warnings = append(c.Warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
 					continue
 				}
 				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
@@ -100,7 +101,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 						return err
 					}
 					for _, w := range warnings {
-						c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include: %s", quote.Cut(file), i+1, w))
+						c.Warnings = append(c.Warnings, fmt.Sprintf("%s line %d: include: %s", quote.Cut(file), i+1, w))
 					}
 					for _, m := range matches {
 						if err := walk(m, depth+1); err != nil {

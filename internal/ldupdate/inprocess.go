@@ -1,7 +1,6 @@
-package hook
+package ldupdate
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -153,8 +152,8 @@ type cacheWriter struct {
 	// directory (name ""), by directory identity: in a usr-merged image /lib/x and
 	// /usr/lib/x are one directory.
 	ours map[fileKey]bool
-	// sources, when not nil, name the host files of the injected libraries, by container
-	// path: the update runs before they are mounted (UpdateLDCacheAtCreate).
+	// sources name the host files of the injected libraries read before they are mounted,
+	// by container path (Library.Source).
 	sources map[string]string
 	// warnings say what of the image was skipped.
 	warnings []string
@@ -221,8 +220,8 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 		}
 		var soname string
 		var flags int32
-		if w.sources != nil {
-			soname, flags, err = readHostLibrary(w.sources[lib], name)
+		if src, ok := w.sources[lib]; ok {
+			soname, flags, err = readHostLibrary(src, name)
 		} else {
 			// The low-level runtime mounted it there: it is a mount of its own.
 			soname, flags, err = readLibrary(h, name, true)
@@ -324,7 +323,7 @@ func libraryInfo(f *os.File, size int64, name string) (soname string, flags int3
 		return "", 0, fmt.Errorf("%w: SONAME %q is not a file name", errELF, soname)
 	}
 	bits := 64
-	if ef.class == elf.ELFCLASS32 {
+	if ef.class == elfClass32 {
 		bits = 32
 	}
 	flags, err = ldcache.FlagsFor(bits, ef.machine)
@@ -484,12 +483,12 @@ var scanDirs = []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/
 // configuration, a configuration file that cannot be read, or a directory too large to list
 // is an error as well.
 func (w *cacheWriter) noImageLibraries(p ldPlan) error {
-	conf, err := flattenLDSOConf(w.root)
+	conf, err := ReadConfig(w.root)
 	if err != nil {
 		return err
 	}
-	if len(conf.warnings) > 0 {
-		return fmt.Errorf("the image has no %s and %s", ldcache.DefaultPath, conf.warnings[0])
+	if len(conf.Warnings) > 0 {
+		return fmt.Errorf("the image has no %s and %s", ldcache.DefaultPath, conf.Warnings[0])
 	}
 	dirs := slices.Clone(scanDirs)
 	for _, line := range conf.lines {
@@ -568,4 +567,10 @@ func (w *cacheWriter) makeLinks(entries []ldEntry) error {
 		}
 	}
 	return nil
+}
+
+// isRegular says whether the handle h is on a regular file.
+func isRegular(h *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

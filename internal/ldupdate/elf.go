@@ -1,17 +1,18 @@
-package hook
+package ldupdate
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 )
 
-// The hook reads ELF files it does not trust: the image's CUDA compat libraries, and the
+// The update reads ELF files it does not trust: the image's CUDA compat libraries, and the
 // injected libraries at their container paths. debug/elf reads whole tables and sections
-// into memory (a sparse file can declare a section-name table of a gigabyte), so the hook
+// into memory (a sparse file can declare a section-name table of a gigabyte), so the update
 // has its own reader that reads only what it needs, each read bounded before it is made:
 // the header, at most maxELFProgs program headers or maxELFSections section headers, a
 // dynamic segment of at most maxELFDynamic bytes, a section-name table of at most
@@ -24,6 +25,21 @@ const (
 	maxELFString   = 255 // a SONAME is a file name
 )
 
+// The few ELF constants the reader needs, from the ELF specification (gABI). debug/elf is not
+// imported for them: gpu-runtime would link its package initialisation and tables.
+const (
+	elfMagic                  = "\x7fELF"
+	eiClass, eiData           = 4, 5
+	elfClass32, elfClass64    = 1, 2
+	elfData2LSB, elfData2MSB  = 1, 2
+	etExec, etDyn             = 2, 3
+	ptLoad, ptDynamic         = 1, 2
+	ptInterp                  = 3
+	dtNull, dtStrtab, dtStrsz = 0, 5, 10
+	dtSoname                  = 14
+	shtNobits                 = 8
+)
+
 // errELF marks a file the bounded ELF reader refuses.
 var errELF = errors.New("not a readable ELF file")
 
@@ -31,10 +47,10 @@ var errELF = errors.New("not a readable ELF file")
 type elfFile struct {
 	r       io.ReaderAt
 	size    int64
-	class   elf.Class
+	class   byte
 	order   binary.ByteOrder
-	machine elf.Machine
-	typ     elf.Type
+	machine uint16
+	typ     uint16
 
 	phoff, shoff           uint64
 	phnum, shnum, shstrndx uint64
@@ -51,22 +67,22 @@ func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: read header: %w", errELF, err)
 	}
-	if n < 52 || string(hdr[:4]) != elf.ELFMAG {
+	if n < 52 || string(hdr[:4]) != elfMagic {
 		return nil, fmt.Errorf("%w: no ELF header", errELF)
 	}
-	f := &elfFile{r: r, size: size, class: elf.Class(hdr[elf.EI_CLASS])}
-	switch elf.Data(hdr[elf.EI_DATA]) {
-	case elf.ELFDATA2LSB:
+	f := &elfFile{r: r, size: size, class: hdr[eiClass]}
+	switch hdr[eiData] {
+	case elfData2LSB:
 		f.order = binary.LittleEndian
-	case elf.ELFDATA2MSB:
+	case elfData2MSB:
 		f.order = binary.BigEndian
 	default:
-		return nil, fmt.Errorf("%w: unknown byte order %d", errELF, hdr[elf.EI_DATA])
+		return nil, fmt.Errorf("%w: unknown byte order %d", errELF, hdr[eiData])
 	}
 	o := f.order
-	f.typ, f.machine = elf.Type(o.Uint16(hdr[16:])), elf.Machine(o.Uint16(hdr[18:]))
+	f.typ, f.machine = o.Uint16(hdr[16:]), o.Uint16(hdr[18:])
 	switch f.class {
-	case elf.ELFCLASS64:
+	case elfClass64:
 		if n < 64 {
 			return nil, fmt.Errorf("%w: header truncated", errELF)
 		}
@@ -77,7 +93,7 @@ func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
 		if (f.phnum > 0 && f.phentsize != 56) || (f.shnum > 0 && f.shentsize != 64) {
 			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
 		}
-	case elf.ELFCLASS32:
+	case elfClass32:
 		f.phoff, f.shoff = uint64(o.Uint32(hdr[28:])), uint64(o.Uint32(hdr[32:]))
 		f.phentsize, f.phnum = uint64(o.Uint16(hdr[42:])), uint64(o.Uint16(hdr[44:]))
 		f.shentsize, f.shnum, f.shstrndx = uint64(o.Uint16(hdr[46:])), uint64(o.Uint16(hdr[48:])), uint64(o.Uint16(hdr[50:]))
@@ -86,7 +102,7 @@ func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
 			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
 		}
 	default:
-		return nil, fmt.Errorf("%w: unknown class %d", errELF, hdr[elf.EI_CLASS])
+		return nil, fmt.Errorf("%w: unknown class %d", errELF, hdr[eiClass])
 	}
 	switch {
 	case f.phnum > maxELFProgs:
@@ -122,7 +138,7 @@ func (f *elfFile) read(off, n uint64) ([]byte, error) {
 
 // elfProg is the part of a program header the reader uses.
 type elfProg struct {
-	typ                elf.ProgType
+	typ                uint32
 	off, vaddr, filesz uint64
 }
 
@@ -135,10 +151,10 @@ func (f *elfFile) progs() ([]elfProg, error) {
 	progs := make([]elfProg, f.phnum)
 	for i := range progs {
 		p := raw[uint64(i)*f.phentsize:]
-		if f.class == elf.ELFCLASS64 {
-			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: o.Uint64(p[8:]), vaddr: o.Uint64(p[16:]), filesz: o.Uint64(p[32:])}
+		if f.class == elfClass64 {
+			progs[i] = elfProg{typ: o.Uint32(p), off: o.Uint64(p[8:]), vaddr: o.Uint64(p[16:]), filesz: o.Uint64(p[32:])}
 		} else {
-			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: uint64(o.Uint32(p[4:])), vaddr: uint64(o.Uint32(p[8:])), filesz: uint64(o.Uint32(p[16:]))}
+			progs[i] = elfProg{typ: o.Uint32(p), off: uint64(o.Uint32(p[4:])), vaddr: uint64(o.Uint32(p[8:])), filesz: uint64(o.Uint32(p[16:]))}
 		}
 	}
 	return progs, nil
@@ -158,7 +174,7 @@ func (f *elfFile) soname() (string, error) {
 	}
 	var dyn *elfProg
 	for i := range progs {
-		if progs[i].typ == elf.PT_DYNAMIC {
+		if progs[i].typ == ptDynamic {
 			dyn = &progs[i]
 			break
 		}
@@ -178,19 +194,19 @@ func (f *elfFile) soname() (string, error) {
 entries:
 	for i := uint64(0); i+f.dynEntrySize <= uint64(len(raw)); i += f.dynEntrySize {
 		var tag, val uint64
-		if f.class == elf.ELFCLASS64 {
+		if f.class == elfClass64 {
 			tag, val = f.order.Uint64(raw[i:]), f.order.Uint64(raw[i+8:])
 		} else {
 			tag, val = uint64(f.order.Uint32(raw[i:])), uint64(f.order.Uint32(raw[i+4:]))
 		}
 		switch tag {
-		case uint64(elf.DT_NULL):
+		case dtNull:
 			break entries
-		case uint64(elf.DT_STRTAB):
+		case dtStrtab:
 			strtab, haveStrtab = val, true
-		case uint64(elf.DT_STRSZ):
+		case dtStrsz:
 			strsz = val
-		case uint64(elf.DT_SONAME):
+		case dtSoname:
 			soname, haveSoname = val, true
 		}
 	}
@@ -202,7 +218,7 @@ entries:
 	}
 	off, ok := uint64(0), false
 	for _, p := range progs {
-		if p.typ == elf.PT_LOAD && strtab >= p.vaddr && strtab-p.vaddr < p.filesz {
+		if p.typ == ptLoad && strtab >= p.vaddr && strtab-p.vaddr < p.filesz {
 			off, ok = p.off+(strtab-p.vaddr), true
 			break
 		}
@@ -251,7 +267,7 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 	o := f.order
 	get := func(i uint64) sect {
 		s := raw[i*f.shentsize:]
-		if f.class == elf.ELFCLASS64 {
+		if f.class == elfClass64 {
 			return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: o.Uint64(s[24:]), size: o.Uint64(s[32:])}
 		}
 		return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: uint64(o.Uint32(s[16:])), size: uint64(o.Uint32(s[20:]))}
@@ -273,7 +289,7 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 		if end := bytes.IndexByte(n, 0); end < 0 || string(n[:end]) != name {
 			continue
 		}
-		if s.typ == uint64(elf.SHT_NOBITS) {
+		if s.typ == shtNobits {
 			return nil, nil
 		}
 		if s.size > limit {
@@ -282,4 +298,57 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 		return f.read(s.off, s.size)
 	}
 	return nil, nil
+}
+
+// StaticLDConfig returns the static executable to run for the configured ldconfig p: p, or
+// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
+func StaticLDConfig(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
+	}
+	reason := staticExecutable(p)
+	if reason != nil {
+		if staticExecutable(p+".real") != nil {
+			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
+		}
+		p += ".real"
+	}
+	return p, nil
+}
+
+// staticExecutable says why p is not a static ELF executable, or nil.
+func staticExecutable(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != elfMagic {
+		if string(magic[:2]) == "#!" {
+			return errors.New("is a script")
+		}
+		return errors.New("is not an ELF executable")
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	ef, err := readELF(f, st.Size())
+	var progs []elfProg
+	if err == nil {
+		progs, err = ef.progs()
+	}
+	if err != nil {
+		return fmt.Errorf("is not a readable ELF file (%w)", err)
+	}
+	for _, prog := range progs {
+		if prog.typ == ptInterp {
+			return errors.New("is dynamically linked")
+		}
+	}
+	if ef.typ != etExec && ef.typ != etDyn {
+		return errors.New("is not an executable")
+	}
+	return nil
 }
