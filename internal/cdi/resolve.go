@@ -340,6 +340,24 @@ func (d devices) DeviceNodes() []string {
 	return out
 }
 
+// NodesOf lists the container paths of the nodes one of the devices injects, with those of
+// its spec's common edits (injected with it).
+func (d devices) NodesOf(name string) []string {
+	var out []string
+	for i, dev := range d.devices {
+		if d.names[i] != name {
+			continue
+		}
+		for _, n := range dev.ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+		for _, n := range dev.GetSpec().ContainerEdits.DeviceNodes {
+			out = append(out, n.Path)
+		}
+	}
+	return out
+}
+
 // Apply injects the devices with the CDI library's ContainerEdits, as its
 // Cache.InjectDevices does: each spec's common edits once, before its first device's, then
 // each device's own, all applied at once (Apply sorts the mounts by depth and handles user

@@ -35,10 +35,12 @@ the device plugin's /var/run/nvidia-container-devices/mps/<name> mount).
 
 start starts the daemon of each share (every configured share without arguments) from the
 driver root, seeing only the share's GPUs, with <mps.root>/<share>/pipe and log directories
-and a private tmpfs <mps.root>/<share>/shm as its /dev/shm, then sets the share's defaults;
-a running share only gets its defaults set again. stop quits the daemon and unmounts the
-tmpfs. status shows each share: running or why not, its pid and directories, its defaults.
-All need root, and all are idempotent.
+(root's) and a private tmpfs <mps.root>/<share>/shm as its /dev/shm, sets the share's
+defaults, then links the daemon's control socket into <mps.root>/<share>/client, what the
+share's containers see: not the daemon's privileged socket. A running share only gets its
+defaults set again. stop quits the daemon and unmounts the tmpfs. status shows each share:
+running or why not, its pid and directories, its defaults. All need root, and all are
+idempotent.
 `
 
 func runMPS(args []string, stdout, stderr io.Writer) error {
@@ -195,7 +197,7 @@ func mpsStatus(cfg config.MPSConfig, names []string, asJSON bool, stdout io.Writ
 		if s.PinnedMemoryLimit != "" {
 			fmt.Fprintf(&b, ", pinned memory %s per GPU", s.PinnedMemoryLimit)
 		}
-		fmt.Fprintf(&b, "\n  pipe %s, log %s, shm %s\n", s.PipeDir, s.LogDir, s.ShmDir)
+		fmt.Fprintf(&b, "\n  pipe %s (containers see %s), log %s, shm %s\n", s.PipeDir, s.ClientDir, s.LogDir, s.ShmDir)
 	}
 	_, err := io.WriteString(stdout, b.String())
 	return err

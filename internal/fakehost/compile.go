@@ -24,6 +24,8 @@ var (
 	nvmlSource []byte
 	//go:embed csrc/fakenvml.h
 	nvmlHeader []byte
+	//go:embed csrc/fakemps.c
+	mpsSource []byte
 )
 
 // withCFlags returns the flags used for every C file followed by extra: only symbols marked
@@ -119,6 +121,14 @@ func cudaLibrary(soname string, cudaVersion int) ([]byte, error) {
 		args := withCFlags("-shared", "-DFAKEHOST_CUDA_VERSION="+strconv.Itoa(cudaVersion),
 			"fakecuda.c", "-Wl,-soname,"+soname)
 		return gccBuild(map[string][]byte{"fakecuda.c": cudaSource}, args...)
+	})
+}
+
+// mpsControl returns the fake nvidia-cuda-mps-control (csrc/fakemps.c), static: it runs in
+// any container, as a tenant's own copy of the front end would.
+func mpsControl() ([]byte, error) {
+	return cached("mps-control", func() ([]byte, error) {
+		return gccBuild(map[string][]byte{"fakemps.c": mpsSource}, "-O2", "-Wall", "-Wextra", "-static", "fakemps.c")
 	})
 }
 

@@ -10,7 +10,8 @@ import (
 
 // Binaries returns the driver binaries of a fake host, relative to its driver root in the
 // default layout (Layout.Path maps them to another). They are "#!/bin/sh" scripts, so they
-// run in any container with a shell.
+// run in any container with a shell, except nvidia-cuda-mps-control: a static program
+// (csrc/fakemps.c), since the MPS control daemon and its front end talk over Unix sockets.
 func Binaries() []string {
 	var bins []string
 	for _, name := range []string{
@@ -250,52 +251,6 @@ func nvidiaSMI(opts *Options) string {
 		"cat <<'" + heredoc + "'\n" + table.String() + heredoc + "\n"
 }
 
-// mpsControlScript is the fake nvidia-cuda-mps-control. Like the real one it takes its pipe
-// and log directories from CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY (defaults
-// /tmp/nvidia-mps, /var/log/nvidia-mps), runs as the control daemon with -f (foreground) or
-// -d (background), and otherwise is a client that sends the commands on its stdin to the
-// daemon, failing with the real message when there is none. The daemon records in
-// <log>/control.log what it started with (CUDA_VISIBLE_DEVICES, the device and inode of its
-// /dev/shm) and every command it receives, one per line ("cmd <command>"); "quit" ends it.
-// It serves no CUDA client: it exists so that tests see exactly what gpu-ctk told it.
-const mpsControlScript = `#!/bin/sh
-# nvidia-cuda-mps-control of a fake GPU host built by gpu-runtime's internal/fakehost.
-pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
-log=${CUDA_MPS_LOG_DIRECTORY:-/var/log/nvidia-mps}
-daemon() {
-  mkdir -p "$pipe" "$log" || exit 1
-  echo "$$" >"$pipe/fake-daemon.pid"
-  rm -f "$pipe/control"
-  mkfifo -m 600 "$pipe/control" || exit 1
-  {
-    echo "start CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
-    echo "shm $(stat -c '%d:%i' /dev/shm)"
-  } >>"$log/control.log"
-  while :; do
-    while IFS= read -r cmd; do
-      echo "cmd $cmd" >>"$log/control.log"
-      if [ "$cmd" = quit ]; then
-        rm -f "$pipe/control" "$pipe/fake-daemon.pid"
-        echo "quit" >>"$log/control.log"
-        exit 0
-      fi
-    done <"$pipe/control"
-  done
-}
-case "$1" in
-  -f) daemon ;;
-  -d) sh "$0" -f </dev/null >/dev/null 2>&1 & exit 0 ;;
-  "") ;;
-  *) echo "nvidia-cuda-mps-control: unknown option $1" >&2; exit 1 ;;
-esac
-pid=$(cat "$pipe/fake-daemon.pid" 2>/dev/null)
-if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null || [ ! -p "$pipe/control" ]; then
-  echo "Cannot find MPS control daemon process" >&2
-  exit 1
-fi
-cat >"$pipe/control"
-`
-
 // simpleBinary generates a script that prints one line naming itself and the driver version.
 func simpleBinary(name, driverVersion string) string {
 	return "#!/bin/sh\n" +
@@ -306,14 +261,17 @@ func simpleBinary(name, driverVersion string) string {
 func (h *Host) writeBinaries() error {
 	for _, rel := range Binaries() {
 		name := path.Base(rel)
-		script := simpleBinary(name, h.Options.DriverVersion)
+		data := []byte(simpleBinary(name, h.Options.DriverVersion))
 		switch name {
 		case "nvidia-smi":
-			script = nvidiaSMI(&h.Options)
+			data = []byte(nvidiaSMI(&h.Options))
 		case "nvidia-cuda-mps-control":
-			script = mpsControlScript
+			var err error
+			if data, err = mpsControl(); err != nil {
+				return fmt.Errorf("build %s: %w", name, err)
+			}
 		}
-		if err := installFile(filepath.Join(h.DriverRoot, h.Options.Layout.Path(rel)), []byte(script), 0o755); err != nil {
+		if err := installFile(filepath.Join(h.DriverRoot, h.Options.Layout.Path(rel)), data, 0o755); err != nil {
 			return err
 		}
 	}

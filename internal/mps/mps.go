@@ -1,8 +1,11 @@
 // Package mps runs MPS shares (reference §11): one nvidia-cuda-mps-control daemon per share,
 // with its own pipe and log directories and a private tmpfs as its /dev/shm, and the share's
 // defaults (active thread percentage, pinned memory limit) set through its control interface.
-// A container joins a share by having exactly that share's pipe directory and tmpfs mounted
-// (pkg/plan); Check is what the create path asks, and reads only files.
+// A container joins a share by having exactly that share's client view and tmpfs mounted
+// (pkg/plan): the client view holds the one socket an MPS client connects to, and none of
+// what the daemon is controlled through. Check is what the create path asks, and reads only
+// files. Nothing here is per host: a share is a name, a configuration and a root, so any
+// number of daemons (per share, per claim) can run side by side.
 package mps
 
 import (
@@ -11,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,10 +39,11 @@ type State struct {
 	Running bool   `json:"running"`
 	PID     int    `json:"pid,omitempty"`
 	// Why says why a share is not running ("" when it runs).
-	Why     string `json:"why,omitempty"`
-	PipeDir string `json:"pipeDir"`
-	LogDir  string `json:"logDir"`
-	ShmDir  string `json:"shmDir"`
+	Why       string `json:"why,omitempty"`
+	PipeDir   string `json:"pipeDir"`
+	ClientDir string `json:"clientDir"`
+	LogDir    string `json:"logDir"`
+	ShmDir    string `json:"shmDir"`
 	// The share's configuration.
 	Devices                []string `json:"devices"`
 	ActiveThreadPercentage int      `json:"activeThreadPercentage,omitempty"`
@@ -47,11 +52,24 @@ type State struct {
 }
 
 // Check reads a share's state from its files, without running anything: the pid file
-// gpu-ctk mps start wrote names a live nvidia-cuda-mps-control, and the share's tmpfs is
-// mounted. The create path calls it for the share a container asks for.
+// gpu-ctk mps start wrote names a live nvidia-cuda-mps-control, the share's tmpfs is
+// mounted, and its client view holds the daemon's control socket (gpu-ctk mps start links it
+// there once the share's defaults are set). The create path calls it for the share a
+// container asks for.
 func Check(cfg config.MPSConfig, name string) State {
+	s := daemonState(cfg, name)
+	if s.Running {
+		if why := viewProblem(cfg, name); why != "" {
+			s.Running, s.Why = false, why
+		}
+	}
+	return s
+}
+
+// daemonState is Check without the client view: Running says the daemon runs.
+func daemonState(cfg config.MPSConfig, name string) State {
 	share := cfg.Shares[name]
-	s := State{Name: name, PipeDir: cfg.PipeDir(name), LogDir: cfg.LogDir(name), ShmDir: cfg.ShmDir(name),
+	s := State{Name: name, PipeDir: cfg.PipeDir(name), ClientDir: cfg.ClientDir(name), LogDir: cfg.LogDir(name), ShmDir: cfg.ShmDir(name),
 		Devices: share.Devices, ActiveThreadPercentage: share.ActiveThreadPercentage, PinnedMemoryLimit: share.PinnedMemoryLimit, UID: share.UID}
 	pid, err := readPID(cfg.PIDFile(name))
 	switch {
@@ -74,6 +92,61 @@ func Check(cfg config.MPSConfig, name string) State {
 	}
 	s.Running = true
 	return s
+}
+
+// ControlSocket is the socket in a pipe directory that MPS clients connect to (the CUDA
+// driver looks for it: https://docs.nvidia.com/deploy/mps/ names the directory, the daemon's
+// log the socket). The daemon makes others beside it: control_privileged (mode 0755: its
+// owner's, root's, way to change the daemon's defaults or end it), control_lock, the FIFO
+// log its servers write to, nvidia-cuda-mps-control.pid.
+const ControlSocket = "control"
+
+// linkView gives the share's clients the daemon's control socket and nothing else of its
+// pipe directory: <client>/control becomes a hard link to <pipe>/control, replaced
+// atomically. Containers get the client view, read-only, where clients look for the pipe
+// directory; a uid-0 container, the owner of control_privileged, cannot reach what it does
+// not see.
+func linkView(cfg config.MPSConfig, name string) error {
+	dir := cfg.ClientDir(name)
+	if err := ownDir(dir); err != nil {
+		return err
+	}
+	src := filepath.Join(cfg.PipeDir(name), ControlSocket)
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		return fmt.Errorf("the daemon of MPS share %q made no control socket: lstat %s: %w; see %s", name, src, err, cfg.LogDir(name))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("the daemon of MPS share %q made no control socket: %s is not a socket; see %s", name, src, cfg.LogDir(name))
+	}
+	tmp := filepath.Join(dir, "."+ControlSocket+".new")
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Link(src, tmp); err != nil {
+		return fmt.Errorf("link the control socket of MPS share %q into its client view: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ControlSocket)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("link the control socket of MPS share %q into its client view: %w", name, err)
+	}
+	return nil
+}
+
+// viewProblem says why a share's client view does not hold its daemon's control socket; ""
+// when it does.
+func viewProblem(cfg config.MPSConfig, name string) string {
+	var daemon, view unix.Stat_t
+	if err := unix.Lstat(filepath.Join(cfg.PipeDir(name), ControlSocket), &daemon); err != nil || daemon.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return "its daemon has no control socket in " + cfg.PipeDir(name)
+	}
+	if err := unix.Lstat(filepath.Join(cfg.ClientDir(name), ControlSocket), &view); err != nil {
+		return "its client view " + cfg.ClientDir(name) + " holds no control socket yet"
+	}
+	if view.Dev != daemon.Dev || view.Ino != daemon.Ino {
+		return "its client view " + cfg.ClientDir(name) + " holds an old control socket"
+	}
+	return ""
 }
 
 // readPID reads a pid file: a regular file of a few bytes, not a symlink, never blocking.
@@ -132,10 +205,10 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	if o.Wait == 0 {
 		o.Wait = 10 * time.Second
 	}
-	st := Check(cfg, name)
+	st := daemonState(cfg, name)
 	did := "already running"
 	if !st.Running {
-		if err := prepare(cfg, name, share); err != nil {
+		if err := prepare(cfg, name); err != nil {
 			return "", err
 		}
 		pid, err := launch(cfg, name, o)
@@ -162,6 +235,10 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Only now can a client connect: its server gets the share's defaults.
+	if err := linkView(cfg, name); err != nil {
+		return "", err
+	}
 	return did, nil
 }
 
@@ -179,18 +256,29 @@ func defaults(share config.MPSShare, devices int) []string {
 	return cmds
 }
 
-// prepare makes the share's directories and mounts its tmpfs.
-func prepare(cfg config.MPSConfig, name string, share config.MPSShare) error {
-	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name), cfg.ShmDir(name)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
+// prepare makes the share's directories and mounts its tmpfs. The pipe and log directories
+// are root's (0755): the daemon and gpu-ctk write there as root, and in a directory the
+// share's user could write, a link it planted would be followed (an older gpu-ctk gave both
+// to the share's user). The user needs no more: the share's MPS servers, which run as it,
+// reach the sockets and FIFO the daemon makes there with its own modes, and its logs are
+// readable. The pipe directory holds only what the daemon makes at start, and the client
+// view only what gpu-ctk links there once the defaults are set: both are made anew.
+func prepare(cfg config.MPSConfig, name string) error {
+	if err := os.MkdirAll(filepath.Join(cfg.Root, name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Join(cfg.Root, name), err)
+	}
+	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name)} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("empty %s: %w", d, err)
 		}
 	}
-	// The share's user connects to the pipe directory and reads its logs.
-	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name)} {
-		if err := os.Chown(d, share.UID, -1); err != nil {
-			return fmt.Errorf("give %s to uid %d: %w", d, share.UID, err)
+	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name), cfg.LogDir(name)} {
+		if err := ownDir(d); err != nil {
+			return err
 		}
+	}
+	if err := os.MkdirAll(cfg.ShmDir(name), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", cfg.ShmDir(name), err)
 	}
 	if !mounted(cfg.ShmDir(name)) {
 		if err := unix.Mount("tmpfs", cfg.ShmDir(name), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
@@ -200,10 +288,106 @@ func prepare(cfg config.MPSConfig, name string, share config.MPSShare) error {
 	return nil
 }
 
+// ownDir makes dir, or takes it back: gpu-ctk's own (root's), mode 0755, through a handle
+// that follows no link.
+func ownDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open directory %s (not a symbolic link): %w", dir, err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := unix.Fchown(fd, os.Geteuid(), os.Getegid()); err != nil {
+		return fmt.Errorf("take back %s: %w", dir, err)
+	}
+	if err := unix.Fchmod(fd, 0o755); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
+}
+
+// logName is gpu-ctk's log of a share's daemon (what it prints) in the share's log
+// directory; daemonLogs are the logs the daemon writes there itself.
+const logName = "gpu-ctk.log"
+
+var daemonLogs = []string{"control.log", "server.log"}
+
+// openLog opens the share's gpu-ctk.log for appending, through a handle on its log directory
+// that follows no link, and checks the daemon's own logs there. A name that is a symbolic
+// link, a FIFO or any file but a regular one of gpu-ctk's user with one link is refused:
+// never followed, opened or waited on. The daemon opens its logs as it will.
+func openLog(dir string) (*os.File, error) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open log directory %s (not a symbolic link): %w", dir, err)
+	}
+	defer func() { _ = unix.Close(dfd) }()
+	var bad []string
+	for _, n := range append([]string{logName}, daemonLogs...) {
+		if why := notOwnFile(dfd, n); why != "" {
+			bad = append(bad, n+" "+why)
+		}
+	}
+	var fd int
+	if len(bad) == 0 {
+		fd, err = unix.Openat(dfd, logName, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, logName), err)
+		}
+		if why := notOwn(fd); why != "" { // made between the check and the open: only root can
+			_ = unix.Close(fd)
+			bad = append(bad, logName+" "+why)
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("log directory %s: %s: remove them (gpu-ctk and the MPS daemon write there as root; an older gpu-ctk let the share's user write there too)",
+			dir, strings.Join(bad, "; "))
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, logName)), nil
+}
+
+// notOwnFile says why name in the directory dfd is not a file gpu-ctk may write as root; ""
+// when it is, or is absent.
+func notOwnFile(dfd int, name string) string {
+	var st unix.Stat_t
+	err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return ""
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return notOwnStat(st)
+}
+
+func notOwn(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err.Error()
+	}
+	return notOwnStat(st)
+}
+
+func notOwnStat(st unix.Stat_t) string {
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return "is a symbolic link"
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return "is not a regular file"
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Sprintf("belongs to uid %d", st.Uid)
+	case st.Nlink != 1:
+		return fmt.Sprintf("has %d hard links", st.Nlink)
+	}
+	return ""
+}
+
 // launch starts `gpu-ctk mps __daemon` in its own session and records its pid: the process
 // becomes the control daemon (exec keeps the pid).
 func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
-	logFile, err := os.OpenFile(filepath.Join(cfg.LogDir(name), "gpu-ctk.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logFile, err := openLog(cfg.LogDir(name))
 	if err != nil {
 		return 0, err
 	}
@@ -240,8 +424,8 @@ func env(cfg config.MPSConfig, name string, o Options) []string {
 func waitReady(cfg config.MPSConfig, name string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		st := Check(cfg, name)
-		_, err := os.Stat(filepath.Join(cfg.PipeDir(name), "control"))
+		st := daemonState(cfg, name)
+		_, err := os.Stat(filepath.Join(cfg.PipeDir(name), ControlSocket))
 		if st.Running && err == nil {
 			return nil
 		}
@@ -271,10 +455,15 @@ func control(cfg config.MPSConfig, name string, o Options, cmds []string) error 
 	return nil
 }
 
-// Stop quits the share's daemon (through its control interface, then by signal), removes
-// its pid file and unmounts its tmpfs. A share that does not run is already stopped.
+// Stop takes the control socket out of the share's client view, quits the share's daemon
+// (through its control interface, then by signal), removes its pid file and unmounts its
+// tmpfs. A share that does not run is already stopped.
 func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
-	st := Check(cfg, name)
+	// No new client first.
+	if err := os.Remove(filepath.Join(cfg.ClientDir(name), ControlSocket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	st := daemonState(cfg, name)
 	did := "not running"
 	if st.PID != 0 {
 		if st.Running && o.Control != "" {

@@ -69,8 +69,9 @@ type CDIDevices interface {
 	// Names are their qualified names.
 	Names() []string
 	// DeviceNodes are the container paths of the device nodes their edits (and their
-	// specs' common edits) inject.
+	// specs' common edits) inject; NodesOf those of one of them (one of Names).
 	DeviceNodes() []string
+	NodesOf(name string) []string
 	// Apply applies those edits to spec, as the CDI library does.
 	Apply(spec *specs.Spec) error
 	// Edits describes those edits in gpu-runtime's model, each saying which device or spec
@@ -199,9 +200,12 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
 	checks := req.ChecksRequirements()
 	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
+	// On an MPS share, CDI devices get only the share's GPUs, as native ones: which GPUs
+	// they bring must be known.
+	shareCDI := gpuCDI && req.MPSShare != ""
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	switch {
-	case native || (in.CDI != nil && checks):
+	case native || (in.CDI != nil && checks) || shareCDI:
 		if in.Host, err = discoverHost(opts, log); err != nil {
 			return in, err
 		}
@@ -242,6 +246,15 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		}
 		if err == nil && in.CDI != nil && checks {
 			p.AddCDIDevices(req, in.Host, cdiDevices)
+		}
+	}
+	if err == nil && shareCDI {
+		cdi := make([]plan.CDIDevice, 0, len(in.CDI.Names()))
+		for _, n := range in.CDI.Names() {
+			cdi = append(cdi, plan.CDIDevice{Name: n, Devices: plan.DevicesOf(in.CDI.NodesOf(n), in.Host)})
+		}
+		if err = p.ShareCDI(req, in.Host, cdi, !native); err != nil {
+			err = fmt.Errorf("plan GPU injection: %w", err)
 		}
 	}
 	if err != nil {

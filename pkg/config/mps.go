@@ -16,7 +16,7 @@ import (
 // defaults (active thread percentage, pinned memory limit) the administrator sets. A
 // container joins a share; it cannot raise its limits.
 type MPSConfig struct {
-	// Root holds <root>/<share>/{pipe,log,shm}.
+	// Root holds <root>/<share>/{pipe,client,log,shm}.
 	Root string `toml:"root"`
 	// Share, when set, is the share every GPU container of this configuration joins, whatever
 	// it asks: a runtime handler (Kubernetes RuntimeClass) per share reads a config of its own.
@@ -44,6 +44,10 @@ type MPSShare struct {
 func (m MPSConfig) PipeDir(share string) string { return filepath.Join(m.Root, share, "pipe") }
 func (m MPSConfig) LogDir(share string) string  { return filepath.Join(m.Root, share, "log") }
 func (m MPSConfig) ShmDir(share string) string  { return filepath.Join(m.Root, share, "shm") }
+
+// ClientDir is a share's client view of its pipe directory: what its containers see there
+// (the control socket clients connect to, and nothing else).
+func (m MPSConfig) ClientDir(share string) string { return filepath.Join(m.Root, share, "client") }
 
 // PIDFile holds the pid of the share's control daemon, written by gpu-ctk mps start.
 func (m MPSConfig) PIDFile(share string) string { return filepath.Join(m.Root, share, "daemon.pid") }

@@ -3,6 +3,8 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
@@ -25,8 +27,8 @@ func mpsErrorf(format string, args ...any) error {
 	return &mpsError{msg: fmt.Sprintf(format, args...)}
 }
 
-// MPSPipeDir is where a share's pipe directory is mounted in its containers, and what their
-// CUDA_MPS_PIPE_DIRECTORY says.
+// MPSPipeDir is where a share's client view (its daemon's control socket) is mounted in its
+// containers, and what their CUDA_MPS_PIPE_DIRECTORY says.
 const MPSPipeDir = "/tmp/nvidia-mps"
 
 // MPS is what the planner knows of MPS shares: their configuration, and which daemons run
@@ -40,6 +42,25 @@ type MPS struct {
 // list must stay inside them. It checks the share exists, runs, and serves the container's
 // user.
 func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, error) {
+	members, err := checkShare(req, host)
+	if err != nil {
+		return nil, err
+	}
+	if req.Mode == request.AllGPUs {
+		return members, nil
+	}
+	var errs []error
+	for _, d := range selected {
+		if !isMember(d, members) {
+			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, req.MPSShare, describeDevices(members)))
+		}
+	}
+	return selected, errors.Join(errs...)
+}
+
+// checkShare checks that the share a request is on exists, runs, and serves the container's
+// user, and returns its GPUs.
+func checkShare(req request.Request, host Host) ([]Device, error) {
 	name := req.MPSShare
 	cfg := host.MPS.Config
 	share, ok := cfg.Shares[name]
@@ -57,24 +78,67 @@ func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, er
 		return nil, mpsErrorf("MPS share %q serves uid %d, and the container runs as uid %d: MPS servers are per user; run the container as uid %d, or give it a share whose uid is %d",
 			name, share.UID, req.UID, share.UID, req.UID)
 	}
-	members, err := ShareDevices(name, share, host.Driver.GPUs)
-	if err != nil {
-		return nil, err
+	return ShareDevices(name, share, host.Driver.GPUs)
+}
+
+func isMember(d Device, members []Device) bool {
+	return slices.ContainsFunc(members, func(m Device) bool { return m.UUID == d.UUID })
+}
+
+// CDIDevice is a CDI device a request names, and the devices its nodes are (DevicesOf).
+type CDIDevice struct {
+	Name    string
+	Devices []Device
+}
+
+// ShareCDI holds the CDI devices of a request on an MPS share — asked for, or forced by the
+// runtime's mps.share — to what Build holds native devices to: the share exists, runs and
+// serves the container's user, and every GPU they bring is one of the share's. A CDI device
+// cannot be narrowed to the share's GPUs (its spec's edits come whole), so one that brings
+// another GPU (nvidia.com/gpu=all where the share has fewer GPUs than the host) is refused,
+// naming the device, the share and the fix. With shareEdits (no native devices: Build added
+// them otherwise), the share's edits are added to p. CDI devices that bring no GPU join no
+// share.
+func (p *Plan) ShareCDI(req request.Request, host Host, cdi []CDIDevice, shareEdits bool) error {
+	gpus := 0
+	for _, c := range cdi {
+		gpus += len(c.Devices)
 	}
-	if req.Mode == request.AllGPUs {
-		return members, nil
+	if gpus == 0 {
+		return nil
+	}
+	members, err := checkShare(req, host)
+	if err != nil {
+		return err
+	}
+	share := fmt.Sprintf("MPS share %q", req.MPSShare)
+	if host.MPS.Config.Share == req.MPSShare {
+		share += " (mps.share: every GPU container of this runtime joins it)"
+	}
+	indices := make([]string, len(members))
+	for i, m := range members {
+		indices[i] = m.Index
 	}
 	var errs []error
-	for _, d := range selected {
-		in := false
-		for _, m := range members {
-			in = in || m.UUID == d.UUID
+	for _, c := range cdi {
+		var outside []string
+		for _, d := range c.Devices {
+			if !isMember(d, members) {
+				outside = append(outside, "GPU "+d.String())
+			}
 		}
-		if !in {
-			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, name, describeDevices(members)))
+		if len(outside) > 0 {
+			errs = append(errs, mpsErrorf("CDI device %s gives %s, not in %s, which has %s: a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or %s=%s)",
+				quote.Value(c.Name), strings.Join(outside, ", "), share, describeDevices(members), request.EnvVisibleDevices, strings.Join(indices, ",")))
 		}
 	}
-	return selected, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if shareEdits {
+		p.Edits.Add(mpsEdits(req.MPSShare, host.MPS.Config))
+	}
+	return nil
 }
 
 // ShareDevices resolves a share's devices on the host's GPUs: whole GPUs, none in MIG mode.
@@ -103,19 +167,36 @@ func describeDevices(devices []Device) string {
 	return strings.Join(parts, ", ")
 }
 
-// mpsEdits connects a container to its share: only that share's pipe directory and shared
-// memory, and its own CUDA_MPS_* variables removed — they can only lower the daemon's
-// limits, and the share's are the administrator's.
+// mpsEdits connects a container to its share: only that share's client view (the control
+// socket of its daemon, read-only) and shared memory, and its own CUDA_MPS_* variables
+// removed — they can only lower the daemon's limits, and the share's are the administrator's.
 func mpsEdits(name string, cfg config.MPSConfig) edits.Edits {
-	why := fmt.Sprintf("MPS share %s: its daemon's pipe directory and shared memory, none of another share's", name)
-	opts := []string{"rw", "nosuid", "nodev", "bind"}
 	return edits.Edits{
 		UnsetEnv: []string{"CUDA_MPS_*"},
 		Env:      []string{"CUDA_MPS_PIPE_DIRECTORY=" + MPSPipeDir},
 		EnvWhy:   fmt.Sprintf("MPS share %s: the container's CUDA_MPS_* could only lower the share's limits; the share sets them", name),
 		Mounts: []edits.Mount{
-			{HostPath: cfg.PipeDir(name), ContainerPath: MPSPipeDir, Options: opts, Why: why},
-			{HostPath: cfg.ShmDir(name), ContainerPath: "/dev/shm", Options: opts, Why: why},
+			{HostPath: cfg.ClientDir(name), ContainerPath: MPSPipeDir, Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"},
+				Why: fmt.Sprintf("MPS share %s: its daemon's control socket, which clients connect to; not the daemon's privileged socket, lock, pid file or log pipe, and nothing the container can replace", name)},
+			{HostPath: cfg.ShmDir(name), ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "bind"},
+				Why: fmt.Sprintf("MPS share %s: the shared memory of its daemon's servers, none of another share's", name)},
 		},
 	}
+}
+
+// mpsPrograms are the driver's MPS programs: the control daemon and front end, and the
+// server it starts. A share's clients need neither: the daemon runs on the host.
+var mpsPrograms = []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
+
+// withoutMPSPrograms drops the driver's MPS programs from a share container's mounts: the
+// front end is how people change a daemon's defaults or end it. A tenant can bring its own
+// copy; what keeps the daemon's privileged socket out of reach is the client view.
+func withoutMPSPrograms(mounts []edits.Mount) []edits.Mount {
+	out := mounts[:0:0]
+	for _, m := range mounts {
+		if !slices.Contains(mpsPrograms, path.Base(m.ContainerPath)) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -115,6 +115,9 @@ func Build(req request.Request, host Host) (Plan, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if req.MPSShare != "" {
+		common.Mounts = withoutMPSPrograms(common.Mounts)
+	}
 	p.Warnings = append(healthWarnings, warnings...)
 	p.Edits.Add(common)
 	for _, ch := range imexChannels(req, host.Devices) {
@@ -151,7 +154,8 @@ func ProcCapsHook(caps []string, host Host) edits.Hook {
 
 // ForCDI plans what gpu-runtime adds to a container whose GPUs all come from CDI devices,
 // which bring their own edits: docker's hook removed, and the requirement check of the
-// devices the CDI devices inject (DevicesOf).
+// devices the CDI devices inject (DevicesOf). On an MPS share, ShareCDI adds the share's
+// checks and edits.
 func ForCDI(req request.Request, host Host, devices []Device) (Plan, error) {
 	p := Plan{Devices: devices}
 	p.Edits.RemoveHooks = []string{request.DockerHookName}

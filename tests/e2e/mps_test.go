@@ -16,7 +16,7 @@ import (
 const mpsProbe = `
 for f in /dev/nvidia*; do [ -c "$f" ] && echo "dev $f"; done
 env | grep '^CUDA_MPS_' | sed 's/^/env /'
-[ -p /tmp/nvidia-mps/control ] && echo pipe-control
+[ -S /tmp/nvidia-mps/control ] && echo pipe-control
 echo "shm $(stat -c %d /dev/shm)"
 for f in /dev/shm/marker-*; do [ -e "$f" ] && echo "seen $f"; done
 touch /dev/shm/marker-$MARK
@@ -26,6 +26,17 @@ echo probe-done
 // mpsEnv is a fake host with two MPS shares on GPU 0 (large 80 %, small 20 %) and one for
 // uid 1000, started with gpu-ctk mps start and stopped when the test ends.
 func mpsEnv(t *testing.T) (*env, string) {
+	t.Helper()
+	e, root := mpsConfigured(t)
+	if out, code := gpuCTK(t, e, "mps", "start", "large", "small"); code != 0 || !strings.Contains(out, "large: started (pid ") || !strings.Contains(out, "small: started (pid ") {
+		t.Fatalf("gpu-ctk mps start: exit %d\n%s", code, out)
+	}
+	return e, root
+}
+
+// mpsConfigured is mpsEnv before gpu-ctk mps start: the shares are configured, and stopped
+// when the test ends.
+func mpsConfigured(t *testing.T) (*env, string) {
 	t.Helper()
 	e := newEnv(t, 2)
 	root := filepath.Join(e.dir, "mps")
@@ -48,10 +59,19 @@ uid = 1000
 			t.Errorf("gpu-ctk mps stop: exit %d\n%s", code, out)
 		}
 	})
-	if out, code := gpuCTK(t, e, "mps", "start", "large", "small"); code != 0 || !strings.Contains(out, "large: started (pid ") || !strings.Contains(out, "small: started (pid ") {
-		t.Fatalf("gpu-ctk mps start: exit %d\n%s", code, out)
-	}
 	return e, root
+}
+
+// ctkCombined runs gpu-ctk with e's config and returns its stdout and stderr together.
+func ctkCombined(t *testing.T, e *env, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+	out, err := cmd.CombinedOutput()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
 }
 
 // TestMPS: each share's daemon got exactly its defaults and GPUs and its own /dev/shm; a
@@ -204,5 +224,214 @@ func TestMPSUnit(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(out, step.want) {
 			t.Errorf("%s %q: exit %d: %q", step.key, argv, code, out)
 		}
+	}
+}
+
+// TestMPSLogDirectory: gpu-ctk mps start writes in a share's log directory as root, and the
+// daemon writes its logs there as root. A link or FIFO planted there — by the share's user,
+// to whom an older gpu-ctk gave the directory — is refused with a message naming it, never
+// followed (no file appears in a root-only directory) nor waited on; the directory is root's
+// again, and the share starts once they are removed.
+func TestMPSLogDirectory(t *testing.T) {
+	e, root := mpsConfigured(t)
+	logDir := filepath.Join(root, "large", "log")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logDir, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	rootOnly := filepath.Join(e.dir, "root-only")
+	if err := os.Mkdir(rootOnly, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(rootOnly, "created"), filepath.Join(logDir, "gpu-ctk.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(logDir, "server.log"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	want := "gpu-ctk: MPS share \"large\": log directory " + logDir + ": gpu-ctk.log is a symbolic link; server.log is not a regular file: remove them " +
+		"(gpu-ctk and the MPS daemon write there as root; an older gpu-ctk let the share's user write there too)\n"
+	if code != 1 || out != want {
+		t.Errorf("start with planted files: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if _, err := os.Lstat(filepath.Join(rootOnly, "created")); err == nil {
+		t.Error("gpu-ctk created a file in a root-only directory through a link in the share's log directory")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(logDir, &st); err != nil || st.Uid != 0 || st.Mode&0o7777 != 0o755 {
+		t.Errorf("log directory: uid %d, mode %o (%v); want root's, 0755", st.Uid, st.Mode&0o7777, err)
+	}
+	for _, n := range []string{"gpu-ctk.log", "server.log"} {
+		if err := os.Remove(filepath.Join(logDir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "start", "large"); code != 0 || !strings.HasPrefix(out, "large: started (pid ") {
+		t.Errorf("start after removing them: exit %d: %q", code, out)
+	}
+}
+
+// tenantScript is a tenant on an MPS share trying its daemon's control interface: with its
+// own copy of the front end (/mine), the pipe directory it was given, and whatever is there.
+const tenantScript = `
+ls -A /tmp/nvidia-mps | sed 's/^/entry /'
+command -v nvidia-cuda-mps-control >/dev/null && echo driver-front-end
+echo get_default_active_thread_percentage | /mine/nvidia-cuda-mps-control | sed 's/^/query /'
+printf 'set_default_active_thread_percentage 100\nset_default_device_pinned_mem_limit 0 80G\nquit\n' | /mine/nvidia-cuda-mps-control | sed 's/^/reply /'
+for f in control control_privileged control_lock log nvidia-cuda-mps-control.pid; do rm /tmp/nvidia-mps/$f 2>/dev/null && echo "removed $f"; done
+ln -s / /tmp/nvidia-mps/planted 2>/dev/null && echo planted
+[ -S /tmp/nvidia-mps/control ] && echo control-still-there
+echo probe-done
+`
+
+// TestMPSTenantCannotControl: a share's container, root with CAP_DAC_OVERRIDE (docker's
+// default) and its own copy of nvidia-cuda-mps-control, sees only its daemon's control
+// socket, read-only: it can query the daemon but not raise the share's defaults, end the
+// daemon, remove or plant anything there; the driver's front end is not injected; the daemon
+// runs on with the share's defaults, and the next tenant's container starts.
+func TestMPSTenantCannotControl(t *testing.T) {
+	e, root := mpsEnv(t)
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, tenantScript)
+	mine := filepath.Join(b, "rootfs", "mine")
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control"), mine).CombinedOutput(); err != nil {
+		t.Fatalf("copy the front end: %v: %s", err, out)
+	}
+	editSpec(t, b, func(s map[string]any) {
+		caps := s["process"].(map[string]any)["capabilities"].(map[string]any)
+		for k, v := range caps {
+			caps[k] = append(v.([]any), "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+		}
+	})
+	r := e.run(t, b)
+	if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+		t.Fatalf("tenant: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f := facts(lines(r.stdout))
+	for _, want := range []string{
+		"entry control", "query 20", "control-still-there",
+		"reply set_default_active_thread_percentage: not permitted on this connection",
+		"reply set_default_device_pinned_mem_limit: not permitted on this connection",
+		"reply quit: not permitted on this connection",
+	} {
+		if !f[want] {
+			t.Errorf("tenant: missing %q:\n%s", want, r.stdout)
+		}
+	}
+	for l := range f {
+		if (strings.HasPrefix(l, "entry ") && l != "entry control") || strings.HasPrefix(l, "removed ") || l == "planted" || l == "driver-front-end" {
+			t.Errorf("tenant: %q:\n%s", l, r.stdout)
+		}
+	}
+
+	log, _ := os.ReadFile(filepath.Join(root, "small", "log", "control.log"))
+	for _, not := range []string{"cmd set_default_active_thread_percentage 100", "cmd set_default_device_pinned_mem_limit 0 80G", "cmd quit"} {
+		if strings.Contains(string(log), not+"\n") {
+			t.Errorf("the tenant's %q reached share small's daemon:\n%s", not, log)
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "small"); code != 0 || !strings.HasPrefix(out, "small: running, pid ") {
+		t.Errorf("after the tenant: status %d: %q", code, out)
+	}
+	query := exec.Command(filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control"))
+	query.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(root, "small", "pipe")}
+	query.Stdin = strings.NewReader("get_default_active_thread_percentage\nget_default_device_pinned_mem_limit 0\n")
+	if out, err := query.CombinedOutput(); err != nil || string(out) != "20\n16G\n" {
+		t.Errorf("share small's defaults after the tenant: %v: %q, want 20 and 16G", err, out)
+	}
+	next := e.run(t, e.bundle(t, []string{"NVIDIA_MPS_SHARE=small", "MARK=next"}, mpsProbe))
+	if next.code != 0 || !strings.Contains(next.stdout, "probe-done") || !strings.Contains(next.stdout, "pipe-control") {
+		t.Errorf("the next tenant: exit %d\n%s\n%s", next.code, next.stdout, next.stderr)
+	}
+}
+
+// TestMPSCDI: on an MPS share — forced by the runtime's mps.share, or asked for — devices
+// named by CDI, in NVIDIA_VISIBLE_DEVICES or by the device plugin's cdi/ volume mount, get
+// what native ones get: only the share's GPU, its client view and tmpfs, none of their own
+// CUDA_MPS_* settings; a CDI device that brings another GPU is refused, naming the device,
+// the share and the fix, and the spec is left as it was.
+func TestMPSCDI(t *testing.T) {
+	e, root := mpsEnv(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := string(data) + fmt.Sprintf("[cdi]\nspec-dirs = [%q]\n[request]\naccept-device-list-as-volume-mounts = true\n", dir)
+	if err := os.WriteFile(e.config, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := ctkCombined(t, e, "cdi", "generate", "--output", filepath.Join(dir, "nvidia.yaml")); code != 0 {
+		t.Fatalf("gpu-ctk cdi generate: exit %d\n%s", code, out)
+	}
+	forced := strings.Replace(base, "[mps]\n", "[mps]\nshare = \"small\"\n", 1)
+	gpu0, gpu1 := e.host.Options.GPUs[0].UUID, e.host.Options.GPUs[1].UUID
+	shmDev := func(share string) string {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(root, share, "shm"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("shm %d", st.Dev)
+	}
+	refusal := func(device, share string) string {
+		return `gpu-runtime: plan GPU injection: CDI device "` + device + `" gives GPU 1 (` + gpu1 + `), not in MPS share "small"` + share +
+			`, which has GPU 0 (` + gpu0 + `): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`
+	}
+	const forcedNote = " (mps.share: every GPU container of this runtime joins it)"
+	testCases := []struct {
+		description string
+		config      string
+		env         []string
+		mount       string // a /dev/null mount under /var/run/nvidia-container-devices/cdi/
+		want        string // the error; "" when the container runs on share small
+	}{
+		{description: "forced share, all GPUs by CDI name", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"}, want: refusal("nvidia.com/gpu=all", forcedNote)},
+		{description: "forced share, all GPUs by cdi/ volume mount", config: forced, mount: "nvidia.com/gpu=all", want: refusal("nvidia.com/gpu=all", forcedNote)},
+		{description: "forced share, another GPU beside the share's", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=1"}, want: refusal("nvidia.com/gpu=1", forcedNote)},
+		{description: "forced share, its GPU by CDI name", config: forced, env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}},
+		{description: "forced share, its GPU by cdi/ volume mount", config: forced, mount: "nvidia.com/gpu=0"},
+		{description: "asked for, another GPU by CDI name", config: base, env: []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want: refusal("nvidia.com/gpu=1", "")},
+		{description: "asked for, its GPU by CDI name", config: base, env: []string{"NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if err := os.WriteFile(e.config, []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := append([]string{"MARK=cdi", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"}, tc.env...)
+			b := e.bundle(t, env, mpsProbe)
+			if tc.mount != "" {
+				addMountRaw(t, b, "/dev/null", "/var/run/nvidia-container-devices/cdi/"+tc.mount)
+			}
+			before, _ := os.ReadFile(filepath.Join(b, "config.json"))
+			logPath := filepath.Join(t.TempDir(), "log.json")
+			r := e.run(t, b, "--log", logPath, "--log-format", "json")
+			if tc.want != "" {
+				if msg := lastJSONError(t, logPath); r.code == 0 || msg != tc.want {
+					t.Errorf("exit %d, error %q\nwant %q", r.code, msg, tc.want)
+				}
+				wantSpecUnchanged(t, b, before)
+				return
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, "probe-done") {
+				t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			f := facts(lines(r.stdout))
+			for _, want := range []string{"dev /dev/nvidia0", "env CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "pipe-control", shmDev("small")} {
+				if !f[want] {
+					t.Errorf("missing %q:\n%s", want, dumpFacts(f))
+				}
+			}
+			for _, not := range []string{"dev /dev/nvidia1", "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", shmDev("large")} {
+				if f[not] {
+					t.Errorf("%q in the container:\n%s", not, dumpFacts(f))
+				}
+			}
+		})
 	}
 }

@@ -193,7 +193,8 @@ path = %q
 cache-file = %q
 [cdi]
 spec-dirs = [%q]
-`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.csv"), cdiDir)
+allowed-kinds = ["nvidia.com/gpu", %q]
+`, runtimeLog, host.DriverRoot, host.DevRoot, filepath.Join(binDir, "gpu-hook"), filepath.Join(workDir, "discovery-cache.csv"), cdiDir, wrapperCDIKind)
 	if err := os.WriteFile(runtimeConfig, []byte(content), 0o644); err != nil {
 		return err
 	}

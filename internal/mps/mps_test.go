@@ -1,0 +1,249 @@
+package mps
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+)
+
+// requireRoot skips, loudly, a test that gives files to another user.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: this test gives files to another user (chown): run it as root")
+	}
+}
+
+// rootOnly makes a directory only root may write in, under dir: what a planted link aims at.
+func rootOnly(t *testing.T, dir string) string {
+	t.Helper()
+	d := filepath.Join(dir, "root-only")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestOpenLog: gpu-ctk's log of a share's daemon is opened through the log directory, never
+// through a link, never blocking on a FIFO, and never when the daemon's own logs there are
+// not plain files of root's (the daemon follows links itself); the message names each one.
+func TestOpenLog(t *testing.T) {
+	testCases := []struct {
+		description string
+		root        bool // needs root (chown to another user)
+		plant       func(t *testing.T, logDir, target string)
+		want        string // "" for success
+	}{
+		{description: "a fresh directory", plant: func(*testing.T, string, string) {}},
+		{description: "an existing log is appended to", plant: func(t *testing.T, dir, _ string) {
+			writeFile(t, filepath.Join(dir, "gpu-ctk.log"), "before\n")
+		}},
+		{description: "gpu-ctk.log linked into a root-only directory", plant: func(t *testing.T, dir, target string) {
+			symlink(t, filepath.Join(target, "created"), filepath.Join(dir, "gpu-ctk.log"))
+		}, want: "gpu-ctk.log is a symbolic link: remove them"},
+		{description: "gpu-ctk.log a FIFO", plant: func(t *testing.T, dir, _ string) {
+			if err := syscall.Mkfifo(filepath.Join(dir, "gpu-ctk.log"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "gpu-ctk.log is not a regular file: remove them"},
+		{description: "gpu-ctk.log a hard link to a root file", plant: func(t *testing.T, dir, target string) {
+			writeFile(t, filepath.Join(target, "secret"), "root's\n")
+			if err := os.Link(filepath.Join(target, "secret"), filepath.Join(dir, "gpu-ctk.log")); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "gpu-ctk.log has 2 hard links: remove them"},
+		{description: "the daemon's logs linked out", plant: func(t *testing.T, dir, target string) {
+			symlink(t, filepath.Join(target, "control"), filepath.Join(dir, "control.log"))
+			symlink(t, filepath.Join(target, "server"), filepath.Join(dir, "server.log"))
+		}, want: "control.log is a symbolic link; server.log is a symbolic link: remove them"},
+		{description: "another user's file", root: true, plant: func(t *testing.T, dir, _ string) {
+			writeFile(t, filepath.Join(dir, "server.log"), "")
+			if err := os.Chown(filepath.Join(dir, "server.log"), 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "server.log belongs to uid 1000: remove them"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if tc.root {
+				requireRoot(t)
+			}
+			base := t.TempDir()
+			target := rootOnly(t, base)
+			dir := filepath.Join(base, "log")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.plant(t, dir, target)
+			done := make(chan struct{})
+			var f *os.File
+			var err error
+			go func() {
+				f, err = openLog(dir)
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("openLog blocked")
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteString("after\n"); err != nil {
+					t.Fatal(err)
+				}
+				_ = f.Close()
+				if data, _ := os.ReadFile(filepath.Join(dir, "gpu-ctk.log")); !strings.HasSuffix(string(data), "after\n") || strings.Count(string(data), "\n") > 2 {
+					t.Errorf("gpu-ctk.log holds %q", data)
+				}
+				return
+			}
+			want := "log directory " + dir + ": " + tc.want + " (gpu-ctk and the MPS daemon write there as root; an older gpu-ctk let the share's user write there too)"
+			if err == nil || err.Error() != want {
+				t.Errorf("error %v\nwant %s", err, want)
+			}
+			if f != nil {
+				t.Error("a file was opened")
+			}
+			entries, _ := os.ReadDir(target)
+			for _, e := range entries {
+				if e.Name() != "secret" {
+					t.Errorf("%s created in the root-only directory", e.Name())
+				}
+			}
+		})
+	}
+	t.Run("the log directory a link", func(t *testing.T) {
+		base := t.TempDir()
+		symlink(t, rootOnly(t, base), filepath.Join(base, "log"))
+		if _, err := openLog(filepath.Join(base, "log")); err == nil || !strings.HasPrefix(err.Error(), "open log directory "+filepath.Join(base, "log")+" (not a symbolic link): ") {
+			t.Errorf("error %v", err)
+		}
+	})
+}
+
+// TestPrepareTakesDirectoriesBack: directories an older gpu-ctk gave to the share's user
+// become root's again; the pipe directory and the client view are made anew, so nothing
+// planted there is left for the daemon to follow or a container to see; the logs stay.
+func TestPrepareTakesDirectoriesBack(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir()
+	cfg := config.MPSConfig{Root: filepath.Join(base, "mps"), Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}, UID: 1000}}}
+	target := rootOnly(t, base)
+	for _, d := range []string{cfg.PipeDir("a"), cfg.LogDir("a")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, 1000, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	symlink(t, filepath.Join(target, "pid"), filepath.Join(cfg.PipeDir("a"), "nvidia-cuda-mps-control.pid"))
+	writeFile(t, filepath.Join(cfg.LogDir("a"), "control.log"), "kept\n")
+	// prepare mounts the share's tmpfs too: unmounted when the test ends.
+	if err := os.MkdirAll(cfg.ShmDir("a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepare(cfg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(cfg.ShmDir("a"), syscall.MNT_DETACH) })
+	for _, d := range []string{cfg.PipeDir("a"), cfg.ClientDir("a"), cfg.LogDir("a")} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(d, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != 0 || st.Mode&0o7777 != 0o755 {
+			t.Errorf("%s: uid %d, mode %o; want root's, 0755", d, st.Uid, st.Mode&0o7777)
+		}
+	}
+	for _, d := range []string{cfg.PipeDir("a"), cfg.ClientDir("a")} {
+		if entries, _ := os.ReadDir(d); len(entries) != 0 {
+			t.Errorf("%s kept %v", d, entries)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(cfg.LogDir("a"), "control.log")); string(data) != "kept\n" {
+		t.Errorf("control.log: %q", data)
+	}
+}
+
+func writeFile(t *testing.T, p, data string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClientView: the client view holds the daemon's control socket itself (a hard link),
+// and nothing else of the pipe directory; a daemon that made its socket anew leaves the view
+// stale until gpu-ctk mps start links it again, and the share is not running meanwhile.
+func TestClientView(t *testing.T) {
+	base := t.TempDir()
+	cfg := config.MPSConfig{Root: base, Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}}}}
+	if err := os.MkdirAll(cfg.PipeDir("a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	listen := func() net.Listener {
+		t.Helper()
+		_ = os.Remove(filepath.Join(cfg.PipeDir("a"), "control"))
+		l, err := net.Listen("unixpacket", filepath.Join(cfg.PipeDir("a"), "control"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	if why := viewProblem(cfg, "a"); why != "its daemon has no control socket in "+cfg.PipeDir("a") {
+		t.Errorf("no daemon: %q", why)
+	}
+	if err := linkView(cfg, "a"); err == nil || err.Error() != `the daemon of MPS share "a" made no control socket: lstat `+filepath.Join(cfg.PipeDir("a"), "control")+": no such file or directory; see "+cfg.LogDir("a") {
+		t.Errorf("linkView without a socket: %v", err)
+	}
+	writeFile(t, filepath.Join(cfg.PipeDir("a"), "control"), "")
+	if err := linkView(cfg, "a"); err == nil || err.Error() != `the daemon of MPS share "a" made no control socket: `+filepath.Join(cfg.PipeDir("a"), "control")+" is not a socket; see "+cfg.LogDir("a") {
+		t.Errorf("linkView with a file: %v", err)
+	}
+	listen()
+	writeFile(t, filepath.Join(cfg.PipeDir("a"), "nvidia-cuda-mps-control.pid"), "1")
+	if why := viewProblem(cfg, "a"); why != "its client view "+cfg.ClientDir("a")+" holds no control socket yet" {
+		t.Errorf("before linkView: %q", why)
+	}
+	if err := linkView(cfg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if why := viewProblem(cfg, "a"); why != "" {
+		t.Errorf("after linkView: %q", why)
+	}
+	entries, _ := os.ReadDir(cfg.ClientDir("a"))
+	if len(entries) != 1 || entries[0].Name() != "control" || entries[0].Type() != os.ModeSocket {
+		t.Errorf("client view holds %v", entries)
+	}
+	// A client connects through the view.
+	c, err := net.Dial("unixpacket", filepath.Join(cfg.ClientDir("a"), "control"))
+	if err != nil {
+		t.Fatalf("connect through the client view: %v", err)
+	}
+	_ = c.Close()
+	listen() // the daemon made its socket anew
+	if why := viewProblem(cfg, "a"); why != "its client view "+cfg.ClientDir("a")+" holds an old control socket" {
+		t.Errorf("a new socket: %q", why)
+	}
+	if err := linkView(cfg, "a"); err != nil || viewProblem(cfg, "a") != "" {
+		t.Errorf("linked again: %v, %q", err, viewProblem(cfg, "a"))
+	}
+}
