@@ -151,7 +151,8 @@ func (e *Events) Wait(timeout time.Duration) (ev Event, ok bool, err error) {
 }
 
 // migDevicesOf returns the MIG devices of a GPU in GPU instance gi and, unless ci is
-// NoInstance, compute instance ci, as they are now. A device NVML cannot describe is left out.
+// NoInstance, compute instance ci, as they are now. A device NVML cannot describe is left out;
+// a walk NVML fails gives the devices found before.
 func migDevicesOf(devs device.Interface, gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
 	var out []discover.MIGDevice
 	_ = visitMIGDevices(devs, gpu, -1, func(i int, mig device.MigDevice) error {

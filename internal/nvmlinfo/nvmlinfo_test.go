@@ -82,7 +82,8 @@ func TestQueryNVMLInitFailure(t *testing.T) {
 // mockGPU is a go-nvml mock of GPU 3 in MIG mode, for what the fake NVML, which behaves as
 // NVML documents, never does: fail, or leave a gap in the MIG device indexes. handles[i] is
 // what nvmlDeviceGetMigDeviceHandleByIndex answers for index i below the maximum count, 7
-// (NOT_FOUND past the slice); a MIG device's UUID query answers uuidRet.
+// (NOT_FOUND past the slice); MIG device i is compute instance i%2 of GPU instance 1+i/2, and
+// its UUID query answers uuidRet.
 func mockGPU(handles []nvml.Return, uuidRet nvml.Return) (nvml.Interface, nvml.Device) {
 	lib := &mock.Interface{
 		ErrorStringFunc: func(r nvml.Return) string { return fmt.Sprintf("NVML error %d", int32(r)) },
@@ -101,8 +102,10 @@ func mockGPU(handles []nvml.Return, uuidRet nvml.Return) (nvml.Interface, nvml.D
 				return nil, handles[i]
 			}
 			return &mock.Device{
-				IsMigDeviceHandleFunc: func() (bool, nvml.Return) { return true, nvml.SUCCESS },
-				GetUUIDFunc:           func() (string, nvml.Return) { return fmt.Sprintf("MIG-%d", i), uuidRet },
+				IsMigDeviceHandleFunc:    func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+				GetUUIDFunc:              func() (string, nvml.Return) { return fmt.Sprintf("MIG-%d", i), uuidRet },
+				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return 1 + i/2, nvml.SUCCESS },
+				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return i % 2, nvml.SUCCESS },
 			}, nvml.SUCCESS
 		},
 	}
@@ -152,5 +155,33 @@ func TestQueryMIGDeviceError(t *testing.T) {
 	err := queryMIG(lib, device.New(lib), gpu, &g)
 	if want := "MIG device 3:0: NVML query failed: get UUID: NVML error 15"; !errors.Is(err, discover.ErrNVML) || fmt.Sprint(err) != want {
 		t.Errorf("error = %v, want ErrNVML %q", err, want)
+	}
+}
+
+func TestMIGDevicesOf(t *testing.T) {
+	const ok = nvml.SUCCESS
+	testCases := []struct {
+		description string
+		handles     []nvml.Return
+		gi, ci      uint32
+		want        []string // "<index> <UUID> <GI>/<CI>"
+	}{
+		{"a GPU instance", []nvml.Return{ok, ok, ok, ok}, 2, NoInstance, []string{"2 MIG-2 2/0", "3 MIG-3 2/1"}},
+		{"a compute instance", []nvml.Return{ok, ok, ok, ok}, 2, 1, []string{"3 MIG-3 2/1"}},
+		{"ids that name no MIG device", []nvml.Return{ok, ok}, 2, NoInstance, nil},
+		{"a failed walk keeps what it found", []nvml.Return{ok, ok, ok, nvml.ERROR_UNKNOWN}, 2, NoInstance, []string{"2 MIG-2 2/0"}},
+		{"past the end of the enumeration", []nvml.Return{ok, ok, nvml.ERROR_NOT_FOUND, ok}, 2, NoInstance, nil},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			lib, gpu := mockGPU(tc.handles, nvml.SUCCESS)
+			var got []string
+			for _, d := range migDevicesOf(device.New(lib), gpu, tc.gi, tc.ci) {
+				got = append(got, fmt.Sprintf("%d %s %d/%d", d.Index, d.UUID, d.GI, d.CI))
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("MIG devices = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
