@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -44,6 +45,7 @@ var ErrEventsNotSupported = errors.New("NVML events not supported")
 // then be called again.
 type Events struct {
 	lib      nvml.Interface
+	devs     device.Interface
 	set      nvml.EventSet
 	probe    *dl.DynamicLibrary
 	gpus     []discover.GPU // index and UUID, by NVML index
@@ -61,7 +63,7 @@ func OpenEvents(root string) (*Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Events{lib: lib, probe: probe}
+	e := &Events{lib: lib, devs: device.New(lib), probe: probe}
 	fail := func(err error) (*Events, error) {
 		e.Close()
 		return nil, err
@@ -143,37 +145,28 @@ func (e *Events) Wait(timeout time.Duration) (ev Event, ok bool, err error) {
 		}
 	}
 	if ev.GI != NoInstance {
-		ev.MIGDevices = migDevicesOf(data.Device, ev.GI, ev.CI)
+		ev.MIGDevices = migDevicesOf(e.devs, data.Device, ev.GI, ev.CI)
 	}
 	return ev, true, nil
 }
 
 // migDevicesOf returns the MIG devices of a GPU in GPU instance gi and, unless ci is
-// NoInstance, compute instance ci, as they are now.
-func migDevicesOf(gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
-	max, ret := gpu.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return nil
-	}
+// NoInstance, compute instance ci, as they are now. A device NVML cannot describe is left out;
+// a walk NVML fails gives the devices found before.
+func migDevicesOf(devs device.Interface, gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
 	var out []discover.MIGDevice
-	for i := 0; i < max; i++ {
-		mig, ret := gpu.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND {
-			break
-		}
-		if ret != nvml.SUCCESS {
-			continue
-		}
+	_ = visitMIGDevices(devs, gpu, -1, func(i int, mig device.MigDevice) error {
 		g, ret1 := mig.GetGpuInstanceId()
 		c, ret2 := mig.GetComputeInstanceId()
 		uuid, ret3 := mig.GetUUID()
 		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS || ret3 != nvml.SUCCESS {
-			continue
+			return nil
 		}
 		if g >= 0 && c >= 0 && int64(g) == int64(gi) && (ci == NoInstance || int64(c) == int64(ci)) {
 			out = append(out, discover.MIGDevice{Index: i, UUID: uuid, GI: g, CI: c})
 		}
-	}
+		return nil
+	})
 	return out
 }
 
