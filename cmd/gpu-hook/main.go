@@ -4,7 +4,6 @@
 // image content can inject code into it.
 //
 //	gpu-hook update-ldcache --ldconfig PATH --driver-version V [--log FILE --log-format F] --library PATH...  (createContainer)
-//	gpu-hook prestart --cuda V --driver V --gpu INDEX,ARCH,BRAND...                (prestart)
 //	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
 //
 // update-ldcache adds the injected libraries to the image's ld.so.cache in-process, and runs

@@ -14,12 +14,12 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
 	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
-	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
@@ -102,11 +102,11 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	host, err := hostFromConfig(cfg)
+	h, r, err := hostFromConfig(cfg)
 	if err != nil {
 		return err
 	}
-	spec, warnings, err := cdi.Generate(host, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
+	spec, warnings, err := cdi.Generate(h, r, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
 	}
@@ -161,26 +161,21 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
 }
 
-// hostFromConfig discovers the host for a CDI spec in this process: NVML directly, bounded
-// by discovery.timeout (the CDI unit runs before the engines start), no cache.
-func hostFromConfig(cfg config.Config) (plan.Host, error) {
-	nodes, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
+// hostFromConfig builds the host for a CDI spec in this process (internal/host): NVML
+// directly, bounded by discovery.timeout (the CDI unit runs before the engines start), no
+// cache, no health (a spec lists devices; CDI-native engines check none at create). It
+// returns how hooks are written too.
+func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
+	res, err := gpuhost.Build(cfg, gpuhost.Options{Query: nvmlinfo.QueryContext})
 	if err != nil {
-		return plan.Host{}, err
+		return plan.Host{}, plan.Render{}, err
 	}
-	res, err := discover.Discover(discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
-		Timeout: cfg.Discovery.TimeoutDuration(), Query: nvmlinfo.QueryContext}, nodes)
-	if err != nil {
-		return plan.Host{}, err
-	}
-	driver, files, caps := res.Host.Driver, res.Host.Files, res.Host.MIGCaps
 	self, _ := os.Executable()
 	hookPath, err := runtime.HookPath(cfg.Hook.Path, self)
 	if err != nil {
-		return plan.Host{}, err
+		return plan.Host{}, plan.Render{}, err
 	}
-	return plan.Host{Driver: driver, Files: files, Devices: nodes, MIGCaps: caps, ProcRoot: cfg.Driver.ProcRoot,
-		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+	return res.Host, plan.Render{HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(), ProcRoot: cfg.Driver.ProcRoot}, nil
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
@@ -238,7 +233,8 @@ func cdiInject(args []string, stderr io.Writer) error {
 		}
 		self, _ := os.Executable()
 		cwd, _ := os.Getwd()
-		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
+		// NVML in this process: no gpu-ctk child of gpu-ctk.
+		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r, QueryNVML: nvmlinfo.QueryContext})
 	}
 	if err != nil {
 		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own

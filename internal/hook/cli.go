@@ -26,12 +26,11 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 // Usage is gpu-hook's help.
-const Usage = `usage: gpu-hook update-ldcache|prestart|proc-caps [flags] (run by gpu-runtime as an OCI hook)
+const Usage = `usage: gpu-hook update-ldcache|proc-caps [flags] (run by gpu-runtime as an OCI hook)
 
 gpu-hook is run by the low-level runtime, with the container's state on stdin, from the hook
 entries gpu-runtime writes into a GPU container's spec:
   update-ldcache  make the injected libraries' links and the container's ld.so.cache
-  prestart        check NVIDIA_REQUIRE_* against the driver and the selected GPUs
   proc-caps       show a MIG container only its capabilities of the driver's /proc interface
 gpu-hook --version prints the version.
 `
@@ -100,31 +99,6 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			return err
 		}
 		return ProcCaps(root, *procRoot, caps)
-	case "prestart":
-		var host requirements.Host
-		var gpus multi
-		fs.StringVar(&host.CUDA, "cuda", "", "host CUDA driver version, e.g. 12.4")
-		fs.StringVar(&host.Driver, "driver", "", "host driver version, e.g. 550.54.15")
-		fs.Var(&gpus, "gpu", "a selected GPU as INDEX,ARCH,BRAND (repeatable)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		for _, g := range gpus {
-			gpu, err := ParseGPU(g)
-			if err != nil {
-				return err
-			}
-			host.GPUs = append(host.GPUs, gpu)
-		}
-		bundle, err := Bundle(stdin)
-		if err != nil {
-			return err
-		}
-		warnings, err := CheckRequirements(bundle, host)
-		for _, w := range warnings {
-			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
-		}
-		return err
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
 }
@@ -149,19 +123,6 @@ func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLo
 	}
 	opts.Deadline = Deadline(timeout)
 	return opts, log, nil
-}
-
-// ParseLDCacheArgs parses the arguments of an update-ldcache hook entry, as gpu-hook would
-// (args[0] the hook's name, args[1] "update-ldcache"): gpu-runtime reads the entry it wrote
-// to do the update at create instead (UpdateLDCacheAtCreate).
-func ParseLDCacheArgs(args []string) (LDCacheOptions, error) {
-	if len(args) < 2 || args[1] != "update-ldcache" {
-		return LDCacheOptions{}, fmt.Errorf("not an update-ldcache hook: %q", args)
-	}
-	fs := flag.NewFlagSet("gpu-hook update-ldcache", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	opts, _, err := parseUpdateLDCache(fs, args[2:])
-	return opts, err
 }
 
 // Deadline is how long ldconfig may run inside a hook whose timeout is seconds: a margin

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
-	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 func TestPreferCompatConfined(t *testing.T) {
@@ -51,40 +50,6 @@ func TestPreferCompatConfined(t *testing.T) {
 	}
 }
 
-func TestCheckRequirements(t *testing.T) {
-	bundle := t.TempDir()
-	host := requirements.Host{CUDA: "12.4", Driver: "550.54.15"}
-	testCases := []struct {
-		description string
-		spec        string
-		wantErr     string
-	}{
-		{"satisfied", `{"process":{"env":["NVIDIA_REQUIRE_CUDA=cuda>=12.0"]}}`, ""},
-		{"unsatisfied", `{"process":{"env":["NVIDIA_REQUIRE_CUDA=cuda>=12.8"]}}`,
-			"unsatisfied condition: cuda>=12.8, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"},
-		{"disabled", `{"process":{"env":["NVIDIA_REQUIRE_CUDA=cuda>=12.8","NVIDIA_DISABLE_REQUIRE=true"]}}`, ""},
-		{"no process", `{}`, ""},
-		{"bad spec", `{"process":`, "decode spec of bundle " + bundle + ": unexpected end of JSON input"},
-	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(tc.spec), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			_, err := CheckRequirements(bundle, host)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || err.Error() != tc.wantErr {
-				t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
-			}
-		})
-	}
-}
-
 func TestRunMessages(t *testing.T) {
 	testCases := []struct {
 		description string
@@ -96,9 +61,8 @@ func TestRunMessages(t *testing.T) {
 		{"docker's hook name means gpu-runtime was bypassed", "/usr/bin/nvidia-container-runtime-hook", []string{"prestart"}, "",
 			"gpu-hook: container was created without gpu-runtime: docker ran nvidia-container-runtime-hook for a --gpus container; run it with --runtime=gpu, or set gpu as docker's default-runtime in /etc/docker/daemon.json"},
 		{"unknown subcommand", "gpu-hook", []string{"poststart"}, "", `gpu-hook: unknown subcommand "poststart"`},
-		{"bad --gpu", "gpu-hook", []string{"prestart", "--gpu", "x"}, "", `gpu-hook: --gpu "x": want INDEX,ARCH,BRAND`},
-		{"bad --gpu index", "gpu-hook", []string{"prestart", "--gpu", "-1,8.0,tesla"}, "", `gpu-hook: --gpu "-1,8.0,tesla": bad index "-1"`},
-		{"no state on stdin", "gpu-hook", []string{"prestart"}, "", "gpu-hook: bad hook input: decode container state from stdin: EOF"},
+		{"the requirement check is gpu-runtime's, at create", "gpu-hook", []string{"prestart"}, "", `gpu-hook: unknown subcommand "prestart"`},
+		{"no state on stdin", "gpu-hook", []string{"proc-caps"}, "", "gpu-hook: bad hook input: decode container state from stdin: EOF"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

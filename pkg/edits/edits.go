@@ -5,8 +5,11 @@
 package edits
 
 import (
+	"cmp"
 	"os"
+	"path"
 	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -24,17 +27,24 @@ type DeviceNode struct {
 	FileMode os.FileMode `json:"fileMode"`
 	UID      uint32      `json:"uid"`
 	GID      uint32      `json:"gid"`
+	// Access is what the cgroup rule allows: "" for "rwm" (a CDI spec may say less).
+	Access string `json:"access,omitempty"`
 	// Why says what in the request or on the host brought this edit, for people (gpu-ctk
 	// explain, the runtime's debug log); it is not written into the spec.
 	Why string `json:"why"`
 }
 
-// Mount is a bind mount of a host file into the container.
+// Mount is a mount into the container: a bind mount of a host file unless Type says
+// otherwise (a CDI spec's may).
 type Mount struct {
 	HostPath      string   `json:"hostPath"`
 	ContainerPath string   `json:"containerPath"`
+	Type          string   `json:"type,omitempty"` // "" for "bind"
 	Options       []string `json:"options"`
-	Why           string   `json:"why"` // as DeviceNode's
+	// IDMapped: in a container with a user namespace, a bind mount gets its uid and gid
+	// mappings, as the CDI library applies a spec's mounts.
+	IDMapped bool   `json:"idMapped,omitempty"`
+	Why      string `json:"why"` // as DeviceNode's
 }
 
 // Hook is an OCI hook to add.
@@ -63,6 +73,8 @@ type Edits struct {
 	// RemoveHooks names hook executables to drop from every stage (e.g. docker's
 	// nvidia-container-runtime-hook, whose request gpu-runtime honours itself).
 	RemoveHooks []string
+	// AdditionalGIDs are groups the container's process joins (a CDI spec's).
+	AdditionalGIDs []uint32
 	// ProcCaps are MIG capabilities of a driver that uses the /proc interface (paths under
 	// /proc/driver/nvidia/capabilities, e.g. "gpu0/mig/gi1/access"): the container may
 	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
@@ -104,11 +116,18 @@ func (e *Edits) Add(o Edits) {
 			e.ProcCaps = append(e.ProcCaps, c)
 		}
 	}
+	for _, g := range o.AdditionalGIDs {
+		if !slices.Contains(e.AdditionalGIDs, g) {
+			e.AdditionalGIDs = append(e.AdditionalGIDs, g)
+		}
+	}
 }
 
-// Options returns the spec edits, in a fixed order: hook removals, env removals, env,
-// devices, mounts, hooks.
-func (e Edits) Options() []oci.SpecOpt {
+// Options returns the spec edits for spec (whose user namespace, if any, ID-mapped mounts
+// take their mappings from), in a fixed order: hook removals, env removals, env, devices,
+// mounts (by depth, as the CDI library and the engines order them, so that a mount inside
+// another comes after it), groups, hooks.
+func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 	var opts []oci.SpecOpt
 	for _, name := range e.RemoveHooks {
 		opts = append(opts, oci.WithoutHooksNamed(name))
@@ -119,21 +138,29 @@ func (e Edits) Options() []oci.SpecOpt {
 	if len(e.Env) > 0 {
 		opts = append(opts, oci.WithEnv(e.Env...))
 	}
-	devices := make([]specs.LinuxDevice, len(e.DeviceNodes))
+	devices := make([]oci.Device, len(e.DeviceNodes))
 	for i, d := range e.DeviceNodes {
 		mode := d.FileMode
 		uid, gid := d.UID, d.GID
-		devices[i] = specs.LinuxDevice{
+		devices[i] = oci.Device{LinuxDevice: specs.LinuxDevice{
 			Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
 			FileMode: &mode, UID: &uid, GID: &gid,
-		}
+		}, Access: d.Access}
 	}
 	opts = append(opts, oci.WithDevices(devices...))
+	userns := userNamespace(spec)
 	mounts := make([]specs.Mount, len(e.Mounts))
 	for i, m := range e.Mounts {
-		mounts[i] = specs.Mount{Destination: m.ContainerPath, Type: "bind", Source: m.HostPath, Options: m.Options}
+		mounts[i] = specs.Mount{Destination: m.ContainerPath, Type: cmp.Or(m.Type, "bind"), Source: m.HostPath, Options: m.Options}
+		if m.IDMapped && userns != nil && mounts[i].Type == "bind" {
+			mounts[i].UIDMappings, mounts[i].GIDMappings = userns.UIDMappings, userns.GIDMappings
+		}
 	}
+	slices.SortStableFunc(mounts, func(a, b specs.Mount) int { return depth(a.Destination) - depth(b.Destination) })
 	opts = append(opts, oci.WithMounts(mounts...))
+	if len(e.AdditionalGIDs) > 0 {
+		opts = append(opts, oci.WithAdditionalGIDs(e.AdditionalGIDs...))
+	}
 	for _, h := range e.Hooks {
 		hook := specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
 		if h.Timeout > 0 {
@@ -145,7 +172,19 @@ func (e Edits) Options() []oci.SpecOpt {
 	return opts
 }
 
-// Apply changes spec according to e.
+// depth is how many components a container path has.
+func depth(p string) int { return strings.Count(path.Clean(p), "/") }
+
+// userNamespace returns the spec's Linux section when it has a user namespace, else nil.
+func userNamespace(spec *specs.Spec) *specs.Linux {
+	if spec == nil || spec.Linux == nil || !slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace }) {
+		return nil
+	}
+	return spec.Linux
+}
+
+// Apply changes spec according to e: the one place where what gpu-runtime injects becomes
+// changes of an OCI spec.
 func (e Edits) Apply(spec *specs.Spec) error {
-	return oci.Apply(spec, e.Options()...)
+	return oci.Apply(spec, e.Options(spec)...)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -23,11 +24,17 @@ func Apply(s *specs.Spec, opts ...SpecOpt) error {
 	return nil
 }
 
+// Device is a device node to add and the access its cgroup rule allows ("" for "rwm").
+type Device struct {
+	specs.LinuxDevice
+	Access string
+}
+
 // WithDevices adds each device node of ds and its cgroup allow rule together, in turn, in one
 // pass over the spec's lists (a GPU container gets a dozen nodes). An existing node at the same
 // path (compared cleaned) and an identical rule are replaced. The rule names type, major and
 // minor explicitly: a wildcard rule is never produced.
-func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
+func WithDevices(ds ...Device) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(ds) == 0 {
 			return nil
@@ -35,6 +42,7 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 		rules := make([]specs.LinuxDeviceCgroup, len(ds))
 		paths := make([]string, len(ds))
 		ruleKeys := make([]string, len(ds))
+		nodes := make([]specs.LinuxDevice, len(ds))
 		for i, d := range ds {
 			if d.Path == "" || !filepath.IsAbs(d.Path) {
 				return fmt.Errorf("add device %q: path must be absolute", d.Path)
@@ -42,9 +50,13 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 			if d.Type != "c" && d.Type != "b" {
 				return fmt.Errorf("add device %s: type %q is not c or b", d.Path, d.Type)
 			}
+			access := d.Access
+			if access == "" {
+				access = "rwm"
+			}
 			major, minor := d.Major, d.Minor
-			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm"}
-			paths[i], ruleKeys[i] = filepath.Clean(d.Path), ruleKey(rules[i])
+			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: access}
+			paths[i], ruleKeys[i], nodes[i] = filepath.Clean(d.Path), ruleKey(rules[i]), d.LinuxDevice
 		}
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -54,7 +66,7 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 		}
 		// Paths compare cleaned: an existing /dev//nvidia1 is the node at /dev/nvidia1, and
 		// left beside ours it would decide what the container's /dev/nvidia1 is.
-		s.Linux.Devices = replaceAll(s.Linux.Devices, ds, paths, func(d specs.LinuxDevice) string { return filepath.Clean(d.Path) })
+		s.Linux.Devices = replaceAll(s.Linux.Devices, nodes, paths, func(d specs.LinuxDevice) string { return filepath.Clean(d.Path) })
 		s.Linux.Resources.Devices = replaceAll(s.Linux.Resources.Devices, rules, ruleKeys, ruleKey)
 		return nil
 	}
@@ -98,7 +110,7 @@ func WithMounts(ms ...specs.Mount) SpecOpt {
 	return func(s *specs.Spec) error {
 		keys := make([]string, len(ms))
 		for i, m := range ms {
-			if !filepath.IsAbs(m.Destination) || !filepath.IsAbs(m.Source) {
+			if !filepath.IsAbs(m.Destination) || (m.Type == "bind" || m.Type == "") && !filepath.IsAbs(m.Source) {
 				return fmt.Errorf("add mount %s -> %s: source and destination must be absolute", m.Source, m.Destination)
 			}
 			keys[i] = filepath.Clean(m.Destination)
@@ -139,8 +151,9 @@ func stageList(h *specs.Hooks, stage string) (*[]specs.Hook, error) {
 	return nil, fmt.Errorf("unknown hook stage %q", stage)
 }
 
-// WithHook adds a hook to a stage, replacing hooks of that stage with the same path and
-// first argument after argv[0] (the hook's subcommand). The hook must have an absolute path
+// WithHook adds a hook to a stage unless the same hook (path, arguments, environment and
+// timeout) is already there: applying it twice gives one entry, and two different hooks of
+// one program (a CDI spec's, one per device) both stay. The hook must have an absolute path
 // and a non-empty env: a hook without env inherits the container's environment.
 func WithHook(stage string, h specs.Hook) SpecOpt {
 	return func(s *specs.Spec) error {
@@ -157,22 +170,11 @@ func WithHook(stage string, h specs.Hook) SpecOpt {
 		if err != nil {
 			return err
 		}
-		kept := (*list)[:0:0]
-		for _, existing := range *list {
-			if !(existing.Path == h.Path && subcommand(existing) == subcommand(h)) {
-				kept = append(kept, existing)
-			}
+		if !slices.ContainsFunc(*list, func(e specs.Hook) bool { return reflect.DeepEqual(e, h) }) {
+			*list = append(*list, h)
 		}
-		*list = append(kept, h)
 		return nil
 	}
-}
-
-func subcommand(h specs.Hook) string {
-	if len(h.Args) > 1 {
-		return h.Args[1]
-	}
-	return ""
 }
 
 // WithoutHooksNamed removes, from every stage, hooks whose executable's base name (path or
@@ -273,6 +275,22 @@ func WithEnv(kvs ...string) SpecOpt {
 				}
 			}
 			s.Process.Env = append(env, kv)
+		}
+		return nil
+	}
+}
+
+// WithAdditionalGIDs adds groups to the process's additional groups, each once; 0 is skipped,
+// as the CDI library skips it (the process's primary group is its own).
+func WithAdditionalGIDs(gids ...uint32) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		for _, g := range gids {
+			if g != 0 && !slices.Contains(s.Process.User.AdditionalGids, g) {
+				s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, g)
+			}
 		}
 		return nil
 	}

@@ -106,10 +106,10 @@ func screenAll(req request.Request, devices []Device, policy string) ([]Device, 
 	return healthy, warnings, nil
 }
 
-// CheckCDIHealth fails when the devices that CDI devices inject (DevicesOf their nodes)
+// checkCDIHealth fails when the devices that CDI devices inject (DevicesOf their nodes)
 // include an unhealthy one. A CDI device's edits are applied as its spec says, so nothing can
 // be left out of it: nvidia.com/gpu=all fails too, whatever health.all says.
-func CheckCDIHealth(names []string, devices []Device) error {
+func checkCDIHealth(names []string, devices []Device) error {
 	var problems []string
 	for _, d := range devices {
 		if d.Health() != nil {

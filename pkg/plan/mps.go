@@ -85,13 +85,13 @@ func isMember(d Device, members []Device) bool {
 	return slices.ContainsFunc(members, func(m Device) bool { return m.UUID == d.UUID })
 }
 
-// CDIDevice is a CDI device a request names, and the devices its nodes are (DevicesOf).
-type CDIDevice struct {
+// cdiDevices are a CDI device a request names, and the devices its nodes are (DevicesOf).
+type cdiDevices struct {
 	Name    string
 	Devices []Device
 }
 
-// ShareCDI holds the CDI devices of a request on an MPS share — asked for, or forced by the
+// shareCDI holds the CDI devices of a request on an MPS share — asked for, or forced by the
 // runtime's mps.share — to what Build holds native devices to: the share exists, runs and
 // serves the container's user, and every GPU they bring is one of the share's. A CDI device
 // cannot be narrowed to the share's GPUs (its spec's edits come whole), so one that brings
@@ -99,7 +99,7 @@ type CDIDevice struct {
 // naming the device, the share and the fix. With shareEdits (no native devices: Build added
 // them otherwise), the share's edits are added to p. CDI devices that bring no GPU join no
 // share.
-func (p *Plan) ShareCDI(req request.Request, host Host, cdi []CDIDevice, shareEdits bool) error {
+func (p *Plan) shareCDI(req request.Request, host Host, cdi []cdiDevices, shareEdits bool) error {
 	gpus := 0
 	for _, c := range cdi {
 		gpus += len(c.Devices)
