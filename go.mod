@@ -6,6 +6,8 @@ require (
 	github.com/NVIDIA/go-nvlib v0.12.0
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/cyphar/filepath-securejoin v0.7.0
+	github.com/moby/sys/mountinfo v0.7.2
+	github.com/moby/sys/reexec v0.1.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.9.3

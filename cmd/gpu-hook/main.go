@@ -14,10 +14,15 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/moby/sys/reexec"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
 )
 
 func main() {
+	if reexec.Init() { // the ldconfig sandbox (internal/hook)
+		return
+	}
 	if err := hook.Run(os.Args[0], os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, hook.Message(err))
 		os.Exit(1)

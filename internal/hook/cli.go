@@ -48,8 +48,6 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	switch args[0] {
-	case SandboxCommand:
-		return Sandbox(args[1:])
 	case "--version", "-v", "version":
 		fmt.Fprintln(stdout, version.String("gpu-hook"))
 		return nil

@@ -2,23 +2,22 @@ package hook
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/reexec"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
-// TestMain lets the test binary play gpu-hook's sandbox: RunLDConfig re-executes
+// TestMain lets the test binary play gpu-hook's sandbox: runLDConfig re-executes
 // /proc/self/exe, which in a test is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == SandboxCommand {
-		err := Sandbox(os.Args[2:])
-		fmt.Fprintln(os.Stderr, Message(err))
-		os.Exit(1)
+	if reexec.Init() {
+		return
 	}
 	os.Exit(m.Run())
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"github.com/moby/sys/reexec"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
@@ -45,8 +45,16 @@ import (
 // ldconfig's output names the image's paths and quotes its configuration: it goes to the
 // low-level runtime's log (LDCacheResult.LDConfigOutput), never into an error message.
 
-// SandboxCommand is the internal subcommand gpu-hook re-executes itself with.
-const SandboxCommand = "__ldconfig-in-root"
+// SandboxCommand is the name gpu-hook re-executes itself under (moby/sys/reexec: argv[0]).
+const SandboxCommand = "gpu-hook-ldconfig-sandbox"
+
+func init() {
+	reexec.Register(SandboxCommand, func() {
+		err := Sandbox(os.Args[1:])
+		fmt.Fprintln(os.Stderr, Message(err))
+		os.Exit(1)
+	})
+}
 
 // File descriptors the sandbox receives.
 const (
@@ -108,8 +116,7 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 			args = append(args, lib)
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", append(append(args, "--"), in.Dirs...)...)
-	cmd.Args[0] = "gpu-hook"
+	cmd := reexec.Command(append(append(args, "--"), in.Dirs...)...)
 	cmd.Env = ldconfigEnv
 	cmd.ExtraFiles = files
 	var out limitedBuffer

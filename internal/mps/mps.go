@@ -26,6 +26,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
@@ -170,13 +172,11 @@ func readPID(p string) (int, error) {
 	return pid, nil
 }
 
-// mounted reports whether dir is a mount point: on another device than its parent.
+// mounted reports whether dir is a mount point (moby/sys/mountinfo: by mount id, which a bind
+// mount of the same file system also has, unlike a device comparison).
 func mounted(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
+	m, err := mountinfo.Mounted(dir)
+	return err == nil && m
 }
 
 // Options are what Start needs besides the configuration.
