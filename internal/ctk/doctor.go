@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
@@ -194,14 +195,8 @@ func (d *doctor) checkDriver() {
 
 func (d *doctor) checkNVML() {
 	timeout := d.cfg.Discovery.TimeoutDuration()
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 	start := time.Now()
-	drv, err := nvmlinfo.QueryContext(ctx, d.cfg.Driver.Root)
+	drv, _, err := gpuhost.Driver(d.cfg, nvmlinfo.QueryContext, false)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -135,7 +136,7 @@ func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file str
 
 // showHealth prints every device's health. Without NVML it prints the health file's records.
 func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error {
-	drv, nvmlErr := nvmlinfo.Query(cfg.Driver.Root)
+	drv, warnings, nvmlErr := gpuhost.Driver(cfg, nvmlinfo.QueryContext, true)
 	var records []discover.HealthRecord
 	if cfg.Health.File != "" {
 		var err error
@@ -148,9 +149,8 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 	if nvmlErr != nil {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: "+nvmlErr.Error()+"; only the health file's records are shown")
 		drv = discover.Driver{}
-	} else {
-		discover.ReadHealth(drv.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})
 	}
+	_ = warnings // the health file's trust is said below, with the records read from it
 	devices := deviceHealth(drv, records, cfg.Health.File)
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -242,7 +242,7 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to record the device in; set health.file in the gpu-runtime config`)
 	}
-	if drv, err := nvmlinfo.Query(cfg.Driver.Root); err != nil {
+	if drv, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false); err != nil {
 		fmt.Fprintln(stderr, "gpu-ctk: warning: "+err.Error()+"; "+uuid+" is recorded without checking that this host has it")
 	} else if !hasDevice(drv, uuid) {
 		return fmt.Errorf("no GPU or MIG device %s on this host (gpu-ctk info lists them)", uuid)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -35,32 +36,34 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk info", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
+	fromConfig := false
 	if help, err := parseFlags(fs, args, infoUsage, stdout); help || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())
 	}
-	var health *discover.HealthOptions // read when the configuration is
-	if *root == "" {
-		cfg, warnings, err := config.LoadFromEnv(os.Getenv)
-		if err != nil {
+	// With --driver-root (gpu-runtime's NVML query on a cache miss, which reads its own
+	// configuration) no configuration is read, and no health: the query's answer is facts.
+	cfg := config.Default()
+	if fromConfig = *root == ""; fromConfig {
+		var warnings []string
+		var err error
+		if cfg, warnings, err = config.LoadFromEnv(os.Getenv); err != nil {
 			return err
 		}
 		for _, w := range warnings {
 			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
 		}
-		*root = cfg.Driver.Root
-		health = &discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}
+	} else {
+		cfg.Driver.Root, cfg.Discovery.Timeout = *root, "0s" // the caller bounds it
 	}
-	d, err := nvmlinfo.Query(*root)
+	d, warnings, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, fromConfig)
 	if err != nil {
 		return err
 	}
-	if health != nil {
-		for _, w := range discover.ReadHealth(d.GPUs, *health) {
-			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-		}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -87,7 +90,7 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if health != nil {
+	if fromConfig {
 		return writeHealthSummary(stdout, d)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -116,7 +117,7 @@ func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.O
 		return nil, err
 	}
 	base := mps.Options{Self: self}
-	driver, err := nvmlinfo.Query(cfg.Driver.Root)
+	driver, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false)
 	if err != nil {
 		if start {
 			return nil, err

@@ -38,6 +38,23 @@ type Result struct {
 	Warnings []string
 }
 
+// Driver asks NVML about cfg's driver root (query, bounded by discovery.timeout) and, with
+// health, reads each GPU's health: the part of the host the commands that name GPUs need
+// (gpu-ctk info, health, mps, doctor). Warnings say what of the health file was not trusted.
+func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, []string, error) {
+	ctx := context.Background()
+	if t := cfg.Discovery.TimeoutDuration(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	d, err := query(ctx, cfg.Driver.Root)
+	if err != nil || !health {
+		return d, nil, err
+	}
+	return d, discover.ReadHealth(d.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}), nil
+}
+
 // Build builds the host from cfg: the device nodes, then the driver (the cache or NVML,
 // bounded by discovery.timeout), then health; the MPS shares' configuration rides along
 // (which run is the create's question, per share).
