@@ -98,7 +98,7 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 		return err
 	}
 	if in.Unchanged != "" {
-		if in.Unchanged == UnchangedEngineInjected {
+		if in.Unchanged != UnchangedNoGPU {
 			log.Info(in.Unchanged)
 		} else {
 			log.Debug(in.Unchanged)
@@ -135,7 +135,13 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 const (
 	UnchangedNoGPU          = "no GPU requested; spec unchanged"
 	UnchangedEngineInjected = "the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged"
+	UnchangedInjected       = "the spec already has NVIDIA devices: gpu-runtime injected them (" + InjectedAnnotation + "); spec unchanged"
 )
+
+// InjectedAnnotation is the annotation a create leaves in the spec it injected, naming the
+// devices (UUIDs, comma-separated; "none" for none): gpu-ctk explain and a second pass
+// over the same spec know it was gpu-runtime's.
+const InjectedAnnotation = "dev.gpu-runtime.injected"
 
 // Injection is what a create does to a spec, decided, resolved and planned; nothing is
 // edited until Apply, nothing written until File.Write. gpu-ctk explain shows it.
@@ -282,8 +288,16 @@ func (in Injection) checkVolumeTargets() error {
 }
 
 // Edits are the edits the spec gets: the plan's, its intents rendered as hooks where they
-// must run in the low-level runtime's lifecycle.
-func (in Injection) Edits() edits.Edits { return in.Plan.Rendered(in.Render) }
+// must run in the low-level runtime's lifecycle, and the annotation that says so.
+func (in Injection) Edits() edits.Edits {
+	e := in.Plan.Rendered(in.Render)
+	devices := "none"
+	if len(in.Plan.Devices) > 0 {
+		devices = strings.Join(deviceIDs(in.Plan.Devices), ",")
+	}
+	e.Add(edits.Edits{Annotations: map[string]string{InjectedAnnotation: devices}})
+	return e
+}
 
 // Apply edits the spec in memory: every edit of the one plan, native and CDI devices alike,
 // in one place (edits.Apply).
@@ -459,6 +473,9 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	}
 	if hasDevice(in.File.Spec, controlNode) {
 		in.Unchanged = UnchangedEngineInjected
+		if in.File.Spec.Annotations[InjectedAnnotation] != "" {
+			in.Unchanged = UnchangedInjected
+		}
 		return in, nil, nil
 	}
 	if in.Request, warnings, err = request.FromSpec(in.File.Spec, policy); err != nil {

@@ -75,6 +75,8 @@ type Edits struct {
 	RemoveHooks []string
 	// AdditionalGIDs are groups the container's process joins (a CDI spec's).
 	AdditionalGIDs []uint32
+	// Annotations are set in the spec (what gpu-runtime records of its own injection).
+	Annotations map[string]string `json:"annotations,omitempty"`
 	// ProcCaps are MIG capabilities of a driver that uses the /proc interface (paths under
 	// /proc/driver/nvidia/capabilities, e.g. "gpu0/mig/gi1/access"): the container may
 	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
@@ -115,6 +117,12 @@ func (e *Edits) Add(o Edits) {
 		if !slices.Contains(e.ProcCaps, c) {
 			e.ProcCaps = append(e.ProcCaps, c)
 		}
+	}
+	for k, v := range o.Annotations {
+		if e.Annotations == nil {
+			e.Annotations = map[string]string{}
+		}
+		e.Annotations[k] = v
 	}
 	for _, g := range o.AdditionalGIDs {
 		if !slices.Contains(e.AdditionalGIDs, g) {
@@ -160,6 +168,9 @@ func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 	opts = append(opts, oci.WithMounts(mounts...))
 	if len(e.AdditionalGIDs) > 0 {
 		opts = append(opts, oci.WithAdditionalGIDs(e.AdditionalGIDs...))
+	}
+	if len(e.Annotations) > 0 {
+		opts = append(opts, oci.WithAnnotations(e.Annotations))
 	}
 	for _, h := range e.Hooks {
 		hook := specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}

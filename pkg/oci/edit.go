@@ -295,3 +295,16 @@ func WithAdditionalGIDs(gids ...uint32) SpecOpt {
 		return nil
 	}
 }
+
+// WithAnnotations sets annotations in the spec.
+func WithAnnotations(a map[string]string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		for k, v := range a {
+			s.Annotations[k] = v
+		}
+		return nil
+	}
+}

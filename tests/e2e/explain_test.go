@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
+	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 )
 
 // The create passes its own --log and --log-format on to the loader-cache hook; explain has no
@@ -157,6 +158,13 @@ func TestExplain(t *testing.T) {
 				t.Fatalf("create: exit %d: %s", r.code, r.stderr)
 			}
 			after := readSpec(t, b)
+			if got := after.Annotations[runtime.InjectedAnnotation]; got != strings.Join(deviceUUIDs(ex.Devices), ",") && !(got == "none" && len(ex.Devices) == 0) {
+				t.Errorf("the create's %s annotation = %q, explain's devices %+v", runtime.InjectedAnnotation, got, ex.Devices)
+			}
+			// Explained again, the spec gpu-runtime wrote says it is gpu-runtime's.
+			if again, _, _ := explainBundle(t, e, b); again.Decision != "unchanged" || again.Reason != runtime.UnchangedInjected {
+				t.Errorf("explain of the injected spec: %s, %q; want unchanged, %q", again.Decision, again.Reason, runtime.UnchangedInjected)
+			}
 
 			nodeKey := func(d specs.LinuxDevice) string {
 				return fmt.Sprintf("%s %s %d:%d %v %d:%d", d.Path, d.Type, d.Major, d.Minor, *d.FileMode, *d.UID, *d.GID)
@@ -313,4 +321,13 @@ func TestExplainUsage(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "usage:\n  gpu-ctk explain --bundle DIR") {
 		t.Errorf("--help: exit %d\n%s", code, out)
 	}
+}
+
+// deviceUUIDs are the UUIDs of explained devices.
+func deviceUUIDs(ds []ctk.ExplainedDevice) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.UUID
+	}
+	return out
 }
