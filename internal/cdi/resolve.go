@@ -1,8 +1,9 @@
-// Package cdi is gpu-runtime's side of the Container Device Interface (reference §10),
-// built on tags.cncf.io/container-device-interface: it resolves and applies CDI devices for a
-// create (Resolver, used by gpu-ctk on gpu-runtime's behalf) and writes a CDI spec for this
-// host from the same plan the runtime injects (Generate). Only gpu-ctk links it: the library
-// is kept out of gpu-runtime's every start.
+// Package cdi is gpu-runtime's side of the Container Device Interface, built on
+// tags.cncf.io/container-device-interface: it reads the CDI specs of root's spec directories
+// and resolves CDI names into gpu-runtime's device model (Resolver: each device's edits and
+// the nodes that say which GPUs it gives, for plan.Build), and writes a CDI spec for this host
+// from the same plan the runtime injects (Generate). Only gpu-ctk links it: the library is
+// kept out of gpu-runtime's every start.
 package cdi
 
 import (

@@ -14,10 +14,10 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -171,7 +171,7 @@ func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
 		return plan.Host{}, plan.Render{}, err
 	}
 	self, _ := os.Executable()
-	hookPath, err := runtime.HookPath(cfg.Hook.Path, self)
+	hookPath, err := create.HookPath(cfg.Hook.Path, self)
 	if err != nil {
 		return plan.Host{}, plan.Render{}, err
 	}
@@ -202,10 +202,10 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 }
 
 // ErrReported: gpu-ctk cdi inject reported its error itself, as gpu-runtime would.
-var ErrReported = runtime.ErrReported
+var ErrReported = create.ErrReported
 
 // cdiInject is the other half of gpu-runtime's hand-off of a create that names CDI devices
-// (runtime.HandOffToCTK): `gpu-ctk cdi inject -- <gpu-runtime's arguments>` runs the
+// (create.HandOffToCTK): `gpu-ctk cdi inject -- <gpu-runtime's arguments>` runs the
 // runtime's create path with the CDI library, logging where gpu-runtime logs.
 func cdiInject(args []string, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "--" {
@@ -234,7 +234,7 @@ func cdiInject(args []string, stderr io.Writer) error {
 		self, _ := os.Executable()
 		cwd, _ := os.Getwd()
 		// NVML in this process: no gpu-ctk child of gpu-ctk.
-		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r, QueryNVML: nvmlinfo.QueryContext})
+		err = create.PrepareBundle(inv, create.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r, QueryNVML: nvmlinfo.QueryContext})
 	}
 	if err != nil {
 		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own

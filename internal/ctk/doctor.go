@@ -17,12 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -374,7 +374,7 @@ func onOff(b bool) string {
 // checkHook: gpu-hook, and the host's ldconfig it runs, which must be static.
 func (d *doctor) checkHook() {
 	self, _ := os.Executable()
-	hookPath, err := runtime.HookPath(d.cfg.Hook.Path, self)
+	hookPath, err := create.HookPath(d.cfg.Hook.Path, self)
 	if err != nil {
 		d.add("hook", statusFail, err.Error(), "install gpu-hook next to gpu-runtime, or set hook.path")
 		return
@@ -389,7 +389,7 @@ func (d *doctor) checkHook() {
 
 func (d *doctor) checkRuntime() {
 	self, _ := os.Executable()
-	p, err := runtime.LowLevelRuntime(d.cfg.Runtime.Runtimes, self)
+	p, err := create.LowLevelRuntime(d.cfg.Runtime.Runtimes, self)
 	if err != nil {
 		d.add("low-level runtime", statusFail, err.Error(), "install runc (apt-get install runc), or set runtime.runtimes")
 		return

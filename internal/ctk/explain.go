@@ -14,8 +14,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -202,8 +202,8 @@ func explain(path string, raw []byte, stderr io.Writer) *Explanation {
 	log.AddHook(warnings)
 	self, _ := os.Executable()
 	resolver := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
-	opts := runtime.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log, CDI: resolver, QueryNVML: nvmlinfo.QueryContext}
-	in, err := runtime.Decide(path, raw, opts, log)
+	opts := create.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log, CDI: resolver, QueryNVML: nvmlinfo.QueryContext}
+	in, err := create.Decide(path, raw, opts, log)
 	if in.Request.WantsCDI() { // as gpu-ctk cdi inject warns
 		for _, p := range resolver.Problems() {
 			warnings.lines = append(warnings.lines, "CDI spec not loaded: "+p)
@@ -247,7 +247,7 @@ func explain(path string, raw []byte, stderr io.Writer) *Explanation {
 
 // conditions evaluates each requirement on its own against what a create checks it against,
 // so that every outcome is shown, not only the first failure's.
-func conditions(in runtime.Injection) []ExplainedCondition {
+func conditions(in create.Injection) []ExplainedCondition {
 	req := in.Request
 	if !req.ChecksRequirements() {
 		return nil

@@ -1,7 +1,9 @@
-// Package hook implements gpu-hook's subcommands, run by the low-level runtime as OCI hooks.
-// Everything under the container's root is attacker-controlled: every path the hook touches
-// there is resolved inside the root (openat2 RESOLVE_IN_ROOT through filepath-securejoin), and
-// the only program it runs is the host's ldconfig, chrooted into the container root.
+// Package hook is gpu-hook, what must still run in the low-level runtime's lifecycle, after
+// its mounts, where gpu-runtime could not do it at create: update-ldcache (the loader-cache
+// update of internal/ldupdate, and, where that cannot be done in-process, the host's static
+// ldconfig in a sandbox that sees only the container root's own mount) and proc-caps (the MIG
+// capabilities of a driver's /proc interface). Everything under the container's root is the
+// image's: it is reached only through internal/confined.
 package hook
 
 import (

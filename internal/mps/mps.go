@@ -1,4 +1,4 @@
-// Package mps runs MPS shares (reference §11): one nvidia-cuda-mps-control daemon per share,
+// Package mps runs MPS shares: one nvidia-cuda-mps-control daemon per share,
 // with its own pipe and log directories and a private tmpfs as its /dev/shm, and the share's
 // defaults (active thread percentage, pinned memory limit) set through its control interface.
 // A container joins a share by having exactly that share's client view and tmpfs mounted

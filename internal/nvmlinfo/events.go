@@ -40,7 +40,7 @@ type Event struct {
 var ErrEventsNotSupported = errors.New("NVML events not supported")
 
 // Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of
-// a driver root (reference §12). One process may hold one at a time (go-nvml binds NVML
+// a driver root. One process may hold one at a time (go-nvml binds NVML
 // process-wide); Close releases NVML, so that a driver can be reloaded, and OpenEvents may
 // then be called again.
 type Events struct {

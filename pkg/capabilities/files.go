@@ -16,7 +16,7 @@ type Files struct {
 	Required []string
 }
 
-// FilesOf returns what capability c injects (reference §3). Compat32 and Display have no
+// FilesOf returns what capability c injects. Compat32 and Display have no
 // files of their own: compat32 selects the 32-bit variants of the other sets, display
 // implies graphics (see Set.Has).
 func FilesOf(c Capability) Files {

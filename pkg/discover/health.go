@@ -22,7 +22,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
-// Health says why a device must not be given to containers (reference §12). A nil *Health
+// Health says why a device must not be given to containers. A nil *Health
 // means nothing says the device is unhealthy.
 //
 // Three signals count, none of them needing NVML: the driver's /proc entry of a GPU that

@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// The driver's /proc files about MIG capabilities (reference §9), relative to the proc root.
+// The driver's /proc files about MIG capabilities, relative to the proc root.
 const (
 	ProcDevices      = "proc/devices"
 	ProcMIGMinors    = "proc/driver/nvidia-caps/mig-minors"

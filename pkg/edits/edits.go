@@ -1,7 +1,8 @@
 // Package edits is the one description of what gpu-runtime injects into a container:
-// device nodes (each with its cgroup rule), mounts, hooks and environment, in the shape of
-// a CDI spec's containerEdits. A planner produces an Edits value; Apply is the only place
-// that turns it into changes of an OCI spec.
+// device nodes (each with its cgroup rule), mounts, hooks, environment, groups and
+// annotations, in the shape of a CDI spec's containerEdits (a CDI device's edits are read into
+// it). A planner produces an Edits value; Apply is the only place that turns it into changes
+// of an OCI spec.
 package edits
 
 import (

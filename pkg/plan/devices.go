@@ -14,7 +14,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
-// Device is one thing a container can be given (reference §9): a whole GPU, or a MIG device
+// Device is one thing a container can be given: a whole GPU, or a MIG device
 // of a GPU in MIG mode. Its names are what NVIDIA_VISIBLE_DEVICES and CDI device entries
 // use; its edits (Edits) are what it adds to the edits every GPU container gets (Common).
 type Device struct {

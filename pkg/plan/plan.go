@@ -1,7 +1,11 @@
 // Package plan decides what to inject into one container: from a request (what the
-// container asked for) and a host (what discovery found) it builds one edits.Edits value.
-// Planning is pure: it does no I/O. It validates the whole plan — every requested GPU
-// resolved, every required device node and file present — and reports every problem at once.
+// container asked for, by any channel), a host (what discovery found) and the CDI devices the
+// request names (resolved by the caller) it builds one Plan — the devices, one edits.Edits
+// value, and the intents that must run in the low-level runtime's lifecycle as data
+// (LoaderCache, ProcCaps), rendered as hooks only when the spec is written (Rendered).
+// Planning is pure: it does no I/O. It validates the whole plan — every requested device
+// resolved and healthy, every required device node and file present, every requirement of the
+// image met — and reports every problem at once.
 package plan
 
 import (

@@ -1,5 +1,5 @@
 // Package request reads what a container asks for — which GPUs, which driver capabilities,
-// which driver requirements — from its OCI process environment (reference §1). The container's
+// which driver requirements — from its OCI process environment. The container's
 // environment is attacker input: this package only parses it into plain values and never acts
 // on it.
 package request

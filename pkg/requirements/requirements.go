@@ -1,4 +1,4 @@
-// Package requirements parses and evaluates NVIDIA_REQUIRE_* expressions (reference §2), the
+// Package requirements parses and evaluates NVIDIA_REQUIRE_* expressions, the
 // conditions a CUDA image places on the host driver and GPUs, such as
 // "cuda>=12.4 brand=tesla,driver>=535,driver<536". It is pure: it reads only the values it is
 // given and never touches the host.

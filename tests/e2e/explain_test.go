@@ -16,8 +16,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 )
 
 // The create passes its own --log and --log-format on to the loader-cache hook; explain has no
@@ -158,12 +158,12 @@ func TestExplain(t *testing.T) {
 				t.Fatalf("create: exit %d: %s", r.code, r.stderr)
 			}
 			after := readSpec(t, b)
-			if got := after.Annotations[runtime.InjectedAnnotation]; got != strings.Join(deviceUUIDs(ex.Devices), ",") && !(got == "none" && len(ex.Devices) == 0) {
-				t.Errorf("the create's %s annotation = %q, explain's devices %+v", runtime.InjectedAnnotation, got, ex.Devices)
+			if got := after.Annotations[create.InjectedAnnotation]; got != strings.Join(deviceUUIDs(ex.Devices), ",") && !(got == "none" && len(ex.Devices) == 0) {
+				t.Errorf("the create's %s annotation = %q, explain's devices %+v", create.InjectedAnnotation, got, ex.Devices)
 			}
 			// Explained again, the spec gpu-runtime wrote says it is gpu-runtime's.
-			if again, _, _ := explainBundle(t, e, b); again.Decision != "unchanged" || again.Reason != runtime.UnchangedInjected {
-				t.Errorf("explain of the injected spec: %s, %q; want unchanged, %q", again.Decision, again.Reason, runtime.UnchangedInjected)
+			if again, _, _ := explainBundle(t, e, b); again.Decision != "unchanged" || again.Reason != create.UnchangedInjected {
+				t.Errorf("explain of the injected spec: %s, %q; want unchanged, %q", again.Decision, again.Reason, create.UnchangedInjected)
 			}
 
 			nodeKey := func(d specs.LinuxDevice) string {

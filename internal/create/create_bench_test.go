@@ -1,9 +1,9 @@
-package runtime
+package create
 
 // Benchmarks of the in-process steps of gpu-runtime's create path on a fake 8-GPU host
 // (internal/fakehost), each step alone and then PrepareBundle whole:
 //
-//	sudo go test -run '^$' -bench CreatePath -benchmem ./internal/runtime/
+//	sudo go test -run '^$' -bench CreatePath -benchmem ./internal/create/
 //
 // They complement bench/lifecycle, which times the real binaries around runc; see
 // bench/README.md. Needs root (the fake host's device nodes are made with mknod).
@@ -142,7 +142,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "\n*** BenchmarkCreatePath SKIPPED: it needs root to build the fake GPU host (mknod); run it with sudo ***")
-		b.Skip("SKIPPED: needs root to build the fake GPU host (mknod, ldconfig -r); run `sudo go test -run '^$' -bench CreatePath ./internal/runtime/`")
+		b.Skip("SKIPPED: needs root to build the fake GPU host (mknod, ldconfig -r); run `sudo go test -run '^$' -bench CreatePath ./internal/create/`")
 	}
 	h := fakehost.BuildT(b, fakehost.Default(8))
 	dir := b.TempDir()

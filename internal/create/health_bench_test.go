@@ -1,4 +1,4 @@
-package runtime
+package create
 
 // Benchmarks of the create path's health check (discover.ReadHealth) on the fake 8-GPU host of
 // BenchmarkCreatePath, and of a cache-hit create with the driver's /proc in place, so that what

@@ -1,7 +1,10 @@
-// Package runtime is gpu-runtime's create path: read the bundle's spec, decide whether the
-// container asked for GPUs, discover the host, plan, validate and apply the injection, and
-// write the spec back atomically. It never execs anything; main does that afterwards.
-package runtime
+// Package create is gpu-runtime's create path: read the bundle's spec, decide whether the
+// container asked for GPUs and which (every request channel into one plan, CDI devices
+// resolved by gpu-ctk), build the host (internal/gpuhost), plan and check the injection
+// (requirements included), update the loader cache at create where that gives what the hook
+// would, apply the edits in one place and write the spec back atomically. It never execs
+// anything; main does that afterwards. gpu-ctk explain runs the same decision.
+package create
 
 import (
 	"context"
