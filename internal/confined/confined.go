@@ -366,9 +366,6 @@ type Dir struct {
 	h    *os.File // O_PATH; nil for a directory a dry run would have made (empty)
 }
 
-// Path is the directory's container path, as it was asked for.
-func (d *Dir) Path() string { return d.path }
-
 // ID is the directory's device and inode: in a usr-merged image /lib/x and /usr/lib/x are
 // one directory.
 func (d *Dir) ID() (FileID, error) {
@@ -446,32 +443,6 @@ func (d *Dir) Open(name string, anyMount bool) (*os.File, int64, error) {
 		return err
 	})
 	return f, size, err
-}
-
-// ReadFile reads the regular file name in the directory (not following a link), at most
-// limit bytes, spending the budget's bytes.
-func (d *Dir) ReadFile(name string, limit int64) ([]byte, error) {
-	f, size, err := d.Open(name, false)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if size > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
-	}
-	p := path.Join(d.path, name)
-	if err := d.r.b.read(p, size); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, size+1)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if int64(n) > size {
-		return nil, fmt.Errorf("%s: larger than the %d bytes it had when opened", p, size)
-	}
-	return buf[:n], nil
 }
 
 // ErrNotLink: Readlink found something that is not a symbolic link.
@@ -560,10 +531,6 @@ func (d *Dir) WriteFile(name string, data []byte, perm fs.FileMode) error {
 	}
 	return nil
 }
-
-// Handle is the directory's O_PATH handle, for the few callers that must pass it on (a bind
-// mount's source); it stays the Root's.
-func (d *Dir) Handle() *os.File { return d.h }
 
 // validName says whether name is one directory entry's name.
 func validName(name string) bool {
