@@ -394,14 +394,6 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 	return warnings, nil
 }
 
-// Validate is Check without a host: every requirement is parsed, the first malformed one is
-// the error, and the warnings name unknown keys. gpu-runtime runs it at create, so that a
-// malformed requirement fails before the low-level runtime runs.
-func Validate(reqs []Requirement) (warnings []string, err error) {
-	_, warnings, err = parseAll(reqs)
-	return warnings, err
-}
-
 func parseAll(reqs []Requirement) ([]Expression, []string, error) {
 	var warnings []string
 	exprs := make([]Expression, len(reqs))
