@@ -340,7 +340,7 @@ func hasDockerHook(sf *oci.SpecFile) bool {
 	return oci.HasHookNamed(sf.Spec, request.DockerHookName)
 }
 
-// discoverHost builds the host as a create sees it (internal/host): the discovery cache, NVML
+// discoverHost builds the host as a create sees it (internal/gpuhost): the discovery cache, NVML
 // through a gpu-ctk child on a miss, health.
 func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 	query := opts.QueryNVML
