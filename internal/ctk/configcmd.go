@@ -14,10 +14,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
-func init() {
-	Register("config", "print the configuration gpu-runtime uses, or change a key of its file (--set)", runConfig)
-}
-
 const configUsage = `usage:
   gpu-ctk config [--config FILE]
   gpu-ctk config --set KEY=VALUE... [--config FILE]
@@ -70,9 +66,7 @@ func printConfig(path string, named bool, stdout, stderr io.Writer) error {
 	} else {
 		cfg, warnings, err = config.LoadFromEnv(os.Getenv)
 	}
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
+	warn(stderr, warnings...)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package ctk
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,10 +27,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("doctor", "check this host for GPU containers, one line per check, each with its fix", runDoctor)
-}
 
 const doctorUsage = `usage:
   gpu-ctk doctor [--json] [--engine-root DIR]
@@ -75,11 +71,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	d := &doctor{engineRoot: *engineRoot}
 	d.run()
 	if *asJSON {
-		data, err := json.MarshalIndent(d.checks, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(data, '\n')); err != nil {
+		if err := writeJSON(stdout, d.checks); err != nil {
 			return err
 		}
 	} else {
@@ -95,10 +87,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	for _, c := range d.checks {
-		if c.Status == statusFail {
-			return ErrReported
-		}
+	if slices.ContainsFunc(d.checks, func(c Check) bool { return c.Status == statusFail }) {
+		return ErrReported
 	}
 	return nil
 }
@@ -329,13 +319,13 @@ func (d *doctor) checkHealth() {
 	if d.driver == nil {
 		return
 	}
-	gpus := append([]discover.GPU(nil), d.driver.GPUs...)
-	for i := range gpus {
-		gpus[i].MIGDevices = append([]discover.MIGDevice(nil), gpus[i].MIGDevices...)
-	}
+	// ReadHealth sets the GPUs' health: on a copy, the checks after this one see the driver's.
 	drv := *d.driver
-	drv.GPUs = gpus
-	warnings := discover.ReadHealth(gpus, discover.HealthOptions{File: d.cfg.Health.File, ProcRoot: d.cfg.Driver.ProcRoot})
+	drv.GPUs = slices.Clone(drv.GPUs)
+	for i := range drv.GPUs {
+		drv.GPUs[i].MIGDevices = slices.Clone(drv.GPUs[i].MIGDevices)
+	}
+	warnings := discover.ReadHealth(drv.GPUs, discover.HealthOptions{File: d.cfg.Health.File, ProcRoot: d.cfg.Driver.ProcRoot})
 	if len(warnings) > 0 {
 		d.add("health", statusWarn, strings.Join(warnings, "; "), "gpu-ctk health clear all rewrites it, root-owned with mode 0600 (records in it are lost: gpu-ctk health mark them again)")
 		return
@@ -417,17 +407,18 @@ func (d *doctor) checkCache() {
 	}
 }
 
-// engines are the container engines doctor looks for, with the programs that say one is installed.
+// engines are the container engines doctor looks for: the program that says one is installed,
+// and its configuration files under the engine root.
 var engines = []struct {
-	name     string
-	engine   engine.Engine // "" for podman, which takes no registration
-	programs []string
-	restart  string
+	name, program  string
+	engine         engine.Engine // "" for podman, which takes no registration
+	config, dropIn string
+	restart        string
 }{
-	{"docker", engine.Docker, []string{"dockerd"}, "systemctl restart docker"},
-	{"containerd", engine.Containerd, []string{"containerd"}, "systemctl restart containerd"},
-	{"cri-o", engine.CRIO, []string{"crio"}, "systemctl restart crio"},
-	{"podman", "", []string{"podman"}, ""},
+	{"docker", "dockerd", engine.Docker, engine.DefaultDockerConfig, "", "systemctl restart docker"},
+	{"containerd", "containerd", engine.Containerd, engine.DefaultContainerdConfig, engine.DefaultContainerdDropIn, "systemctl restart containerd"},
+	{"cri-o", "crio", engine.CRIO, engine.DefaultCRIODropIn, "", "systemctl restart crio"},
+	{"podman", "podman", "", "", "", ""},
 }
 
 // systemPATH is where doctor looks for programs, under the engine root: the PATH systemd gives
@@ -445,14 +436,10 @@ func (d *doctor) findProgram(name string) string {
 }
 
 func (d *doctor) checkEngines() {
-	self, _ := os.Executable()
-	runtimePath, err := runtimePath("", realHost)
-	if err != nil {
-		runtimePath = filepath.Join(filepath.Dir(self), "gpu-runtime")
-	}
+	runtimePath, _ := runtimePath("", realHost) // fails only on a --runtime-path
 	found := 0
 	for _, e := range engines {
-		prog := d.findProgram(e.programs[0])
+		prog := d.findProgram(e.program)
 		if prog == "" {
 			continue
 		}
@@ -462,15 +449,9 @@ func (d *doctor) checkEngines() {
 			d.add(check, statusOK, fmt.Sprintf("installed (%s): it takes no registration; run podman run --runtime %s, or with a CDI spec podman run --device nvidia.com/gpu=0", prog, runtimePath), "")
 			continue
 		}
-		opts := engine.Options{RuntimePath: runtimePath}
-		switch e.engine {
-		case engine.Docker:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultDockerConfig)
-		case engine.Containerd:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultContainerdConfig)
-			opts.DropInPath = filepath.Join(d.engineRoot, engine.DefaultContainerdDropIn)
-		case engine.CRIO:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultCRIODropIn)
+		opts := engine.Options{RuntimePath: runtimePath, ConfigPath: filepath.Join(d.engineRoot, e.config)}
+		if e.dropIn != "" {
+			opts.DropInPath = filepath.Join(d.engineRoot, e.dropIn)
 		}
 		configure := fmt.Sprintf("gpu-ctk runtime configure --runtime=%s && %s", e.engine, e.restart)
 		registered, err := engine.PlanUnconfigure(e.engine, opts)

@@ -22,10 +22,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
-func init() {
-	Register("explain", "show every edit a container would get, and why, or the error its create would fail with", runExplain)
-}
-
 const explainUsage = `usage:
   gpu-ctk explain --bundle DIR [--json]
   gpu-ctk explain --env VAR=VALUE... [--annotation KEY=VALUE...] [--privileged] [--json]
@@ -142,11 +138,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		ex.Source = "--env"
 	}
 	if *asJSON {
-		data, err := json.MarshalIndent(ex, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(data, '\n')); err != nil {
+		if err := writeJSON(stdout, ex); err != nil {
 			return err
 		}
 	} else if _, err := io.WriteString(stdout, ex.text()); err != nil {

@@ -2,7 +2,6 @@ package ctk
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,10 +14,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
-
-func init() {
-	Register("info", "show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo)
-}
 
 const infoUsage = `usage:
   gpu-ctk info [--json] [--driver-root DIR]
@@ -36,7 +31,6 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk info", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	fromConfig := false
 	if help, err := parseFlags(fs, args, infoUsage, stdout); help || err != nil {
 		return err
 	}
@@ -45,16 +39,14 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	}
 	// With --driver-root (gpu-runtime's NVML query on a cache miss, which reads its own
 	// configuration) no configuration is read, and no health: the query's answer is facts.
-	cfg := config.Default()
-	if fromConfig = *root == ""; fromConfig {
+	cfg, fromConfig := config.Default(), *root == ""
+	if fromConfig {
 		var warnings []string
 		var err error
 		if cfg, warnings, err = config.LoadFromEnv(os.Getenv); err != nil {
 			return err
 		}
-		for _, w := range warnings {
-			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-		}
+		warn(stderr, warnings...)
 	} else {
 		cfg.Driver.Root, cfg.Discovery.Timeout = *root, "0s" // the caller bounds it
 	}
@@ -62,13 +54,9 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
+	warn(stderr, warnings...)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		return writeJSON(stdout, d)
 	}
 	fmt.Fprintf(stdout, "Driver version: %s\nCUDA version:   %s\nNVML library:   %s\nGPUs:           %d\n\n", d.Version, d.CUDAVersion, d.NVMLPath, len(d.GPUs))
 	var table bytes.Buffer
@@ -116,9 +104,8 @@ func migMode(g discover.GPU) string {
 	if !g.MIGCapable {
 		return "-"
 	}
-	word := map[bool]string{true: "enabled", false: "disabled"}
 	if g.MIGCurrent != g.MIGPending {
-		return word[g.MIGCurrent] + " (" + word[g.MIGPending] + " after reset)"
+		return onOff(g.MIGCurrent) + " (" + onOff(g.MIGPending) + " after reset)"
 	}
-	return word[g.MIGCurrent]
+	return onOff(g.MIGCurrent)
 }

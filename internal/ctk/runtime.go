@@ -17,10 +17,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
-func init() {
-	Register("runtime", "register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime)
-}
-
 const runtimeUsage = `usage:
   gpu-ctk runtime configure   --runtime=docker|containerd|crio [--runtime-name=NAME]
                               [--runtime-path=PATH] [--set-as-default] [--config=PATH]
