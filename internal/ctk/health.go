@@ -1,7 +1,6 @@
 package ctk
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -154,8 +153,7 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 		}
 		return writeJSON(stdout, devices)
 	}
-	var b bytes.Buffer
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tREASON")
 	for _, d := range devices {
 		index, since, reason := d.Index, "-", "-"
@@ -174,9 +172,6 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", index, d.UUID, d.State, since, reason)
 	}
 	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if _, err := stdout.Write(b.Bytes()); err != nil {
 		return err
 	}
 	return nvmlErr
