@@ -421,12 +421,10 @@ var engines = []struct {
 	{"podman", "podman", "", "", "", ""},
 }
 
-// systemPATH is where doctor looks for programs, under the engine root: the PATH systemd gives
-// services such as dockerd.
-var systemPATH = plan.SystemDirs
-
+// findProgram looks for a program under the engine root, on the PATH systemd gives services
+// such as dockerd.
 func (d *doctor) findProgram(name string) string {
-	for _, dir := range systemPATH {
+	for _, dir := range plan.SystemDirs {
 		p := filepath.Join(d.engineRoot, dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
 			return p

@@ -73,29 +73,27 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Every row has every cell, so the columns line up; the padding of empty last cells goes.
-	for _, line := range strings.SplitAfter(table.String(), "\n") {
-		if _, err := io.WriteString(stdout, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n"))); err != nil {
-			return err
-		}
+	var b strings.Builder
+	for line := range strings.Lines(table.String()) {
+		b.WriteString(strings.TrimRight(line, " \n") + "\n")
 	}
 	if fromConfig {
-		return writeHealthSummary(stdout, d)
+		b.WriteString(infoHealth(d))
 	}
-	return nil
+	_, err = io.WriteString(stdout, b.String())
+	return err
 }
 
-// writeHealthSummary ends gpu-ctk info: which devices gpu-runtime keeps from containers.
-func writeHealthSummary(w io.Writer, d discover.Driver) error {
+// infoHealth ends gpu-ctk info: which devices gpu-runtime keeps from containers.
+func infoHealth(d discover.Driver) string {
 	sick := healthSummary(d)
 	for _, x := range d.Excluded {
 		sick = append(sick, "GPU "+x.UUID+": "+x.Reason())
 	}
-	text := "\nHealth: every device healthy (gpu-ctk health)\n"
-	if len(sick) > 0 {
-		text = "\nUnhealthy (given to no container; gpu-ctk health):\n  " + strings.Join(sick, "\n  ") + "\n"
+	if len(sick) == 0 {
+		return "\nHealth: every device healthy (gpu-ctk health)\n"
 	}
-	_, err := io.WriteString(w, text)
-	return err
+	return "\nUnhealthy (given to no container; gpu-ctk health):\n  " + strings.Join(sick, "\n  ") + "\n"
 }
 
 // migMode describes a GPU's MIG mode: "-" when it has none, "enabled", "disabled", or the
