@@ -145,7 +145,7 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
 }
 
-// hostFromConfig builds the host for a CDI spec in this process (internal/host): NVML
+// hostFromConfig builds the host for a CDI spec in this process (internal/gpuhost): NVML
 // directly, bounded by discovery.timeout (the CDI unit runs before the engines start), no
 // cache, no health (a spec lists devices; CDI-native engines check none at create). It
 // returns how hooks are written too.

@@ -87,15 +87,13 @@ func runMPS(args []string, stdout, stderr io.Writer) error {
 	if opts, err = mpsOptions(cfg, names, verb == "start"); err != nil {
 		return err
 	}
+	act := mps.Stop
+	if verb == "start" {
+		act = mps.Start
+	}
 	var errs []error
 	for _, n := range names {
-		var did string
-		var err error
-		if verb == "start" {
-			did, err = mps.Start(cfg.MPS, n, opts[n])
-		} else {
-			did, err = mps.Stop(cfg.MPS, n, opts[n])
-		}
+		did, err := act(cfg.MPS, n, opts[n])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("MPS share %q: %w", n, err))
 			continue
