@@ -207,9 +207,10 @@ func (d *doctor) checkDeviceNodes() {
 	}
 	d.devices = nodes
 	root := d.cfg.Driver.DevRoot
-	check := func(p, what, fix string, required bool) bool {
+	before := len(d.checks) // each problem adds one
+	check := func(p, what, fix string, required bool) {
 		if _, ok := nodes.Nodes[p]; ok {
-			return true
+			return
 		}
 		status := statusWarn
 		if required {
@@ -220,33 +221,27 @@ func (d *doctor) checkDeviceNodes() {
 			why = err.Error()
 		}
 		d.add("device nodes", status, fmt.Sprintf("%s (%s) under dev root %q: %s", p, what, root, why), fix)
-		return false
 	}
-	ok := check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
-	uvm := check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
-	uvm = check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false) && uvm
-	ok = ok && uvm
+	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
+	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
+	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false)
+	var gpus []discover.GPU
 	if d.driver != nil {
-		for _, g := range d.driver.GPUs {
-			p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
-			n, found := nodes.Nodes[p]
-			switch {
-			case !found:
-				check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
-				ok = false
-			case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
-				d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
-					fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
-				ok = false
-			}
+		gpus = d.driver.GPUs
+	}
+	for _, g := range gpus {
+		p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+		n, found := nodes.Nodes[p]
+		switch {
+		case !found:
+			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
+		case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
+			d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
+				fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
 		}
 	}
-	if ok {
-		count := 0
-		if d.driver != nil {
-			count = len(d.driver.GPUs)
-		}
-		d.add("device nodes", statusOK, fmt.Sprintf("nvidiactl, nvidia-uvm, nvidia-uvm-tools and the %d GPU node(s) under dev root %q", count, root), "")
+	if len(d.checks) == before {
+		d.add("device nodes", statusOK, fmt.Sprintf("nvidiactl, nvidia-uvm, nvidia-uvm-tools and the %d GPU node(s) under dev root %q", len(gpus), root), "")
 	}
 }
 
