@@ -2,6 +2,7 @@ package ctk
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -327,26 +328,16 @@ func (d *doctor) checkHealth() {
 	}
 	sick := healthSummary(drv)
 	devices := len(plan.Devices(drv.GPUs))
+	fix := "repair or replace them (gpu-ctk health says why each is held back); gpu-ctk health clear UUID returns a recorded one to service"
 	switch {
 	case len(sick) == 0:
-		d.add("health", statusOK, fmt.Sprintf("every device healthy (%d): none gone, excluded or recorded in %s", devices, orNone(d.cfg.Health.File)), "")
+		file := cmp.Or(d.cfg.Health.File, `a health file (health.file is "")`)
+		d.add("health", statusOK, fmt.Sprintf("every device healthy (%d): none gone, excluded or recorded in %s", devices, file), "")
+	case len(sick) < devices:
+		d.add("health", statusWarn, fmt.Sprintf("%d of %d device(s) given to no container: %s", len(sick), devices, strings.Join(sick, "; ")), fix)
 	default:
-		status := statusWarn
-		detail := fmt.Sprintf("%d of %d device(s) given to no container: %s", len(sick), devices, strings.Join(sick, "; "))
-		if len(sick) >= devices {
-			status = statusFail
-			detail = "every device is unhealthy: " + strings.Join(sick, "; ")
-		}
-		d.add("health", status, detail, "repair or replace them (gpu-ctk health says why each is held back); gpu-ctk health clear UUID returns a recorded one to service")
+		d.add("health", statusFail, "every device is unhealthy: "+strings.Join(sick, "; "), fix)
 	}
-}
-
-// orNone names a health file, or says there is none.
-func orNone(file string) string {
-	if file == "" {
-		return "a health file (health.file is \"\")"
-	}
-	return file
 }
 
 func onOff(b bool) string {
