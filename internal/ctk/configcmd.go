@@ -1,6 +1,7 @@
 package ctk
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,10 +43,7 @@ func runConfig(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: config takes no arguments, got %q (gpu-ctk config --help)", ErrUsage, fs.Args())
 	}
-	path := *file
-	if path == "" {
-		path = config.Path(os.Getenv)
-	}
+	path := cmp.Or(*file, config.Path(os.Getenv))
 	if len(sets) == 0 {
 		return printConfig(path, *file != "", stdout, stderr)
 	}

@@ -156,10 +156,7 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tREASON")
 	for _, d := range devices {
-		index, since, reason := d.Index, "-", "-"
-		if index == "" {
-			index = "-"
-		}
+		index, since, reason := cmp.Or(d.Index, "-"), "-", "-"
 		if d.Kind == "MIG device" && d.Index != "" {
 			index = "  " + index
 		}
@@ -352,9 +349,7 @@ func runHealthWatch(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *root != "" {
-		cfg.Driver.Root = *root
-	}
+	cfg.Driver.Root = cmp.Or(*root, cfg.Driver.Root)
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to record unhealthy devices in; set health.file in the gpu-runtime config`)
 	}
@@ -475,8 +470,7 @@ func (w *watcher) handle(ev nvmlinfo.Event) {
 	log := w.log.WithFields(fields)
 	reason := "double-bit ECC error"
 	if ev.Kind == nvmlinfo.EventXid {
-		fields["xid"] = ev.Xid
-		log = w.log.WithFields(fields)
+		log = log.WithField("xid", ev.Xid)
 		if slices.ContainsFunc(w.ignore, func(x int) bool { return x > 0 && uint64(x) == ev.Xid }) {
 			log.Infof("health watch: Xid %d ignored: an application's error, not the GPU's (health.ignore-xids)", ev.Xid)
 			return
