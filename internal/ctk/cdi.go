@@ -1,7 +1,6 @@
 package ctk
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -23,10 +22,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("cdi", "generate, check and list Container Device Interface specs (generate, list)", runCDI)
-}
 
 const cdiUsage = `usage:
   gpu-ctk cdi generate [--output FILE] [--format yaml|json] [--kind nvidia.com/gpu]
@@ -65,15 +60,6 @@ func runCDI(args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%w: unknown cdi command %q (gpu-ctk cdi --help)", ErrUsage, args[0])
 }
 
-// loadConfig reads gpu-runtime's configuration as the runtime does, warnings to stderr.
-func loadConfig(stderr io.Writer) (config.Config, error) {
-	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
-	return cfg, err
-}
-
 func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk cdi generate", flag.ContinueOnError)
 	output := fs.String("output", "", "write the spec to FILE (atomically) instead of stdout")
@@ -107,9 +93,7 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	spec, warnings, err := cdi.Generate(h, r, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
+	warn(stderr, warnings...)
 	if err != nil {
 		return err
 	}
@@ -161,7 +145,7 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
 }
 
-// hostFromConfig builds the host for a CDI spec in this process (internal/host): NVML
+// hostFromConfig builds the host for a CDI spec in this process (internal/gpuhost): NVML
 // directly, bounded by discovery.timeout (the CDI unit runs before the engines start), no
 // cache, no health (a spec lists devices; CDI-native engines check none at create). It
 // returns how hooks are written too.
@@ -191,13 +175,13 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 	}
 	r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	for _, p := range r.Problems() {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
+		warn(stderr, "spec not loaded: "+p)
 	}
-	var b bytes.Buffer
+	var b strings.Builder
 	for _, d := range r.Devices() {
 		b.WriteString(d + "\n")
 	}
-	_, err = stdout.Write(b.Bytes())
+	_, err = io.WriteString(stdout, b.String())
 	return err
 }
 

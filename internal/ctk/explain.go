@@ -22,10 +22,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
-func init() {
-	Register("explain", "show every edit a container would get, and why, or the error its create would fail with", runExplain)
-}
-
 const explainUsage = `usage:
   gpu-ctk explain --bundle DIR [--json]
   gpu-ctk explain --env VAR=VALUE... [--annotation KEY=VALUE...] [--privileged] [--json]
@@ -114,39 +110,32 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	case *bundle == "" && len(envs) == 0:
 		return fmt.Errorf("%w: explain needs --bundle DIR or at least one --env VAR=VALUE (gpu-ctk explain --help)", ErrUsage)
 	}
-	var path string
-	var raw []byte
-	var err error
-	if *bundle != "" {
-		path = oci.ConfigPath(*bundle)
-		if raw, err = os.ReadFile(path); err != nil {
-			return fmt.Errorf("read spec: %w", err)
-		}
-	} else {
-		if raw, err = syntheticSpec(envs, annotations, *privileged); err != nil {
-			return err
-		}
-		// The decision reads a spec file, as a create does: a private temporary bundle.
-		dir, err := os.MkdirTemp("", "gpu-ctk-explain-")
+	dir := *bundle
+	if dir == "" {
+		raw, err := syntheticSpec(envs, annotations, *privileged)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		path = oci.ConfigPath(dir)
-		if err := os.WriteFile(path, raw, 0o600); err != nil {
+		// The decision reads a spec file, as a create does: a private temporary bundle.
+		if dir, err = os.MkdirTemp("", "gpu-ctk-explain-"); err != nil {
 			return err
 		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		if err := os.WriteFile(oci.ConfigPath(dir), raw, 0o600); err != nil {
+			return err
+		}
+	}
+	path := oci.ConfigPath(dir)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
 	}
 	ex := explain(path, raw, stderr)
 	if *bundle == "" {
 		ex.Source = "--env"
 	}
 	if *asJSON {
-		data, err := json.MarshalIndent(ex, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(data, '\n')); err != nil {
+		if err := writeJSON(stdout, ex); err != nil {
 			return err
 		}
 	} else if _, err := io.WriteString(stdout, ex.text()); err != nil {
