@@ -2,6 +2,7 @@ package ldcache
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -206,37 +207,27 @@ func (c *Cache) checkEntries() error {
 	return nil
 }
 
-// compare orders entries as compare in glibc's elf/cache.c (2.33 and
-// later) does: a result above 0 means e1 goes after e2. Keys sort in
-// descending _dl_cache_libcmp order, which the loader's binary search
-// expects; among equal keys, higher flags first, then glibc-hwcaps entries
-// (by subdirectory name) before the others, which the loader relies on
-// when it stops at the first plain entry after a glibc-hwcaps match, then
-// more hwcap bits, a higher hwcap and a higher OS version first.
+// compare orders entries as compare in glibc's elf/cache.c (2.33 and later) does: a result
+// above 0 means e1 goes after e2. Keys sort in descending _dl_cache_libcmp order, which the
+// loader's binary search expects; among equal keys, higher flags first, then glibc-hwcaps
+// entries (by subdirectory name) before the others, which the loader relies on when it stops
+// at the first plain entry after a glibc-hwcaps match, then more hwcap bits, a higher hwcap
+// and a higher OS version first. Entries must name existing glibc-hwcaps subdirectories
+// (checkEntries).
 func (c *Cache) compare(e1, e2 *Entry) int {
-	if res := libcmp(e2.Name, e1.Name, charSigned); res != 0 {
+	if res := cmp.Or(libcmp(e2.Name, e1.Name, charSigned), cmp.Compare(e2.Flags, e1.Flags)); res != 0 {
 		return res
 	}
-	switch {
-	case e1.Flags < e2.Flags:
-		return 1
-	case e1.Flags > e2.Flags:
-		return -1
-	}
-	h1, ext1 := c.hwcapsName(e1)
-	h2, ext2 := c.hwcapsName(e2)
-	switch {
-	case ext1 && !ext2:
-		return -1
-	case !ext1 && ext2:
-		return 1
-	case ext1 && ext2:
-		if res := strings.Compare(h1, h2); res != 0 {
-			return res
+	h1, ext1 := c.HwcapsSubdirectory(*e1)
+	h2, ext2 := c.HwcapsSubdirectory(*e2)
+	if ext1 != ext2 {
+		if ext1 {
+			return -1
 		}
+		return 1
 	}
-	// ldconfig's own struct keeps hwcap 0 for glibc-hwcaps entries, so only
-	// legacy hwcaps count here.
+	// ldconfig's own struct keeps hwcap 0 for glibc-hwcaps entries, so only legacy hwcaps
+	// count here.
 	var hw1, hw2 uint64
 	if !ext1 {
 		hw1 = e1.Hwcap
@@ -244,33 +235,12 @@ func (c *Cache) compare(e1, e2 *Entry) int {
 	if !ext2 {
 		hw2 = e2.Hwcap
 	}
-	b1, b2 := mathbits.OnesCount64(hw1), mathbits.OnesCount64(hw2)
-	switch {
-	case b2 > b1:
-		return 1
-	case b2 < b1:
-		return -1
-	case hw2 > hw1:
-		return 1
-	case hw2 < hw1:
-		return -1
-	case e2.OSVersion > e1.OSVersion:
-		return 1
-	case e2.OSVersion < e1.OSVersion:
-		return -1
-	}
-	return 0
-}
-
-// hwcapsName returns the glibc-hwcaps subdirectory name of e, and whether e
-// is a glibc-hwcaps entry. An index past GlibcHwcaps (which checkEntries
-// rejects) compares as the empty name.
-func (c *Cache) hwcapsName(e *Entry) (string, bool) {
-	if !isExtension(e.Hwcap) {
-		return "", false
-	}
-	name, _ := c.HwcapsSubdirectory(*e)
-	return name, true
+	return cmp.Or(
+		strings.Compare(h1, h2),
+		cmp.Compare(mathbits.OnesCount64(hw2), mathbits.OnesCount64(hw1)),
+		cmp.Compare(hw2, hw1),
+		cmp.Compare(e2.OSVersion, e1.OSVersion),
+	)
 }
 
 // libcmp is glibc's _dl_cache_libcmp: it compares like strcmp, except that

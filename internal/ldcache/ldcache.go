@@ -216,7 +216,11 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 	entries := make([]Entry, 0, nlibs)
-	strs := tableString(data, nlibs)
+	// The entries' strings share one copy of data: converted once, not each allocated.
+	var strs string
+	if nlibs > 0 {
+		strs = string(data)
+	}
 	for i := range nlibs {
 		e := data[newHeaderSize+i*newEntrySize:]
 		entry, err := makeEntry(order, e, strs)
@@ -228,17 +232,6 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 		entries = append(entries, entry)
 	}
 	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
-}
-
-// tableString returns data, a new-format cache with nlibs entries, as a
-// string to take the entries' strings from. It is converted once, so that
-// the strings share its memory rather than each being allocated. Without
-// entries it is not needed.
-func tableString(data []byte, nlibs uint64) string {
-	if nlibs == 0 {
-		return ""
-	}
-	return string(data)
 }
 
 // makeEntry decodes the flags, key and value fields common to both entry
