@@ -59,7 +59,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		root, user, err := containerOf(stdin)
+		root, user, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		root, err := ContainerRoot(stdin)
+		root, _, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}

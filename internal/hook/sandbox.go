@@ -63,9 +63,6 @@ const (
 	sandboxLibraryFD  = 5 // the first injected library; the others follow
 )
 
-// ErrLDConfig marks a failed or timed-out ldconfig run.
-var ErrLDConfig = ldupdate.ErrLDConfig
-
 // maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
@@ -78,13 +75,13 @@ const maxOutput = 16 << 10
 func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput, deadline time.Duration) (output string, warnings []string, err error) {
 	bin, err := sealedExecutable(ldconfig)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", nil, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
 	defer bin.Close()
 	conf, err := ldupdate.ReadConfig(root)
 	warnings = conf.Warnings
 	if err != nil {
-		return "", warnings, fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", warnings, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
 	output, err = sandbox(root, ldconfig, bin, conf.Bytes(), in, deadline)
 	return output, warnings, err
@@ -94,7 +91,7 @@ func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput
 func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in ldupdate.LDConfigInput, deadline time.Duration) (output string, err error) {
 	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
 	defer confFile.Close()
 	files := []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
@@ -105,7 +102,7 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 		// resolves to no file is not there for ldconfig either.
 		h, err := root.Lookup(lib)
 		if errors.Is(err, confined.ErrBudget) {
-			return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+			return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 		}
 		if err != nil {
 			continue
@@ -130,7 +127,7 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ldupdate.ErrLDConfig, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -147,10 +144,10 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 		_ = cmd.Process.Kill()
 		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
 		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries",
-			ErrLDConfig, ldconfig, deadline)
+			ldupdate.ErrLDConfig, ldconfig, deadline)
 	}
 	if err != nil {
-		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ErrLDConfig, ldconfig, err)
+		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ldupdate.ErrLDConfig, ldconfig, err)
 	}
 	return strings.TrimSpace(out.String()), nil
 }

@@ -55,27 +55,25 @@ func Bundle(r io.Reader) (string, error) {
 }
 
 // ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
-// returns the container's root filesystem path from <bundle>/config.json.
-func ContainerRoot(r io.Reader) (string, error) {
-	root, _, err := containerOf(r)
-	return root, err
-}
-
-// containerOf is ContainerRoot, and the container's user when it has no user namespace (the
-// identity its image files are read with; nil with a user namespace, where the hook already
-// acts as the container's root).
-func containerOf(r io.Reader) (string, *confined.Cred, error) {
+// returns the container's root filesystem path from <bundle>/config.json, and its user when it
+// has no user namespace (the identity its image files are read with; nil with a user
+// namespace, where the hook already acts as the container's root).
+func ContainerRoot(r io.Reader) (string, *confined.Cred, error) {
 	bundle, err := Bundle(r)
 	if err != nil {
 		return "", nil, err
 	}
-	var spec struct {
+	data, err := os.ReadFile(oci.ConfigPath(bundle))
+	if err != nil {
+		return "", nil, fmt.Errorf("read spec of bundle %s: %w", bundle, err)
+	}
+	var spec struct { // only the members the hook needs
 		Root    *specs.Root    `json:"root"`
 		Process *specs.Process `json:"process"`
 		Linux   *specs.Linux   `json:"linux"`
 	}
-	if err := readBundleSpec(bundle, &spec); err != nil {
-		return "", nil, err
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return "", nil, fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
 		return "", nil, fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
@@ -85,17 +83,4 @@ func containerOf(r io.Reader) (string, *confined.Cred, error) {
 		root = filepath.Join(bundle, root)
 	}
 	return filepath.Clean(root), confined.UserOf(spec.Process, spec.Linux), nil
-}
-
-// readBundleSpec decodes <bundle>/config.json into v, which names only the members the
-// hook needs.
-func readBundleSpec(bundle string, v any) error {
-	data, err := os.ReadFile(oci.ConfigPath(bundle))
-	if err != nil {
-		return fmt.Errorf("read spec of bundle %s: %w", bundle, err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
-	}
-	return nil
 }
