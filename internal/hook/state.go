@@ -1,9 +1,9 @@
-// Package hook is gpu-hook, what must still run in the low-level runtime's lifecycle, after
-// its mounts, where gpu-runtime could not do it at create: update-ldcache (the loader-cache
-// update of internal/ldupdate, and, where that cannot be done in-process, the host's static
-// ldconfig in a sandbox that sees only the container root's own mount) and proc-caps (the MIG
-// capabilities of a driver's /proc interface). Everything under the container's root is the
-// image's: it is reached only through internal/confined.
+// Package hook is gpu-hook: what must still run in the low-level runtime's lifecycle, after
+// its mounts, where gpu-runtime could not do it at create: update-ldcache (internal/ldupdate,
+// or where that cannot be done in-process, the host's static ldconfig in a sandbox that sees
+// only the container root's own mount) and proc-caps (the MIG capabilities of a driver's
+// /proc interface). Everything under the container's root is the image's: it is reached only
+// through internal/confined.
 package hook
 
 import (
@@ -24,13 +24,12 @@ import (
 // ErrState marks unusable hook input.
 var ErrState = errors.New("bad hook input")
 
-// MaxState bounds the container state read from stdin. The state carries the spec's
-// annotations, which engines do not bound tightly (a Kubernetes pod may hold 256 KiB of them,
-// a runc spec more): the limit is far above any real state and only stops a runaway writer.
+// MaxState bounds the container state read from stdin. It carries the spec's annotations,
+// which engines bound loosely (a Kubernetes pod may hold 256 KiB, a runc spec more): the limit
+// is far above any real state and only stops a runaway writer.
 const MaxState = 64 << 20
 
-// Bundle reads the OCI state from r (what the runtime writes to a hook's stdin), whole, and
-// returns the container's bundle directory.
+// Bundle reads the OCI state from r, a hook's stdin, and returns the container's bundle.
 func Bundle(r io.Reader) (string, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxState+1))
 	if err != nil {
@@ -54,10 +53,9 @@ func Bundle(r io.Reader) (string, error) {
 	return filepath.Clean(state.Bundle), nil
 }
 
-// ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
-// returns the container's root filesystem path from <bundle>/config.json, and its user when it
-// has no user namespace (the identity its image files are read with; nil with a user
-// namespace, where the hook already acts as the container's root).
+// ContainerRoot reads the OCI state from r, a hook's stdin, and returns the container's root
+// filesystem path from <bundle>/config.json, and the user its image files are read as (nil
+// with a user namespace, where the hook already acts as the container's root).
 func ContainerRoot(r io.Reader) (string, *confined.Cred, error) {
 	bundle, err := Bundle(r)
 	if err != nil {
