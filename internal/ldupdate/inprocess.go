@@ -73,7 +73,7 @@ func (w *cacheWriter) write(p ldPlan) (method, reason string, err error) {
 	if err != nil {
 		return ldconfig(err)
 	}
-	injected, err := w.injected(p.libs)
+	injected, err := w.injected(p.Libraries)
 	if err != nil {
 		return ldconfig(err)
 	}
@@ -472,7 +472,7 @@ func (w *cacheWriter) noImageLibraries(p ldPlan) error {
 		}
 		dirs = append(dirs, path.Clean(line.text))
 	}
-	dirs = append(dirs, p.dirs...)
+	dirs = append(dirs, p.Dirs...)
 	seen := map[string]bool{}
 	for i := 0; i < len(dirs); i++ {
 		dir := dirs[i]

@@ -99,7 +99,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 	}
 	res.Warnings = w.warnings
 	if res.Method == MethodLDConfig {
-		res.LDConfig = LDConfigInput{Libraries: p.libs, Dirs: p.dirs}
+		res.LDConfig = p.LDConfigInput
 	}
 	if fatal(err) {
 		err = fmt.Errorf("%w: %w", ErrUpdate, err)
@@ -113,7 +113,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 func Prepare(root *confined.Root, o Options) (LDConfigInput, []string, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	p, err := w.prepare(o)
-	return LDConfigInput{Libraries: p.libs, Dirs: p.dirs}, w.warnings, err
+	return p.LDConfigInput, w.warnings, err
 }
 
 // ErrLDConfig marks a configured ldconfig that cannot be run (and, in the hook, a failed or
@@ -131,13 +131,12 @@ const maxLoaderPaths = 256
 // ErrTooManyLoaderPaths: LoaderPaths found more than maxLoaderPaths paths.
 var ErrTooManyLoaderPaths = fmt.Errorf("the image's loader configuration names more than %d directories", maxLoaderPaths)
 
-// LoaderPaths are the paths inside the root that the update for the libraries libs (container
-// paths) reads, writes or lists, each once: the loader's cache and configuration, the
-// directories ldconfig may scan (the image's configured ones included), the libraries'
-// directories and the CUDA compat directory. A mount at, above or below one of them is seen
-// by the hook but not by an update at create, before the mounts. What is read to find them
-// is within the root's budget; ErrTooManyLoaderPaths or the budget's end is an error (the
-// caller leaves the update to the hook).
+// LoaderPaths are the paths inside the root that the update for the libraries libs reads,
+// writes or lists, each once: the loader's cache and configuration, the directories ldconfig
+// may scan (configured ones included), the libraries' directories and the compat directory.
+// A mount at, above or below one is seen by the hook but not by an update at create, before
+// the mounts. ErrTooManyLoaderPaths or the budget's end is an error (the caller leaves the
+// update to the hook).
 func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	var paths []string
 	seen := map[string]bool{}
@@ -178,18 +177,15 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	return paths, nil
 }
 
-// ldPlan is what prepare found: the cleaned library paths, ldconfig's directories (the compat
-// directory first when its libcuda is preferred), and whether it is.
+// ldPlan is what prepare found: ldconfig's input, with cleaned library paths, and whether the
+// compat directory's libcuda is preferred.
 type ldPlan struct {
-	libs   []string
-	dirs   []string
+	LDConfigInput
 	compat bool
 }
 
 func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 	var p ldPlan
-	// Usually no ldconfig runs: one that could not is refused all the same, on every
-	// container, not on the first image that needs it.
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
@@ -203,7 +199,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 			return p, fmt.Errorf("update ldcache: library path %q is not absolute", l.Path)
 		}
 		lib := path.Clean(l.Path)
-		p.libs = append(p.libs, lib)
+		p.Libraries = append(p.Libraries, lib)
 		if l.Source != "" {
 			w.sources[lib] = l.Source
 			if _, err := w.root.MkdirAll(path.Dir(lib), 0o755); err != nil {
@@ -212,7 +208,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 		}
 		if d := path.Dir(lib); !seen[d] {
 			seen[d] = true
-			p.dirs = append(p.dirs, d)
+			p.Dirs = append(p.Dirs, d)
 		}
 		if err := w.devLink(lib); err != nil {
 			return p, err
@@ -228,15 +224,15 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 			if err := preferCompat(w.root); err != nil {
 				return p, err
 			}
-			p.dirs = append([]string{CompatDir}, p.dirs...)
+			p.Dirs = append([]string{CompatDir}, p.Dirs...)
 			p.compat = true
 		}
 	}
 	return p, nil
 }
 
-// DevLinkName returns the development link name of a versioned library file name
-// ("libcuda.so.550.54.15" -> "libcuda.so"), or "" if the name has no ".so." part.
+// DevLinkName returns a versioned library file name's development link name
+// ("libcuda.so.550.54.15" -> "libcuda.so"), or "" if it has no ".so." part.
 func DevLinkName(file string) string {
 	i := strings.Index(file, ".so.")
 	if i <= 0 {
