@@ -16,11 +16,8 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// Cache is an ld.so.cache as the dynamic linker reads it. ParseCache returns one, Add extends
-// it and Encode writes it.
-//
-// Entries are in the order ldconfig writes them (see Add): glibc's loader binary-searches
-// them, so Encode refuses entries out of that order.
+// Cache is an ld.so.cache as the dynamic linker reads it. Its entries are in the order
+// ldconfig writes them (see Add): the loader binary-searches them, so Encode refuses others.
 type Cache struct {
 	// Entries are the libraries, in file order.
 	Entries []Entry
@@ -59,8 +56,7 @@ func isExtension(hwcap uint64) bool {
 	return (hwcap>>32)&^hwcapISALevelMask == HwcapExtension>>32
 }
 
-// hwcapIndex returns the lower 32 bits of a glibc-hwcaps entry's hwcap: the index of its
-// subdirectory in GlibcHwcaps.
+// hwcapIndex returns a glibc-hwcaps entry's index in GlibcHwcaps, the lower half of hwcap.
 func hwcapIndex(hwcap uint64) uint32 {
 	return uint32(hwcap) //nolint:gosec // G115: the lower half is the index, by the format (dl-cache.h)
 }
@@ -79,14 +75,12 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 }
 
 // ParseCache parses the contents of an ld.so.cache file into a Cache that Encode writes back
-// unchanged. It reads every format Parse reads; from a combined old+new cache it takes the
-// new-format part, and an old-format cache alone gives entries with no OS version or hwcap.
-//
-// It is stricter than Parse, which lists what it can: the cache must be one ldconfig could
-// have written, so that Add can extend it where ldconfig would. Entries out of ldconfig's
-// order, a malformed extension directory, unsorted glibc-hwcaps names or a glibc-hwcaps entry
-// pointing past them are errors. Inputs larger than MaxSize are refused. Errors wrap
-// ErrFormat; a caller that gets one can fall back to running ldconfig.
+// unchanged. It reads every format Parse reads (an old-format cache alone gives entries with
+// no OS version or hwcap), but more strictly: the cache must be one ldconfig could have
+// written, so that Add can extend it where ldconfig would. Entries out of ldconfig's order, a
+// malformed extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing
+// past them, or more than MaxSize bytes are errors wrapping ErrFormat; a caller that gets one
+// can fall back to running ldconfig.
 //
 // In a combined cache (ldconfig -c compat) ldconfig writes the string offsets of glibc-hwcaps
 // names relative to the new-format part, where its other offsets count from, while glibc
@@ -416,8 +410,7 @@ func FlagsFor(bits int, machine uint16) (int32, error) {
 // For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode fails if an entry
 // has an empty or NUL-holding name or path, GlibcHwcaps is not sorted and distinct, an entry
 // refers past GlibcHwcaps, the entries are not in ldconfig's order, or the file would exceed
-// MaxSize (which a parsed cache can only reach if it was within half of MaxSize in the old
-// format, whose entries are half the size).
+// MaxSize (which only a parsed old-format cache of over half of MaxSize can).
 func (c *Cache) Encode() ([]byte, error) {
 	return c.encode(binary.NativeEndian, nativeEndianFlag)
 }
@@ -505,9 +498,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	return b, nil
 }
 
-// off32 returns v, a count, offset or size in an encoded cache, as the format's uint32. encode
-// checks that the whole file is at most MaxSize bytes before it writes any of them, and
-// newStringTable works on strings Encode bounded the same way.
+// off32 returns v, a count, offset or size in an encoded cache, as the format's uint32: encode
+// bounds the file, and the strings given to newStringTable, by MaxSize first.
 func off32[T int | uint64](v T) uint32 {
 	return uint32(v)
 }

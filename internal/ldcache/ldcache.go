@@ -32,8 +32,8 @@ import (
 // DefaultPath is where glibc's dynamic linker looks for its cache.
 const DefaultPath = "/etc/ld.so.cache"
 
-// MaxSize is the largest cache Load reads. Real caches are well under a megabyte; the limit
-// stops a hostile root from making Load read without bound.
+// MaxSize is the largest cache read. Real caches are well under a megabyte; the limit stops a
+// hostile root from making Load read without bound.
 const MaxSize = 64 << 20
 
 // ErrFormat is wrapped by every error about a cache that is truncated, malformed or in a
@@ -79,10 +79,9 @@ const (
 	endianBig    = 3
 )
 
-// Load reads and parses the cache at path. A missing file returns an error wrapping
-// fs.ErrNotExist; a file that is not a regular file or is larger than MaxSize returns an error
-// wrapping ErrFormat. Load follows symbolic links in path: to read a cache inside an untrusted
-// root, open it safely and pass its contents to Parse.
+// Load reads and parses the cache at path. A missing file is an error wrapping fs.ErrNotExist;
+// one not regular or larger than MaxSize, wrapping ErrFormat. Load follows symbolic links: to
+// read a cache inside an untrusted root, open it safely and pass its contents to Parse.
 func Load(path string) ([]Entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -111,9 +110,9 @@ func Load(path string) ([]Entry, error) {
 	return entries, nil
 }
 
-// Parse parses the contents of an ld.so.cache file and returns its entries in file order,
-// which is the order the dynamic linker searches them. For a combined old+new cache the
-// entries of the new-format part are returned, as glibc does. Errors wrap ErrFormat.
+// Parse returns the entries of an ld.so.cache file in file order, the order the loader
+// searches them: those of the new-format part of a combined old+new cache, as glibc does.
+// Errors wrap ErrFormat.
 func Parse(data []byte) ([]Entry, error) {
 	entries, _, err := parse(data)
 	return entries, err

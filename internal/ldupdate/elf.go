@@ -12,12 +12,9 @@ import (
 )
 
 // The update reads ELF files it does not trust: the image's CUDA compat libraries, and the
-// injected libraries at their container paths. debug/elf reads whole tables and sections
-// into memory (a sparse file can declare a section-name table of a gigabyte), so the update
-// has its own reader that reads only what it needs, each read bounded before it is made:
-// the header, at most maxELFProgs program headers or maxELFSections section headers, a
-// dynamic segment of at most maxELFDynamic bytes, a section-name table of at most
-// maxELFShstrtab bytes, and strings of at most maxELFString bytes.
+// injected libraries at their container paths. debug/elf reads whole tables and sections into
+// memory (a sparse file can declare a section-name table of a gigabyte), so the update has its
+// own reader, which reads only what it needs, each read bounded before it is made.
 const (
 	maxELFProgs    = 256
 	maxELFSections = 1024
