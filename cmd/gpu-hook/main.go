@@ -5,9 +5,6 @@
 //
 //	gpu-hook update-ldcache --ldconfig PATH --driver-version V [--log FILE --log-format F] --library PATH...  (createContainer)
 //	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
-//
-// update-ldcache adds the injected libraries to the image's ld.so.cache in-process, and runs
-// the host's ldconfig (confined to the container root) only where that cannot be shown equal.
 package main
 
 import (

@@ -24,7 +24,6 @@ type multi []string
 func (m *multi) String() string     { return fmt.Sprint(*m) }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-// Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 // Usage is gpu-hook's help.
 const Usage = `usage: gpu-hook update-ldcache|proc-caps [flags] (run by gpu-runtime as an OCI hook)
 
@@ -35,6 +34,7 @@ entries gpu-runtime writes into a GPU container's spec:
 gpu-hook --version prints the version.
 `
 
+// Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// Packaging installs request.DockerHookName as a link to gpu-hook; gpu-runtime removes
 	// that hook from every spec it handles, so it only runs when a --gpus container
@@ -59,13 +59,13 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		root, user, err := containerOf(stdin)
+		root, user, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}
 		opts.User = user
-		// The hook lives for milliseconds and what it holds is bounded (maxImageCache):
-		// collecting garbage would only cost time, unless something went far off.
+		// The hook lives for milliseconds and holds a bounded amount: collecting garbage
+		// would only cost time, unless something went far off.
 		debug.SetGCPercent(-1)
 		debug.SetMemoryLimit(512 << 20)
 		res, err := UpdateLDCache(root, opts)
@@ -92,7 +92,7 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		root, err := ContainerRoot(stdin)
+		root, _, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}

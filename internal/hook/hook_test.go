@@ -48,7 +48,7 @@ func TestContainerRoot(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			write(tc.spec)
-			got, err := ContainerRoot(strings.NewReader(tc.state))
+			got, _, err := ContainerRoot(strings.NewReader(tc.state))
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)

@@ -12,9 +12,8 @@ type LDCacheOptions struct {
 	ldupdate.Options
 	// Deadline bounds the whole update, ldconfig included: the hook's timeout less a margin.
 	Deadline time.Duration
-	// User, when not nil, is the container's user (process.user, no user namespace): the
-	// image's files are read with its credentials, so that what it could not read is not
-	// read for it either.
+	// User, when not nil, is the container's user (no user namespace): the image's files are
+	// read with its credentials, so that what it could not read is not read for it either.
 	User *confined.Cred
 }
 
@@ -30,10 +29,8 @@ type LDCacheResult struct {
 }
 
 // UpdateLDCache makes the injected libraries loadable inside the container root, after the
-// low-level runtime's mounts: in-process where it can (internal/ldupdate), otherwise with the
-// host's ldconfig in a sandbox (runLDConfig), both within one budget on one handle of the
-// root (internal/confined), and the result says which and why. Warnings say what of the
-// image was skipped.
+// low-level runtime's mounts: in-process where it can, otherwise with the host's ldconfig in
+// a sandbox, within one budget on one handle of the root; the result says which and why.
 func UpdateLDCache(root string, opts LDCacheOptions) (LDCacheResult, error) {
 	deadline := opts.Deadline
 	if deadline <= 0 {

@@ -15,8 +15,8 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// Limits on what is read of an image's loader configuration. A real one is a few files of
-// a few lines each; the update's budget (confined.Limits) bounds all of them together.
+// Limits on what is read of an image's loader configuration, a few files of a few lines each
+// in a real one; the update's budget bounds all of them together.
 const (
 	maxConfFiles = 256
 	maxConfSize  = 1 << 20
@@ -28,8 +28,8 @@ const (
 // LDSOConf is where the loader configuration lives in a root.
 const LDSOConf = "/etc/ld.so.conf"
 
-// confLine is a line of the flattened configuration and where it came from: messages name
-// the file and line, never the line's text (an image can include a file it cannot read).
+// confLine is a line of the flattened configuration and where it came from: messages name the
+// file and line, never the text (an image can include a file it cannot read).
 type confLine struct {
 	text string
 	file string
@@ -52,15 +52,14 @@ func (c Config) Bytes() []byte {
 	return out.Bytes()
 }
 
-// ReadConfig returns the image's loader configuration as one file with no includes: the
-// lines of /etc/ld.so.conf with each `include` replaced, in place, by the lines of the files
-// its patterns match (sorted, as glibc's glob sorts them). ldconfig then reads only that
-// text, which it parses itself, instead of opening image files by name: every file here is
-// read through the confined root — resolved inside it, on its own mount, a regular file,
-// without blocking, with the container user's credentials where the caller set them — each
-// at most once, within the limits above and the update's budget. Files that cannot be read
-// that way are skipped with a warning naming them; a missing /etc/ld.so.conf is an empty
-// configuration, as for ldconfig. Only the budget's end is an error.
+// ReadConfig returns the image's loader configuration as one file with no includes: the lines
+// of /etc/ld.so.conf with each `include` replaced by the lines of the files its patterns match
+// (sorted, as glibc's glob sorts them). ldconfig then parses only that text instead of opening
+// image files by name. Every file is read through the confined root (a regular file, without
+// blocking, as the container's user where the caller set one), at most once, within the
+// limits above. Files that cannot be read so are skipped with a warning naming them; a missing
+// /etc/ld.so.conf is an empty configuration, as for ldconfig. Only the budget's end is an
+// error.
 func ReadConfig(root *confined.Root) (Config, error) {
 	var c Config
 	read := map[string]bool{}
@@ -131,9 +130,8 @@ func cutKeyword(line, keyword string) (string, bool) {
 }
 
 // globInRoot expands an absolute pattern (path.Match syntax in any component) inside the
-// root, listing directories through the confined root (each at most maxGlobEntries names,
-// all of them within the update's budget). Matches come back sorted, at most maxConfFiles;
-// warnings say what was cut or skipped. Only the budget's end is an error.
+// root, listing at most maxGlobEntries names per directory. Matches come back sorted, at most
+// maxConfFiles; warnings say what was cut or skipped. Only the budget's end is an error.
 func globInRoot(root *confined.Root, pattern string) (matches, warnings []string, err error) {
 	parts := strings.Split(strings.Trim(path.Clean(pattern), "/"), "/")
 	paths := []string{"/"}

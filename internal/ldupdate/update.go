@@ -1,12 +1,11 @@
 // Package ldupdate updates a container's loader cache for the driver libraries injected into
-// it, in-process: the injected libraries' development and SONAME links, the CUDA
-// forward-compatibility preference, and the image's own /etc/ld.so.cache with the libraries
-// added (internal/ldcache), as ldconfig would leave them. Everything it reads or writes in the
-// container root goes through internal/confined (resolved in the root, on the root's own
-// mount, within one budget). Where it cannot show that its result equals ldconfig's, it says
-// so (MethodLDConfig, with the reason and what ldconfig must be given) and the caller decides:
-// gpu-runtime leaves the update to its hook, the hook runs the host's ldconfig in a sandbox
-// (internal/hook). It runs no program and starts no process.
+// it, in-process and as ldconfig would leave it: the libraries' development and SONAME links,
+// the CUDA forward-compatibility preference, and the image's own /etc/ld.so.cache with the
+// libraries added (internal/ldcache). Everything it reads or writes in the container root goes
+// through internal/confined (resolved in the root, on the root's own mount, within one
+// budget). Where it cannot show its result equals ldconfig's, it says so (MethodLDConfig, with
+// the reason and ldconfig's input): gpu-runtime then leaves the update to its hook, which runs
+// the host's ldconfig in a sandbox (internal/hook). It runs no program and starts no process.
 package ldupdate
 
 import (
@@ -26,16 +25,15 @@ type Library struct {
 	Path string
 	// Source, when not empty, is the host file it will be mounted from: an update before the
 	// mounts (gpu-runtime at create) reads it there and makes its directory in the root, as
-	// the low-level runtime would. Empty: it is read at Path in the root, where the runtime
-	// mounted it (the hook).
+	// the low-level runtime would. Empty: it is read at Path, where the runtime mounted it.
 	Source string
 }
 
 // Options say what to update the loader cache for.
 type Options struct {
-	// LDConfig is the host's ldconfig (absolute path; a static executable), which the
-	// caller runs where the update cannot be done in-process: a path that could not run is
-	// refused on every update, not on the first image that needs it.
+	// LDConfig is the host's ldconfig (absolute path; a static executable), which the caller
+	// runs where the update cannot be done in-process: one that could not run is refused on
+	// every update, not on the first image that needs it.
 	LDConfig string
 	// Libraries are the injected libraries.
 	Libraries []Library
@@ -46,11 +44,10 @@ type Options struct {
 
 // How the container's loader cache was updated (Result.Method).
 const (
-	// MethodInProcess: /etc/ld.so.cache was written in-process, from the image's cache and
-	// the injected libraries.
+	// MethodInProcess: /etc/ld.so.cache was written from the image's cache and the libraries.
 	MethodInProcess = "in-process"
 	// MethodLDConfig: the update could not be shown equal to ldconfig's; ldconfig must
-	// rebuild the cache over the whole image (Result.LDConfig says with what).
+	// rebuild the cache over the whole image, given Result.LDConfig.
 	MethodLDConfig = "ldconfig"
 	// MethodSkipped: the image's loader reads no ld.so.cache (musl): none was written.
 	MethodSkipped = "skipped"
@@ -59,8 +56,7 @@ const (
 // Result says what Update did.
 type Result struct {
 	Method string
-	// Reason says why ldconfig must run (MethodLDConfig) or why no cache was written
-	// (MethodSkipped); empty for MethodInProcess.
+	// Reason says why ldconfig must run or why no cache was written; empty for MethodInProcess.
 	Reason string
 	// Warnings say what of the image was skipped or ignored.
 	Warnings []string
@@ -71,7 +67,7 @@ type Result struct {
 // LDConfigInput is what ldconfig is run with when the update cannot be done in-process.
 type LDConfigInput struct {
 	// Libraries are the injected libraries' container paths; Dirs the directories on
-	// ldconfig's command line (the compat directory first when it is preferred).
+	// ldconfig's command line (the compat directory first when preferred).
 	Libraries, Dirs []string
 }
 
@@ -89,12 +85,11 @@ func (r Result) Note(ldconfig string) string {
 // Update makes the injected libraries loadable inside the container root: it creates each
 // library's development link (libcuda.so -> libcuda.so.550.54.15) where the image has none,
 // points the loader at newer CUDA forward-compatibility libraries, then adds the libraries to
-// the image's own /etc/ld.so.cache and makes their SONAME links — the image's size does not
-// matter. Where that cannot be shown to give what ldconfig would, the result says so
-// (MethodLDConfig) and why; a musl image gets no cache at all. An error ends the update
-// where ldconfig must not run either: the root's budget is spent (confined.ErrBudget), or
-// what the update must write lies on another mount (confined.ErrOtherMount); both wrap
-// ErrUpdate.
+// the image's own /etc/ld.so.cache and makes their SONAME links, whatever the image's size.
+// Where that cannot be shown to give what ldconfig would, the result says so (MethodLDConfig)
+// and why; a musl image gets no cache. An error, wrapping ErrUpdate, ends the update where
+// ldconfig must not run either: the root's budget is spent (confined.ErrBudget), or what the
+// update must write lies on another mount (confined.ErrOtherMount).
 func Update(root *confined.Root, o Options) (Result, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	var res Result
@@ -104,7 +99,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 	}
 	res.Warnings = w.warnings
 	if res.Method == MethodLDConfig {
-		res.LDConfig = LDConfigInput{Libraries: p.libs, Dirs: p.dirs}
+		res.LDConfig = p.LDConfigInput
 	}
 	if fatal(err) {
 		err = fmt.Errorf("%w: %w", ErrUpdate, err)
@@ -112,13 +107,13 @@ func Update(root *confined.Root, o Options) (Result, error) {
 	return res, err
 }
 
-// Prepare does what comes before the cache itself, for the caller that has ldconfig write it
-// (the reference the tests compare the in-process update with): the development links, the
-// compat preference. It returns what ldconfig must be given.
+// Prepare makes the development links and the compat preference and returns ldconfig's
+// input, for a caller that has ldconfig write the cache: the reference the tests compare
+// Update with.
 func Prepare(root *confined.Root, o Options) (LDConfigInput, []string, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	p, err := w.prepare(o)
-	return LDConfigInput{Libraries: p.libs, Dirs: p.dirs}, w.warnings, err
+	return p.LDConfigInput, w.warnings, err
 }
 
 // ErrLDConfig marks a configured ldconfig that cannot be run (and, in the hook, a failed or
@@ -129,21 +124,19 @@ var ErrLDConfig = errors.New("update the container's loader cache")
 // the image made it reach a limit, or put what it must write on another mount.
 var ErrUpdate = errors.New("the container's loader cache cannot be updated")
 
-// maxLoaderPaths bounds LoaderPaths: the fixed ones and the library directories are a few
-// dozen; an image configuring more directories than this is left to the hook.
+// maxLoaderPaths bounds LoaderPaths, which are a few dozen without the image's configured
+// directories: an image configuring more is left to the hook.
 const maxLoaderPaths = 256
 
 // ErrTooManyLoaderPaths: LoaderPaths found more than maxLoaderPaths paths.
 var ErrTooManyLoaderPaths = fmt.Errorf("the image's loader configuration names more than %d directories", maxLoaderPaths)
 
-// LoaderPaths are the paths inside the root that the loader-cache update reads or writes,
-// or whose contents it lists, for the libraries libs (container paths), each once: the
-// loader's cache and configuration, the directories ldconfig may scan (the image's
-// configured ones included), the libraries' directories and the CUDA compat directory.
-// Something mounted at one of them, above one or below one is seen by the hook but not by
-// UpdateLDCacheAtCreate, which runs before the mounts. What is read to find them is bounded
-// within the root's budget; ErrTooManyLoaderPaths or the budget's end is an error (the
-// caller leaves the update to the hook).
+// LoaderPaths are the paths inside the root that the update for the libraries libs reads,
+// writes or lists, each once: the loader's cache and configuration, the directories ldconfig
+// may scan (configured ones included), the libraries' directories and the compat directory.
+// A mount at, above or below one is seen by the hook but not by an update at create, before
+// the mounts. ErrTooManyLoaderPaths or the budget's end is an error (the caller leaves the
+// update to the hook).
 func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	var paths []string
 	seen := map[string]bool{}
@@ -159,9 +152,9 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	for _, lib := range libs {
 		add(path.Dir(path.Clean(lib)))
 	}
-	// The configured directories are scanned only for an image without a cache (a cache
-	// that is there but unreadable sends the update to ldconfig, in the hook): reading the
-	// configuration costs ~0.2 ms on a distribution image, on every create.
+	// The configured directories are scanned only for an image without a cache (an
+	// unreadable one sends the update to ldconfig, in the hook): reading the configuration
+	// costs ~0.2 ms on a distribution image, on every create.
 	if h, err := r.Lookup(ldcache.DefaultPath); err == nil {
 		regular := isRegular(h)
 		_ = h.Close()
@@ -184,19 +177,15 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	return paths, nil
 }
 
-// ldPlan is what prepare found: the cleaned library paths, the directories ldconfig
-// is given (the compat directory first when its libcuda is preferred), and whether it is.
+// ldPlan is what prepare found: ldconfig's input, with cleaned library paths, and whether the
+// compat directory's libcuda is preferred.
 type ldPlan struct {
-	libs   []string
-	dirs   []string
+	LDConfigInput
 	compat bool
 }
 
 func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 	var p ldPlan
-	// The in-process update runs no ldconfig in the common case: a hook.ldconfig that could
-	// not run is refused all the same, on every container, not on the first image that
-	// needs it.
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
@@ -210,7 +199,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 			return p, fmt.Errorf("update ldcache: library path %q is not absolute", l.Path)
 		}
 		lib := path.Clean(l.Path)
-		p.libs = append(p.libs, lib)
+		p.Libraries = append(p.Libraries, lib)
 		if l.Source != "" {
 			w.sources[lib] = l.Source
 			if _, err := w.root.MkdirAll(path.Dir(lib), 0o755); err != nil {
@@ -219,7 +208,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 		}
 		if d := path.Dir(lib); !seen[d] {
 			seen[d] = true
-			p.dirs = append(p.dirs, d)
+			p.Dirs = append(p.Dirs, d)
 		}
 		if err := w.devLink(lib); err != nil {
 			return p, err
@@ -235,15 +224,15 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 			if err := preferCompat(w.root); err != nil {
 				return p, err
 			}
-			p.dirs = append([]string{CompatDir}, p.dirs...)
+			p.Dirs = append([]string{CompatDir}, p.Dirs...)
 			p.compat = true
 		}
 	}
 	return p, nil
 }
 
-// DevLinkName returns the development link name of a versioned library file name
-// ("libcuda.so.550.54.15" -> "libcuda.so"), or "" if the name has no ".so." part.
+// DevLinkName returns a versioned library file name's development link name
+// ("libcuda.so.550.54.15" -> "libcuda.so"), or "" if it has no ".so." part.
 func DevLinkName(file string) string {
 	i := strings.Index(file, ".so.")
 	if i <= 0 {
@@ -253,8 +242,8 @@ func DevLinkName(file string) string {
 }
 
 // devLink creates <dir>/<dev link name> -> <file> inside the root unless something exists
-// there. The directory is opened inside the root and the link made relative to that handle,
-// so a symlinked directory in the image cannot redirect the write outside the root.
+// there, relative to the directory's handle in the root: an image's symlinked directory
+// cannot redirect the write out of the root.
 func (w *cacheWriter) devLink(lib string) error {
 	dir, file := path.Split(lib)
 	name := DevLinkName(file)
