@@ -99,10 +99,8 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	for _, imp := range imports {
-		if importCovers(imp, opts.ConfigPath, opts.DropInPath) {
-			return edit{content: current}, nil
-		}
+	if slices.ContainsFunc(imports, func(imp string) bool { return importCovers(imp, opts.ConfigPath, opts.DropInPath) }) {
+		return edit{content: current}, nil
 	}
 	top, err := scanTopLevel(current)
 	if err != nil {
@@ -144,14 +142,10 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	var kept []string
-	for _, imp := range imports {
-		if !strings.Contains(imp, "*") && importCovers(imp, opts.ConfigPath, opts.DropInPath) {
-			continue
-		}
-		kept = append(kept, imp)
+	ours := func(imp string) bool {
+		return !strings.Contains(imp, "*") && importCovers(imp, opts.ConfigPath, opts.DropInPath)
 	}
-	if len(kept) == len(imports) {
+	if !slices.ContainsFunc(imports, ours) {
 		return edit{content: current}, nil
 	}
 	top, err := scanTopLevel(current)
@@ -161,30 +155,19 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 	if !top.imports || len(top.elems) != len(imports) {
 		return edit{}, fmt.Errorf("%w: cannot locate the imports array in the text; edit it by hand", ErrUnexpected)
 	}
-	var out []byte
-	var want []string
-	if len(kept) == 0 {
-		out = splice(current, top.lineStart, top.lineEnd, "")
-	} else {
-		// Rewrite the array from the kept elements' own text.
-		var b strings.Builder
-		b.WriteByte('[')
-		n := 0
-		for i, imp := range imports {
-			if !strings.Contains(imp, "*") && importCovers(imp, opts.ConfigPath, opts.DropInPath) {
-				continue
-			}
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			b.Write(current[top.elems[i].start:top.elems[i].end])
-			n++
+	var kept, text []string
+	for i, imp := range imports {
+		if !ours(imp) {
+			kept = append(kept, imp)
+			text = append(text, string(current[top.elems[i].start:top.elems[i].end]))
 		}
-		b.WriteByte(']')
-		out = splice(current, top.open, top.close+1, b.String())
-		want = kept
 	}
-	if err := verifyImports(current, out, want); err != nil {
+	out := splice(current, top.lineStart, top.lineEnd, "")
+	if kept != nil {
+		// Rewrite the array from the kept elements' own text.
+		out = splice(current, top.open, top.close+1, "["+strings.Join(text, ", ")+"]")
+	}
+	if err := verifyImports(current, out, kept); err != nil {
 		return edit{}, err
 	}
 	return edit{content: out, changed: true}, nil
@@ -269,30 +252,24 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 	}
 	options["BinaryName"] = opts.RuntimePath
 
-	var section map[string]any
+	section := map[string]any{}
 	if version == 2 {
 		section = cri
-		if len(runtimes) == 0 {
-			// Naming any runtime replaces containerd 1.x's built-in runc: name it too.
-			ctrd, err := makeTable(section, "containerd", "runtimes")
-			if err != nil {
-				return edit{}, err
-			}
-			ctrd[defaultRuncName] = map[string]any{"runtime_type": runcShim}
-		}
-	} else {
-		section = map[string]any{}
 	}
-	rts, err := makeTable(section, "containerd", "runtimes")
+	ctrd, err := makeTable(section, "containerd")
 	if err != nil {
 		return edit{}, err
 	}
+	rts, err := makeTable(ctrd, "runtimes")
+	if err != nil {
+		return edit{}, err
+	}
+	if version == 2 && len(rts) == 0 {
+		// Naming any runtime replaces containerd 1.x's built-in runc: name it too.
+		rts[defaultRuncName] = map[string]any{"runtime_type": runcShim}
+	}
 	rts[opts.RuntimeName] = runtime
 	if opts.SetAsDefault {
-		ctrd, err := makeTable(section, "containerd")
-		if err != nil {
-			return edit{}, err
-		}
 		ctrd["default_runtime_name"] = opts.RuntimeName
 		if defName != "" && defName != opts.RuntimeName {
 			notes = append(notes, fmt.Sprintf("containerd default_runtime_name was %q; now %q", defName, opts.RuntimeName))
@@ -321,20 +298,14 @@ const cdiAnnotationsPattern = "cdi.k8s.io/*"
 // withCDIAnnotations returns a runtime's container_annotations (nil when unset) with
 // cdiAnnotationsPattern appended when it is not there yet.
 func withCDIAnnotations(current any) ([]any, error) {
-	var list []any
-	if current != nil {
-		l, ok := current.([]any)
-		if !ok {
-			return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, kindOf(current))
-		}
-		list = slices.Clone(l)
+	list, ok := current.([]any)
+	if !ok && current != nil {
+		return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, kindOf(current))
 	}
-	for _, v := range list {
-		if v == cdiAnnotationsPattern {
-			return list, nil
-		}
+	if slices.Contains(list, any(cdiAnnotationsPattern)) {
+		return slices.Clone(list), nil
 	}
-	return append(list, cdiAnnotationsPattern), nil
+	return append(slices.Clone(list), cdiAnnotationsPattern), nil
 }
 
 // containerdDropInSetsDefault reports whether a drop-in we generated made name the default,
@@ -539,7 +510,7 @@ type topLevel struct {
 // scanTopLevel finds the imports array and the version line among the keys that precede the
 // first table header.
 func scanTopLevel(data []byte) (topLevel, error) {
-	t := topLevel{versionEnd: 0}
+	var t topLevel
 	var p unstable.Parser
 	p.Reset(data)
 	for p.NextExpression() {
@@ -551,34 +522,23 @@ func scanTopLevel(data []byte) (topLevel, error) {
 		if !key.Next() {
 			continue
 		}
-		first := key.Node()
+		name := string(key.Node().Data)
 		if !key.IsLast() {
 			continue // a dotted key
 		}
-		keyStart := int(first.Raw.Offset)
-		keyEnd := keyStart + int(first.Raw.Length)
-		switch string(first.Data) {
+		// The key-value's range runs from its key to the end of its value.
+		start, end := int(e.Raw.Offset), int(e.Raw.Offset+e.Raw.Length)
+		switch name {
 		case "version":
-			if i := bytes.IndexByte(data[keyStart:], '\n'); i >= 0 {
-				t.versionEnd = keyStart + i + 1
-			} else {
-				t.versionEnd = len(data)
-			}
+			t.versionEnd = lineEnd(data, end)
 		case "imports":
 			value := e.Value()
 			if value.Kind != unstable.Array {
 				return t, fmt.Errorf("%w: \"imports\" is not an array", ErrUnexpected)
 			}
 			t.imports = true
-			eq := bytes.IndexByte(data[keyEnd:], '=')
-			if eq < 0 {
-				return t, fmt.Errorf("%w: cannot locate \"imports\" in the text", ErrUnexpected)
-			}
-			open := bytes.IndexByte(data[keyEnd+eq:], '[')
-			if open < 0 {
-				return t, fmt.Errorf("%w: cannot locate \"imports\" in the text", ErrUnexpected)
-			}
-			t.open = keyEnd + eq + open
+			t.open = start + bytes.IndexByte(data[start:end], '[')
+			t.close = end - 1
 			children := value.Children()
 			for children.Next() {
 				n := children.Node()
@@ -587,22 +547,13 @@ func scanTopLevel(data []byte) (topLevel, error) {
 				}
 				t.elems = append(t.elems, span{int(n.Raw.Offset), int(n.Raw.Offset + n.Raw.Length)})
 			}
-			from := t.open + 1
-			if len(t.elems) > 0 {
-				from = t.elems[len(t.elems)-1].end
-			}
-			closeAt, ok := arrayClose(data, from)
-			if !ok {
-				return t, fmt.Errorf("%w: cannot locate the end of \"imports\"", ErrUnexpected)
-			}
-			t.close = closeAt
-			t.lineEnd = lineEnd(data, closeAt+1)
-			t.lineStart = keyStart
+			t.lineEnd = lineEnd(data, end)
+			t.lineStart = start
 			for t.lineStart > 0 && (data[t.lineStart-1] == ' ' || data[t.lineStart-1] == '\t') {
 				t.lineStart--
 			}
 			if t.lineStart > 0 && data[t.lineStart-1] != '\n' {
-				t.lineStart = keyStart
+				t.lineStart = start
 			}
 		}
 	}
@@ -610,25 +561,6 @@ func scanTopLevel(data []byte) (topLevel, error) {
 		return t, &ParseError{Err: err}
 	}
 	return t, nil
-}
-
-// arrayClose finds the ']' closing an array, from after its last element.
-func arrayClose(data []byte, i int) (int, bool) {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\r', '\n', ',':
-			i++
-		case '#':
-			for i < len(data) && data[i] != '\n' {
-				i++
-			}
-		case ']':
-			return i, true
-		default:
-			return 0, false
-		}
-	}
-	return 0, false
 }
 
 // lineEnd returns the offset past the end of the line at i: trailing blanks, a comment and
@@ -669,15 +601,15 @@ func verifyImports(before, after []byte, want []string) error {
 	if err != nil {
 		return fmt.Errorf("edit imports: the result would not parse (%w); edit the file by hand", err)
 	}
-	expect := withoutKey(b, "imports")
+	delete(b, "imports")
 	if want != nil {
 		list := make([]any, len(want))
 		for i, s := range want {
 			list[i] = s
 		}
-		expect["imports"] = list
+		b["imports"] = list
 	}
-	if !reflect.DeepEqual(expect, a) {
+	if !reflect.DeepEqual(b, a) {
 		return errors.New("edit imports: the edit would change more than imports; edit the file by hand")
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
 	"strings"
 
@@ -159,13 +158,6 @@ func mergeTables(dst, src map[string]any) {
 		}
 		dst[k] = deepCopy(sv)
 	}
-}
-
-// withoutKey returns a shallow copy of doc without key.
-func withoutKey(doc map[string]any, key string) map[string]any {
-	out := maps.Clone(doc)
-	delete(out, key)
-	return out
 }
 
 // kindOf names the type of a decoded TOML value for messages: "a table", "an array"…, never a
