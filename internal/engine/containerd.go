@@ -10,8 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // containerd configuration.

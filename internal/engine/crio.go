@@ -5,9 +5,9 @@ import "fmt"
 // cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
 // applies each key over the ones before, so a drop-in naming one runtime keeps the others.
 
-// unconfigureCRIO removes the drop-in (content nil, changed) when it exists; one gpu-ctk did
-// not generate is refused with ErrNotOurs.
-func unconfigureCRIO(current []byte, _ Options) (edit, error) {
+// removeDropIn removes a drop-in (content nil, changed) when it exists; one gpu-ctk did not
+// generate is refused with ErrNotOurs.
+func removeDropIn(current []byte, _ Options) (edit, error) {
 	if current == nil {
 		return edit{}, nil
 	}

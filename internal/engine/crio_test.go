@@ -139,7 +139,7 @@ func TestUnconfigureCRIO(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, changed, err := pure(unconfigureCRIO, tc.current, testOptions())
+			got, changed, err := pure(removeDropIn, tc.current, testOptions())
 			checkErr(t, err, tc.wantErr)
 			if changed != tc.wantChanged {
 				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,7 +85,7 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
-		return planSingleFile(crioFile, opts, unconfigureCRIO, nil)
+		return planSingleFile(crioFile, opts, removeDropIn, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
@@ -113,18 +114,15 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 		return nil, withPath(err, f.path)
 	}
 	p := &Plan{Engine: sf.engine, Files: []string{f.path}, Notes: e.notes}
-	if e.changed {
-		c := f.change(e.content, sf.backup)
-		if undo != nil {
-			var note string
-			c, note = f.undo(e.content, *undo)
-			if note != "" {
-				p.Notes = append(p.Notes, note)
-			}
-		}
-		p.Changes = append(p.Changes, c)
-		p.Next = []string{sf.next}
+	switch {
+	case !e.changed:
+		return p, nil
+	case undo != nil:
+		p.undo(f, e.content, *undo)
+	default:
+		p.Changes = append(p.Changes, f.change(e.content, sf.backup))
 	}
+	p.Next = []string{sf.next}
 	return p, nil
 }
 
@@ -202,25 +200,20 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}}
-	if main.content != nil {
-		e, err := unconfigureContainerdMain(main.content, opts)
-		if err != nil {
-			return nil, withPath(err, main.path)
-		}
-		if e.changed {
-			c, note := main.undo(e.content, containerdUndo) // the import first
-			p.Changes = append(p.Changes, c)
-			if note != "" {
-				p.Notes = append(p.Notes, note)
-			}
-		}
-		p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
+	mainEdit, err := unconfigureContainerdMain(main.content, opts)
+	if err != nil {
+		return nil, withPath(err, main.path)
 	}
-	if drop.content != nil {
-		if !owned(drop.content) {
-			return nil, fmt.Errorf("%s: %w: it does not start with %q; remove our runtime from it by hand", drop.path, ErrNotOurs, dropInMarker)
-		}
+	dropEdit, err := removeDropIn(drop.content, opts)
+	if err != nil {
+		return nil, withPath(err, drop.path)
+	}
+	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}}
+	if mainEdit.changed {
+		p.undo(main, mainEdit.content, containerdUndo) // the import first
+	}
+	p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
+	if dropEdit.changed {
 		c := drop.change(nil, false)
 		// The drop-in directory is gpu-ctk's choice (containerd has none): configure created it
 		// when it was missing.
@@ -334,7 +327,7 @@ func readRegular(path string) ([]byte, fs.FileMode, error) {
 		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, 0, &notRegularError{path: path, kind: fileKind(st.Mode)}
+		return nil, 0, &notRegularError{path: path, kind: cmp.Or(fileKinds[st.Mode&unix.S_IFMT], "special file")}
 	}
 	if st.Size > maxConfigSize {
 		return nil, 0, &notRegularError{path: path, size: st.Size}
@@ -354,23 +347,14 @@ func readRegular(path string) ([]byte, fs.FileMode, error) {
 	return content, fs.FileMode(st.Mode & 0o777), nil
 }
 
-// fileKind names the type of a file in a message: a FIFO, a directory…
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symbolic link"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	}
-	return "special file"
+// fileKinds name the types of file in messages.
+var fileKinds = map[uint32]string{
+	unix.S_IFDIR:  "directory",
+	unix.S_IFLNK:  "symbolic link",
+	unix.S_IFIFO:  "FIFO",
+	unix.S_IFSOCK: "socket",
+	unix.S_IFCHR:  "character device",
+	unix.S_IFBLK:  "block device",
 }
 
 // readImport reads a file containerd's imports name: links followed, as containerd does, and
@@ -460,27 +444,27 @@ var containerdUndo = undoRule{
 
 // undo plans writing content, unconfigure's result, to f, a file holding the user's settings,
 // so that f ends as it was before configure where that can be told:
-//   - the newest backup gpu-ctk made of f (<path>.bak.<UTC time>) holding the same settings
-//     as content is written back byte for byte — the user's layout and comments return — and
-//     then removed, being the file itself again. f's current content needs no backup: it is
-//     the backup's plus our runtime.
-//   - otherwise, content that is bare removes f: configure created it.
+//   - the newest backup gpu-ctk made of f holding the same settings as content is written
+//     back byte for byte (the user's layout and comments return) and then removed, being the
+//     file itself again. f's current content needs no backup: it is the backup's plus our runtime.
+//   - otherwise, content that is bare removes f, with a note: configure created it.
 //   - otherwise content is written, after a backup of f.
-//
-// It returns the change and, for a removal, a note saying why.
-func (f configFile) undo(content []byte, rule undoRule) (Change, string) {
+func (p *Plan) undo(f configFile, content []byte, rule undoRule) {
 	for _, b := range backupsOf(f.path) {
-		data, err := readBackup(b)
+		data, _, err := readRegular(b) // a regular file, not a link
 		if err == nil && rule.same(data, content) {
 			c := f.change(data, false)
 			c.RestoredFrom = b
-			return c, ""
+			p.Changes = append(p.Changes, c)
+			return
 		}
 	}
 	if rule.bare(content) {
-		return f.change(nil, false), fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path)
+		p.Changes = append(p.Changes, f.change(nil, false))
+		p.Notes = append(p.Notes, fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path))
+		return
 	}
-	return f.change(content, true), ""
+	p.Changes = append(p.Changes, f.change(content, true))
 }
 
 // backupRE matches the names writeBackup gives: <UTC timestamp>[.N] after "<file>.bak.".
@@ -506,23 +490,14 @@ func backupsOf(path string) []string {
 		n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
 		found = append(found, backup{name: e.Name(), stamp: m[1], n: n})
 	}
-	sort.Slice(found, func(i, j int) bool {
-		if found[i].stamp != found[j].stamp {
-			return found[i].stamp > found[j].stamp
-		}
-		return found[i].n > found[j].n
+	slices.SortFunc(found, func(a, b backup) int { // newest first
+		return cmp.Or(strings.Compare(b.stamp, a.stamp), cmp.Compare(b.n, a.n))
 	})
 	names := make([]string, len(found))
 	for i, b := range found {
 		names[i] = filepath.Join(filepath.Dir(path), b.name)
 	}
 	return names
-}
-
-// readBackup reads a backup that is a regular file (not a link) of at most maxConfigSize bytes.
-func readBackup(path string) ([]byte, error) {
-	content, _, err := readRegular(path)
-	return content, err
 }
 
 // Apply makes the plan's changes in order. For each it first checks that the file still has

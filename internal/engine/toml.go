@@ -7,8 +7,9 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // dropInMarker starts every drop-in gpu-ctk generates; a file at a drop-in path without it is
