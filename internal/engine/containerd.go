@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -108,20 +109,16 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 		return edit{}, err
 	}
 	quoted := quote.TOMLString(opts.DropInPath)
-	var out []byte
+	at, insert := top.versionEnd, "imports = ["+quoted+"]\n" // a new line after the version
 	switch {
-	case top.imports && len(top.elems) > 0:
-		out = splice(current, top.elems[len(top.elems)-1].end, top.elems[len(top.elems)-1].end, ", "+quoted)
+	case len(top.elems) > 0:
+		at, insert = top.elems[len(top.elems)-1].end, ", "+quoted
 	case top.imports:
-		out = splice(current, top.open+1, top.open+1, quoted)
-	default:
-		line := "imports = [" + quoted + "]\n"
-		at := top.versionEnd
-		if at == len(current) && !bytes.HasSuffix(current, []byte("\n")) {
-			line = "\n" + line
-		}
-		out = splice(current, at, at, line)
+		at, insert = top.open+1, quoted
+	case at == len(current) && !bytes.HasSuffix(current, []byte("\n")):
+		insert = "\n" + insert
 	}
+	out := splice(current, at, at, insert)
 	if err := verifyImports(current, out, append(imports, opts.DropInPath)); err != nil {
 		return edit{}, err
 	}
@@ -182,8 +179,9 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	var docs []map[string]any
-	version := 0
+	// The CRI section in effect before the drop-in.
+	var notes []string
+	version, cri := 0, map[string]any{}
 	for i, f := range files {
 		doc, err := parseTOML(f.Content)
 		if err != nil {
@@ -193,21 +191,11 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 			if version, err = containerdConfigVersion(doc); err != nil {
 				return edit{}, withPath(err, f.Path)
 			}
+			version = cmp.Or(version, opts.ContainerdConfigVersion)
 		}
-		docs = append(docs, doc)
-	}
-	if version == 0 {
-		version = opts.ContainerdConfigVersion
-	}
-	plugin := criPlugin(version)
-
-	// The CRI section in effect before the drop-in.
-	var notes []string
-	cri := map[string]any{}
-	for i, doc := range docs {
-		section, ok, err := subTable(doc, "plugins", plugin)
+		section, ok, err := subTable(doc, "plugins", criPlugin(version))
 		if err != nil {
-			return edit{}, withPath(err, files[i].Path)
+			return edit{}, withPath(err, f.Path)
 		}
 		if !ok {
 			continue
@@ -215,7 +203,7 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 		if version == 2 {
 			cri = deepCopy(section).(map[string]any) // containerd 1.x: the last file's section wins whole
 			if i > 0 {
-				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", files[i].Path))
+				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", f.Path))
 			}
 		} else {
 			mergeTables(cri, section)
@@ -278,7 +266,7 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 	}
 	doc := map[string]any{
 		"version": int64(version),
-		"plugins": map[string]any{plugin: section},
+		"plugins": map[string]any{criPlugin(version): section},
 	}
 	var extra []string
 	if version == 2 {
@@ -372,12 +360,8 @@ func containerdConfigVersion(doc map[string]any) (int, error) {
 // checkCRIEnabled fails when disabled_plugins switches the CRI plugin off.
 func checkCRIEnabled(doc map[string]any, version int) error {
 	list, _ := doc["disabled_plugins"].([]any)
-	names := []string{containerdV2Plugin}
-	if version == 3 {
-		names = append(names, containerdV3Plugin)
-	}
 	for _, v := range list {
-		if s, _ := v.(string); slices.Contains(names, s) {
+		if s, _ := v.(string); s == containerdV2Plugin || s == criPlugin(version) {
 			return fmt.Errorf("%w: disabled_plugins lists %q, so no CRI runtime would ever run: remove it from disabled_plugins (or, when this containerd only serves docker, use --runtime=docker)", ErrCRIDisabled, s)
 		}
 	}
@@ -425,11 +409,11 @@ func importCovers(entry, parent, dropIn string) bool {
 	return p == filepath.Clean(dropIn)
 }
 
-// containerdImportFiles returns the names of the files containerd would load, after main, in
-// its order (breadth first, globs sorted), leaving out skip. read returns a file's content; a
-// file it finds not regular (a *notRegularError naming a kind: a FIFO, a device) is left out
-// too, with a warning, and a file it cannot read is an error.
-func containerdImportFiles(main File, skip string, read func(string) ([]byte, error)) ([]File, []string, error) {
+// containerdImportFiles returns the files containerd would load after main, in its order
+// (breadth first, globs sorted), leaving out skip. Links are followed, as containerd does; a
+// file that is not regular (a FIFO, a device) is left out too, with a warning, and a file that
+// cannot be read is an error.
+func containerdImportFiles(main File, skip string) ([]File, []string, error) {
 	loaded := map[string]bool{filepath.Clean(main.Path): true, filepath.Clean(skip): true}
 	var out []File
 	var warnings []string
@@ -444,7 +428,7 @@ func containerdImportFiles(main File, skip string, read func(string) ([]byte, er
 			continue
 		}
 		loaded[path] = true
-		content, err := read(path)
+		content, err := readImport(path)
 		var nr *notRegularError
 		if errors.As(err, &nr) && nr.kind != "" {
 			what := path

@@ -137,7 +137,7 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	files := []File{{Path: opts.ConfigPath, Content: main.content}}
 	var warnings []string
 	if main.content != nil {
-		imported, skipped, err := containerdImportFiles(files[0], opts.DropInPath, readImport)
+		imported, skipped, err := containerdImportFiles(files[0], opts.DropInPath)
 		if err != nil {
 			return nil, err
 		}
