@@ -72,10 +72,6 @@ type File struct {
 // opts.ContainerdConfigVersion. An import that already covers the drop-in (the same path, or
 // a glob matching it) means no change.
 func configureContainerdMain(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(Containerd, true)
-	if err != nil {
-		return edit{}, err
-	}
 	doc, err := parseTOML(current)
 	if err != nil {
 		return edit{}, err
@@ -128,10 +124,6 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 // unconfigureContainerdMain removes the imports entries that name opts.DropInPath (the whole
 // `imports` line when no other entry is left). Globs are left alone.
 func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(Containerd, false)
-	if err != nil {
-		return edit{}, err
-	}
 	doc, err := parseTOML(current)
 	if err != nil {
 		return edit{}, err
@@ -175,10 +167,6 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 // containerd loads before the drop-in, in its order: the main config first (nil Content when
 // missing), then what it imports.
 func containerdDropIn(files []File, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(Containerd, true)
-	if err != nil {
-		return edit{}, err
-	}
 	// The CRI section in effect before the drop-in.
 	var notes []string
 	version, cri := 0, map[string]any{}

@@ -191,7 +191,7 @@ func TestConfigureContainerdMain(t *testing.T) {
 			if tc.nilCurrent {
 				current = nil
 			}
-			got, changed, err := pure(configureContainerdMain, current, opts)
+			got, changed, err := pure(t, configureContainerdMain, current, opts)
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return
@@ -266,7 +266,7 @@ func TestUnconfigureContainerdMain(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, changed, err := pure(unconfigureContainerdMain, []byte(tc.current), containerdOptions())
+			got, changed, err := pure(t, unconfigureContainerdMain, []byte(tc.current), containerdOptions())
 			checkErr(t, err, tc.wantErr)
 			if tc.wantErr != nil {
 				return
@@ -295,15 +295,15 @@ func TestContainerdMainRoundTrip(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			configured, changed, err := pure(configureContainerdMain, []byte(tc.current), containerdOptions())
+			configured, changed, err := pure(t, configureContainerdMain, []byte(tc.current), containerdOptions())
 			if err != nil || !changed {
 				t.Fatalf("configure: changed %v, err %v", changed, err)
 			}
-			again, changed, err := pure(configureContainerdMain, configured, containerdOptions())
+			again, changed, err := pure(t, configureContainerdMain, configured, containerdOptions())
 			if err != nil || changed || !bytes.Equal(again, configured) {
 				t.Fatalf("configure twice: changed %v, err %v", changed, err)
 			}
-			back, changed, err := pure(unconfigureContainerdMain, configured, containerdOptions())
+			back, changed, err := pure(t, unconfigureContainerdMain, configured, containerdOptions())
 			if err != nil || !changed {
 				t.Fatalf("unconfigure: changed %v, err %v", changed, err)
 			}
@@ -478,7 +478,7 @@ func TestContainerdDropIn(t *testing.T) {
 			opts := containerdOptions()
 			opts.SetAsDefault = tc.setAsDefault
 			opts.ContainerdConfigVersion = tc.version
-			e, err := containerdDropIn(tc.files, opts)
+			e, err := containerdDropIn(tc.files, completed(t, opts))
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return

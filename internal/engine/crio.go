@@ -24,21 +24,15 @@ func removeDropIn(current []byte, _ Options) (edit, error) {
 // with ErrNotOurs. When the existing drop-in already holds the same keys and values it returns
 // current, unchanged.
 func configureCRIO(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(CRIO, true)
-	if err != nil {
-		return edit{}, err
-	}
 	if !owned(current) {
 		return edit{}, fmt.Errorf("%w: it does not start with %q; choose another drop-in file with --config", ErrNotOurs, dropInMarker)
 	}
-	if current != nil {
-		doc, err := parseTOML(current)
-		if err != nil {
-			return edit{}, err
-		}
-		if def, _ := stringAt(doc, "crio", "runtime", "default_runtime"); def == opts.RuntimeName {
-			opts.SetAsDefault = true
-		}
+	doc, err := parseTOML(current)
+	if err != nil {
+		return edit{}, err
+	}
+	if def, _ := stringAt(doc, "crio", "runtime", "default_runtime"); def == opts.RuntimeName {
+		opts.SetAsDefault = true
 	}
 	runtime := map[string]any{
 		"default_runtime": opts.RuntimeName,
@@ -57,14 +51,8 @@ func configureCRIO(current []byte, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	if current != nil {
-		same, err := sameTOML(current, out)
-		if err != nil {
-			return edit{}, err
-		}
-		if same {
-			return edit{content: current}, nil
-		}
+	if same, err := sameTOML(current, out); err != nil || same {
+		return edit{content: current}, err
 	}
 	var notes []string
 	if opts.SetAsDefault {

@@ -31,7 +31,7 @@ type edit struct {
 // to it. Every other key is kept with its value's text verbatim, in its order; the result is
 // indented with four spaces. When nothing needs to change it returns current, unchanged.
 func configureDocker(current []byte, opts Options) (edit, error) {
-	opts, top, runtimes, entry, err := loadDocker(current, opts, true)
+	top, runtimes, entry, err := loadDocker(current, opts)
 	if err != nil {
 		return edit{}, err
 	}
@@ -75,7 +75,7 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 // unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
 // default-runtime when it names the runtime. Someone else's default is left alone.
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
-	opts, top, runtimes, entry, err := loadDocker(current, opts, false)
+	top, runtimes, entry, err := loadDocker(current, opts)
 	if err != nil {
 		return edit{}, err
 	}
@@ -109,18 +109,13 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	return edit{content: out, changed: true, notes: notes}, err
 }
 
-// loadDocker completes opts and parses daemon.json down to our runtime's entry.
-func loadDocker(current []byte, opts Options, configure bool) (Options, *jsonobject.Object, *jsonobject.Object, *jsonobject.Object, error) {
-	opts, err := opts.withDefaults(Docker, configure)
-	if err != nil {
-		return opts, nil, nil, nil, err
+// loadDocker parses daemon.json down to our runtime's entry.
+func loadDocker(current []byte, opts Options) (top, runtimes, entry *jsonobject.Object, err error) {
+	if top, err = parseJSONObject(current); err != nil {
+		return nil, nil, nil, err
 	}
-	top, err := parseJSONObject(current)
-	if err != nil {
-		return opts, nil, nil, nil, err
-	}
-	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
-	return opts, top, runtimes, entry, err
+	runtimes, entry, err = dockerRuntime(top, opts.RuntimeName)
+	return top, runtimes, entry, err
 }
 
 // dockerRuntime returns daemon.json's runtimes object (empty when absent) and its entry name

@@ -2,9 +2,10 @@
 // as a runtime of docker, containerd or cri-o, and to remove it again.
 //
 // The per-engine edits (configureDocker, configureContainerdMain, containerdDropIn,
-// configureCRIO and their unconfigure counterparts) are pure: current content in, new content
-// and whether it differs out. PlanConfigure and PlanUnconfigure read the files those edits need
-// and return a Plan; Plan.Apply writes it.
+// configureCRIO and their unconfigure counterparts) are pure: current content and Options
+// completed by withDefaults in, new content and whether it differs out. PlanConfigure and
+// PlanUnconfigure complete the Options, read the files those edits need and return a Plan;
+// Plan.Apply writes it.
 //
 // Guarantees:
 //   - Idempotent: configuring what is configured (or unconfiguring what is not) plans no

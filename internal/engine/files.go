@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
 )
 
 // newFileMode is the mode of configuration files gpu-ctk creates.
@@ -44,7 +45,6 @@ type Change struct {
 // A Plan is what configure or unconfigure changes, in the order it must happen, and what the
 // user should know. A Plan with no Changes means the engine is already as asked.
 type Plan struct {
-	Engine  Engine
 	Files   []string // the files examined
 	Changes []Change
 	Notes   []string // facts worth telling (a replaced default, a copied setting)
@@ -92,14 +92,13 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 
 // singleFile describes an engine whose registration is one file.
 type singleFile struct {
-	engine Engine
 	backup bool   // the file holds the user's settings: back it up before changing it
 	next   string // what the user does after a change
 }
 
 var (
-	dockerFile = singleFile{engine: Docker, backup: true, next: "restart dockerd: systemctl restart docker"}
-	crioFile   = singleFile{engine: CRIO, backup: false, next: "restart cri-o: systemctl restart crio"}
+	dockerFile = singleFile{backup: true, next: "restart dockerd: systemctl restart docker"}
+	crioFile   = singleFile{backup: false, next: "restart cri-o: systemctl restart crio"}
 )
 
 // planSingleFile plans fn's edit of the engine's one file; undo, when not nil, is how
@@ -113,7 +112,7 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 	if err != nil {
 		return nil, withPath(err, f.path)
 	}
-	p := &Plan{Engine: sf.engine, Files: []string{f.path}, Notes: e.notes}
+	p := &Plan{Files: []string{f.path}, Notes: e.notes}
 	switch {
 	case !e.changed:
 		return p, nil
@@ -154,12 +153,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, withPath(err, main.path)
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}, Warnings: warnings}
-	same := false
-	if drop.content != nil {
-		if same, err = sameTOML(drop.content, dropEdit.content); err != nil {
-			return nil, withPath(err, drop.path)
-		}
+	p := &Plan{Files: []string{main.path, drop.path}, Warnings: warnings}
+	same, err := sameTOML(drop.content, dropEdit.content)
+	if err != nil {
+		return nil, withPath(err, drop.path)
 	}
 	if !same {
 		p.Changes = append(p.Changes, drop.change(dropEdit.content, false)) // the drop-in first: a missing import stops containerd
@@ -208,7 +205,7 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, withPath(err, drop.path)
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}}
+	p := &Plan{Files: []string{main.path, drop.path}}
 	if mainEdit.changed {
 		p.undo(main, mainEdit.content, containerdUndo) // the import first
 	}
@@ -395,22 +392,12 @@ type undoRule struct {
 // same JSON; bare is an object with no member (dockerd reads a missing daemon.json so).
 var dockerUndo = undoRule{
 	same: func(backup, planned []byte) bool {
-		a, err := parseJSONObject(backup)
-		if err != nil {
-			return false
-		}
-		b, err := parseJSONObject(planned)
-		if err != nil || len(a.Members) != len(b.Members) {
-			return false
-		}
-		for i, ma := range a.Members {
-			mb := b.Members[i]
+		a, errA := parseJSONObject(backup)
+		b, errB := parseJSONObject(planned)
+		return errA == nil && errB == nil && slices.EqualFunc(a.Members, b.Members, func(ma, mb jsonobject.Member) bool {
 			var va, vb bytes.Buffer
-			if ma.Name != mb.Name || json.Compact(&va, ma.Value) != nil || json.Compact(&vb, mb.Value) != nil || !bytes.Equal(va.Bytes(), vb.Bytes()) {
-				return false
-			}
-		}
-		return true
+			return ma.Name == mb.Name && json.Compact(&va, ma.Value) == nil && json.Compact(&vb, mb.Value) == nil && bytes.Equal(va.Bytes(), vb.Bytes())
+		})
 	},
 	bare: func(planned []byte) bool {
 		obj, err := parseJSONObject(planned)
@@ -423,18 +410,10 @@ var dockerUndo = undoRule{
 // the "version = N" line configure writes into a config it creates.
 var containerdUndo = undoRule{
 	same: func(backup, planned []byte) bool {
-		a, err := parseTOML(backup)
-		if err != nil {
-			return false
-		}
-		b, err := parseTOML(planned)
-		if err != nil {
-			return false
-		}
-		if _, ok := b["version"]; ok && len(a) == 0 && len(b) == 1 {
-			return true
-		}
-		return reflect.DeepEqual(a, b)
+		a, errA := parseTOML(backup)
+		b, errB := parseTOML(planned)
+		_, version := b["version"]
+		return errA == nil && errB == nil && (version && len(a) == 0 && len(b) == 1 || reflect.DeepEqual(a, b))
 	},
 	bare: func(planned []byte) bool {
 		s := string(planned)
@@ -596,16 +575,14 @@ func writeBackup(path string, content []byte, mode fs.FileMode, now time.Time) (
 // line, and a line for each file to be removed.
 func (p *Plan) WriteDryRun(w io.Writer) error {
 	for _, c := range p.Changes {
-		var err error
+		what := fmt.Sprintf("would be written (mode %04o)", c.Mode)
 		switch {
 		case c.Remove:
-			_, err = fmt.Fprintf(w, "--- %s: would be removed\n", c.Path)
+			what = "would be removed" // and c.Content is nil
 		case c.RestoredFrom != "":
-			_, err = fmt.Fprintf(w, "--- %s: would be restored from %s (mode %04o)\n%s", c.Path, c.RestoredFrom, c.Mode, c.Content)
-		default:
-			_, err = fmt.Fprintf(w, "--- %s: would be written (mode %04o)\n%s", c.Path, c.Mode, c.Content)
+			what = fmt.Sprintf("would be restored from %s (mode %04o)", c.RestoredFrom, c.Mode)
 		}
-		if err != nil {
+		if _, err := fmt.Fprintf(w, "--- %s: %s\n%s", c.Path, what, c.Content); err != nil {
 			return fmt.Errorf("write dry run: %w", err)
 		}
 	}

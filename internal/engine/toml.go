@@ -91,24 +91,18 @@ func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) 
 	return t, true, nil
 }
 
-// makeTable returns the table at path under doc, creating missing tables.
-func makeTable(doc map[string]any, path ...string) (map[string]any, error) {
-	t := doc
-	for i, key := range path {
-		v, ok := t[key]
-		if !ok {
-			next := map[string]any{}
-			t[key] = next
-			t = next
-			continue
-		}
-		next, ok := v.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(path[:i+1]...), kindOf(v))
-		}
-		t = next
+// makeTable returns the table t[key], creating it when missing.
+func makeTable(t map[string]any, key string) (map[string]any, error) {
+	v, ok := t[key]
+	if !ok {
+		v = map[string]any{}
+		t[key] = v
 	}
-	return t, nil
+	table, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(key), kindOf(v))
+	}
+	return table, nil
 }
 
 // stringAt returns the string at path ("" when missing).
