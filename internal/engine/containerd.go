@@ -60,12 +60,6 @@ func criPlugin(version int) string {
 	return containerdV2Plugin
 }
 
-// A File is a configuration file as read: Content is nil when it does not exist.
-type File struct {
-	Path    string
-	Content []byte
-}
-
 // configureContainerdMain returns containerd's main config (current; nil or blank for none)
 // with opts.DropInPath in its imports. It edits the text: everything else stays byte for byte.
 // A missing or blank config becomes `version = N` plus the import, N being
@@ -166,24 +160,24 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 // containerdDropIn returns the drop-in registering the runtime. files are the configs
 // containerd loads before the drop-in, in its order: the main config first (nil Content when
 // missing), then what it imports.
-func containerdDropIn(files []File, opts Options) (edit, error) {
+func containerdDropIn(files []configFile, opts Options) (edit, error) {
 	// The CRI section in effect before the drop-in.
 	var notes []string
 	version, cri := 0, map[string]any{}
 	for i, f := range files {
-		doc, err := parseTOML(f.Content)
+		doc, err := parseTOML(f.content)
 		if err != nil {
-			return edit{}, withPath(err, f.Path)
+			return edit{}, withPath(err, f.path)
 		}
 		if i == 0 {
 			if version, err = containerdConfigVersion(doc); err != nil {
-				return edit{}, withPath(err, f.Path)
+				return edit{}, withPath(err, f.path)
 			}
 			version = cmp.Or(version, opts.ContainerdConfigVersion)
 		}
 		section, ok, err := subTable(doc, "plugins", criPlugin(version))
 		if err != nil {
-			return edit{}, withPath(err, f.Path)
+			return edit{}, withPath(err, f.path)
 		}
 		if !ok {
 			continue
@@ -191,7 +185,7 @@ func containerdDropIn(files []File, opts Options) (edit, error) {
 		if version == 2 {
 			cri = deepCopy(section).(map[string]any) // containerd 1.x: the last file's section wins whole
 			if i > 0 {
-				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", f.Path))
+				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", f.path))
 			}
 		} else {
 			mergeTables(cri, section)
@@ -397,13 +391,13 @@ func importCovers(entry, parent, dropIn string) bool {
 	return p == filepath.Clean(dropIn)
 }
 
-// containerdImportFiles returns the files containerd would load after main, in its order
+// containerdFiles returns the files containerd would load, in its order: main, then its imports
 // (breadth first, globs sorted), leaving out skip. Links are followed, as containerd does; a
 // file that is not regular (a FIFO, a device) is left out too, with a warning, and a file that
 // cannot be read is an error.
-func containerdImportFiles(main File, skip string) ([]File, []string, error) {
-	loaded := map[string]bool{filepath.Clean(main.Path): true, filepath.Clean(skip): true}
-	var out []File
+func containerdFiles(main configFile, skip string) ([]configFile, []string, error) {
+	loaded := map[string]bool{filepath.Clean(main.path): true, filepath.Clean(skip): true}
+	out := []configFile{main}
 	var warnings []string
 	pending, err := importPaths(main)
 	if err != nil {
@@ -416,7 +410,11 @@ func containerdImportFiles(main File, skip string) ([]File, []string, error) {
 			continue
 		}
 		loaded[path] = true
-		content, err := readImport(path)
+		var content []byte
+		resolved, err := filepath.EvalSymlinks(path)
+		if err == nil {
+			content, _, err = readRegular(resolved)
+		}
 		var nr *notRegularError
 		if errors.As(err, &nr) && nr.kind != "" {
 			what := path
@@ -429,7 +427,7 @@ func containerdImportFiles(main File, skip string) ([]File, []string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("read containerd import %s: %w", path, err)
 		}
-		f := File{Path: path, Content: content}
+		f := configFile{path: path, content: content}
 		more, err := importPaths(f)
 		if err != nil {
 			return nil, nil, err
@@ -441,25 +439,25 @@ func containerdImportFiles(main File, skip string) ([]File, []string, error) {
 }
 
 // importPaths lists what f imports, globs expanded.
-func importPaths(f File) ([]string, error) {
-	doc, err := parseTOML(f.Content)
+func importPaths(f configFile) ([]string, error) {
+	doc, err := parseTOML(f.content)
 	if err != nil {
-		return nil, withPath(err, f.Path)
+		return nil, withPath(err, f.path)
 	}
 	imports, err := importStrings(doc)
 	if err != nil {
-		return nil, withPath(err, f.Path)
+		return nil, withPath(err, f.path)
 	}
 	var out []string
 	for _, imp := range imports {
-		p := resolveImport(imp, f.Path)
+		p := resolveImport(imp, f.path)
 		if !strings.Contains(p, "*") {
 			out = append(out, p)
 			continue
 		}
 		matches, err := filepath.Glob(p)
 		if err != nil {
-			return nil, fmt.Errorf("expand import %q of %s: %w", imp, f.Path, err)
+			return nil, fmt.Errorf("expand import %q of %s: %w", imp, f.path, err)
 		}
 		out = append(out, matches...)
 	}

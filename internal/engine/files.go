@@ -133,14 +133,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if !owned(drop.content) {
 		return nil, fmt.Errorf("%s: %w: it does not start with %q; choose another drop-in file with --drop-in", drop.path, ErrNotOurs, dropInMarker)
 	}
-	files := []File{{Path: opts.ConfigPath, Content: main.content}}
-	var warnings []string
-	if main.content != nil {
-		imported, skipped, err := containerdImportFiles(files[0], opts.DropInPath)
-		if err != nil {
-			return nil, err
-		}
-		files, warnings = append(files, imported...), skipped
+	// Relative imports are relative to the main config as named, not where its links lead.
+	files, warnings, err := containerdFiles(configFile{path: opts.ConfigPath, content: main.content}, opts.DropInPath)
+	if err != nil {
+		return nil, err
 	}
 	if drop.content != nil && containerdDropInSetsDefault(drop.content, opts.RuntimeName) {
 		opts.SetAsDefault = true
@@ -352,17 +348,6 @@ var fileKinds = map[uint32]string{
 	unix.S_IFSOCK: "socket",
 	unix.S_IFCHR:  "character device",
 	unix.S_IFBLK:  "block device",
-}
-
-// readImport reads a file containerd's imports name: links followed, as containerd does, and
-// then a regular file only (readRegular).
-func readImport(path string) ([]byte, error) {
-	resolved, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return nil, err
-	}
-	content, _, err := readRegular(resolved)
-	return content, err
 }
 
 // change plans replacing f with content (nil: removing it).
