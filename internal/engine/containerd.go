@@ -572,15 +572,11 @@ func verifyImports(before, after []byte, want []string) error {
 	if err != nil {
 		return fmt.Errorf("edit imports: the result would not parse (%w); edit the file by hand", err)
 	}
+	got, _ := importStrings(a)
+	_, has := a["imports"]
+	delete(a, "imports")
 	delete(b, "imports")
-	if want != nil {
-		list := make([]any, len(want))
-		for i, s := range want {
-			list[i] = s
-		}
-		b["imports"] = list
-	}
-	if !reflect.DeepEqual(b, a) {
+	if !reflect.DeepEqual(b, a) || !slices.Equal(got, want) || has != (want != nil) {
 		return errors.New("edit imports: the edit would change more than imports; edit the file by hand")
 	}
 	return nil
@@ -591,8 +587,7 @@ func verifyImports(before, after []byte, want []string) error {
 func ContainerdConfigVersionFor(output string) (int, error) {
 	fields := strings.Fields(output)
 	if len(fields) >= 3 && fields[0] == "containerd" {
-		v := strings.TrimPrefix(fields[2], "v")
-		major, _, _ := strings.Cut(v, ".")
+		major, _, _ := strings.Cut(strings.TrimPrefix(fields[2], "v"), ".")
 		if n, err := strconv.Atoi(major); err == nil {
 			if n >= 2 {
 				return 3, nil

@@ -441,25 +441,23 @@ func backupsOf(path string) []string {
 		return nil
 	}
 	type backup struct {
-		name, stamp string
+		path, stamp string
 		n           int
 	}
-	prefix := filepath.Base(path) + ".bak."
 	var found []backup
 	for _, e := range entries {
-		m := backupRE.FindStringSubmatch(strings.TrimPrefix(e.Name(), prefix))
-		if !strings.HasPrefix(e.Name(), prefix) || m == nil {
-			continue
+		rest, ok := strings.CutPrefix(e.Name(), filepath.Base(path)+".bak.")
+		if m := backupRE.FindStringSubmatch(rest); ok && m != nil {
+			n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
+			found = append(found, backup{path: filepath.Join(filepath.Dir(path), e.Name()), stamp: m[1], n: n})
 		}
-		n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
-		found = append(found, backup{name: e.Name(), stamp: m[1], n: n})
 	}
 	slices.SortFunc(found, func(a, b backup) int { // newest first
 		return cmp.Or(strings.Compare(b.stamp, a.stamp), cmp.Compare(b.n, a.n))
 	})
 	names := make([]string, len(found))
 	for i, b := range found {
-		names[i] = filepath.Join(filepath.Dir(path), b.name)
+		names[i] = b.path
 	}
 	return names
 }

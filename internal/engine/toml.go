@@ -21,6 +21,18 @@ func owned(content []byte) bool {
 	return len(bytes.TrimSpace(content)) == 0 || bytes.HasPrefix(content, []byte(dropInMarker))
 }
 
+// removeDropIn removes a drop-in (content nil, changed) when it exists; one gpu-ctk did not
+// generate is refused with ErrNotOurs.
+func removeDropIn(current []byte, _ Options) (edit, error) {
+	if current == nil {
+		return edit{}, nil
+	}
+	if !owned(current) {
+		return edit{}, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
+	}
+	return edit{changed: true}, nil
+}
+
 // dropInHeader is the comment that starts a generated drop-in.
 func dropInHeader(opts Options, extra ...string) string {
 	var b strings.Builder
