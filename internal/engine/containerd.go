@@ -23,16 +23,14 @@ import (
 // plugins."io.containerd.cri.v1.runtime".containerd. Version 1 (no "version" key) uses short
 // plugin names and is refused with ErrUnsupportedVersion.
 //
-// gpu-ctk writes the runtime to a drop-in and lists the drop-in in the main config's
-// `imports` (supported since containerd 1.3). containerd merges imported files differently by
-// major version:
-//   - 1.x replaces a plugin's whole section with the last loaded file's; even the CRI runtimes
-//     map is replaced, so a drop-in naming only our runtime would silently drop runc,
-//     sandbox_image, the CNI directories and every other CRI setting of config.toml. A version 2
-//     drop-in therefore carries the CRI section of the files loaded before it (config.toml and
-//     its other imports, in containerd's order) plus our runtime, and adds containerd's built-in
-//     runc runtime when those files define none. Re-run configure after changing CRI settings
-//     there; the drop-in's header says so.
+// gpu-ctk writes the runtime to a drop-in listed in the main config's `imports` (containerd
+// 1.3 and later), which containerd merges differently by major version:
+//   - 1.x replaces a plugin's whole section, even the CRI runtimes map, with the last loaded
+//     file's: a drop-in naming only our runtime would silently drop runc, sandbox_image, the
+//     CNI directories and every other CRI setting of config.toml. A version 2 drop-in therefore
+//     carries the CRI section of the files loaded before it (config.toml and its other imports,
+//     in containerd's order) plus our runtime, and containerd's built-in runc runtime when those
+//     define none. Its header says to re-run configure after changing CRI settings there.
 //   - 2.x merges plugin sections key by key, so a version 3 drop-in holds only our runtime.
 //
 // The runtime's settings start from those of the default runtime (or runc) when it is a runc
@@ -61,10 +59,9 @@ func criPlugin(version int) string {
 }
 
 // configureContainerdMain returns containerd's main config (current; nil or blank for none)
-// with opts.DropInPath in its imports. It edits the text: everything else stays byte for byte.
-// A missing or blank config becomes `version = N` plus the import, N being
-// opts.ContainerdConfigVersion. An import that already covers the drop-in (the same path, or
-// a glob matching it) means no change.
+// with opts.DropInPath in its imports, editing the text: everything else stays byte for byte.
+// A blank config becomes `version = <opts.ContainerdConfigVersion>` plus the import. An import
+// already covering the drop-in (the same path, or a glob matching it) means no change.
 func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	doc, err := parseTOML(current)
 	if err != nil {

@@ -240,11 +240,10 @@ type configFile struct {
 }
 
 // readConfig reads the configuration file at path, which configure and unconfigure may write.
-// A symbolic link there is followed: the file it resolves to is read, and Apply replaces that
-// file, so that the link stays (as atomicfile does for a bundle's config.json). A link that
-// resolves to nothing is refused, rather than a new file created wherever it points, and so
-// is a link to anything but a regular file. The file is read by readRegular: never opened for
-// reading unless it is a regular file, never more than maxConfigSize bytes.
+// A symbolic link there is followed, and Apply replaces the file it resolves to, so that the
+// link stays (as atomicfile does for a bundle's config.json). A link to nothing is refused,
+// rather than a file created wherever it points, and so is a link to anything but a regular
+// file. The file is read by readRegular.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
 	link := ""
