@@ -1,6 +1,9 @@
 package capabilities
 
-import "path"
+import (
+	"path"
+	"slices"
+)
 
 // Files names the driver files a capability brings. Libraries are SONAME prefixes
 // ("libcuda"): the file injected is "<prefix>.so.<driver version>". Binaries are file
@@ -89,7 +92,7 @@ func FileDirs() []string {
 	seen := map[string]bool{}
 	for _, c := range All {
 		files := FilesOf(c)
-		for _, p := range append(append([]string(nil), files.Sockets...), files.Configs...) {
+		for _, p := range slices.Concat(files.Sockets, files.Configs) {
 			if d := path.Dir(p); !seen[d] {
 				seen[d] = true
 				out = append(out, d)
