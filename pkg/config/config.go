@@ -397,7 +397,7 @@ func (c *Config) clean() []string {
 			bad(fmt.Sprintf("runtime.runtimes[%d]", i), r, "a name to look up in PATH or an absolute path")
 		}
 	}
-	if !isLevel(c.Runtime.LogLevel) {
+	if !slices.Contains(logLevels, c.Runtime.LogLevel) {
 		bad("runtime.log-level", c.Runtime.LogLevel, "one of "+strings.Join(logLevels, ", "))
 	}
 
@@ -447,15 +447,6 @@ func (c *Config) clean() []string {
 		bad("cdi.timeout", c.CDI.Timeout, `a duration of at least one second, such as "30s"`)
 	}
 	return problems
-}
-
-func isLevel(s string) bool {
-	for _, l := range logLevels {
-		if s == l {
-			return true
-		}
-	}
-	return false
 }
 
 // formatValue writes a value as it would appear in the file.
@@ -548,22 +539,11 @@ const (
 	kindInts
 )
 
-func (k valueKind) String() string {
-	switch k {
-	case kindTable:
-		return "a table"
-	case kindString:
-		return "a string"
-	case kindBool:
-		return "a boolean"
-	case kindInt:
-		return "an integer"
-	case kindInts:
-		return "an array of integers"
-	default:
-		return "an array of strings"
-	}
-}
+// kindNames are the kinds in TOML's words.
+var kindNames = [...]string{kindTable: "a table", kindString: "a string", kindStrings: "an array of strings",
+	kindBool: "a boolean", kindInt: "an integer", kindInts: "an array of integers"}
+
+func (k valueKind) String() string { return kindNames[k] }
 
 // kindOf is the kind of a Config field's type.
 func kindOf(t reflect.Type) valueKind {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -110,16 +111,16 @@ func setLine(data []byte, section, field, line string) []byte {
 		end := i + valueLines(rest, lines[i+1:])
 		if strings.Trim(strings.TrimSpace(k), `"'`) == field {
 			indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " \t"))]
-			newLines := append(append(append([]string(nil), lines[:i]...), indent+line+"\n"), lines[end+1:]...)
-			return []byte(strings.Join(newLines, ""))
+			return []byte(strings.Join(slices.Replace(lines, i, end+1, indent+line+"\n"), ""))
 		}
 		lastKey, i = end, end
 	}
-	switch {
-	case lastKey >= 0:
-		return []byte(strings.Join(append(append(append([]string(nil), lines[:lastKey+1]...), line+"\n"), lines[lastKey+1:]...), ""))
-	case sectionLine >= 0:
-		return []byte(strings.Join(append(append(append([]string(nil), lines[:sectionLine+1]...), line+"\n"), lines[sectionLine+1:]...), ""))
+	after := lastKey
+	if after < 0 {
+		after = sectionLine
+	}
+	if after >= 0 {
+		return []byte(strings.Join(slices.Insert(lines, after+1, line+"\n"), ""))
 	}
 	var b bytes.Buffer
 	b.WriteString(strings.Join(lines, ""))
