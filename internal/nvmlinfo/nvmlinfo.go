@@ -132,29 +132,21 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 	if ret != nvml.SUCCESS {
 		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get GPU %d", i), ret)
 	}
-	g := discover.GPU{Index: i}
-	if g.UUID, ret = lib.DeviceGetUUID(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get UUID of GPU %d", i), ret)
+	q := &queries{lib: lib, of: fmt.Sprintf(" of GPU %d", i)}
+	g := discover.GPU{
+		Index: i,
+		UUID:  get(q, "UUID", dev.GetUUID),
+		Minor: get(q, "minor number", dev.GetMinorNumber),
+		Name:  get(q, "name", dev.GetName),
+		Brand: BrandName(get(q, "brand", dev.GetBrand)),
+		ComputeCapability: get(q, "compute capability", func() (string, nvml.Return) {
+			major, minor, ret := dev.GetCudaComputeCapability()
+			return fmt.Sprintf("%d.%d", major, minor), ret
+		}),
 	}
-	if g.Minor, ret = lib.DeviceGetMinorNumber(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get minor number of GPU %d", i), ret)
-	}
-	if g.Name, ret = lib.DeviceGetName(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get name of GPU %d", i), ret)
-	}
-	brand, ret := lib.DeviceGetBrand(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get brand of GPU %d", i), ret)
-	}
-	g.Brand = BrandName(brand)
-	major, minor, ret := lib.DeviceGetCudaComputeCapability(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get compute capability of GPU %d", i), ret)
-	}
-	g.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	pci, ret := lib.DeviceGetPciInfo(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get PCI info of GPU %d", i), ret)
+	pci := get(q, "PCI info", dev.GetPciInfo)
+	if q.err != nil {
+		return discover.GPU{}, q.err
 	}
 	g.BusID = cString(pci.BusId[:])
 	// Persistence mode only informs (gpu-ctk doctor); a driver that cannot say is not an error.
@@ -168,6 +160,27 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 		return discover.GPU{}, err
 	}
 	return g, nil
+}
+
+// queries keeps the first error of a run of NVML queries (get): the queries after it are
+// not asked.
+type queries struct {
+	lib nvml.Interface
+	of  string // what the queries are about, for the error: " of GPU 3"
+	err error
+}
+
+// get returns what query answers, or the zero value once a query of q has failed.
+func get[T any](q *queries, what string, query func() (T, nvml.Return)) T {
+	var v T
+	if q.err != nil {
+		return v
+	}
+	v, ret := query()
+	if ret != nvml.SUCCESS {
+		q.err = nvmlErr(q.lib, "get "+what+q.of, ret)
+	}
+	return v
 }
 
 // queryMIG reads a GPU's MIG mode and, in MIG mode, its MIG devices, which go-nvlib
@@ -237,22 +250,16 @@ var errEnumerationEnded = errors.New("end of NVML's MIG device enumeration")
 // queryMIGDevice reads one MIG device: its profile from go-nvlib (the name NVIDIA's tools
 // print), its ids, UUID and memory from NVML (go-nvlib has no getters of its own for them).
 func queryMIGDevice(lib nvml.Interface, mig device.MigDevice) (discover.MIGDevice, error) {
-	var d discover.MIGDevice
-	var ret nvml.Return
-	if d.UUID, ret = mig.GetUUID(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get UUID", ret)
+	q := &queries{lib: lib}
+	d := discover.MIGDevice{
+		UUID:      get(q, "UUID", mig.GetUUID),
+		GI:        get(q, "GPU instance id", mig.GetGpuInstanceId),
+		CI:        get(q, "compute instance id", mig.GetComputeInstanceId),
+		MemoryMiB: int(min(get(q, "attributes", mig.GetAttributes).MemorySizeMB, math.MaxInt32)),
 	}
-	if d.GI, ret = mig.GetGpuInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get GPU instance id", ret)
+	if q.err != nil {
+		return d, q.err
 	}
-	if d.CI, ret = mig.GetComputeInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get compute instance id", ret)
-	}
-	attrs, ret := mig.GetAttributes()
-	if ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get attributes", ret)
-	}
-	d.MemoryMiB = int(min(attrs.MemorySizeMB, math.MaxInt32))
 	profile, err := mig.GetProfile()
 	if err != nil {
 		return d, fmt.Errorf("%w: get profile: %w", discover.ErrNVML, err)
