@@ -73,22 +73,14 @@ func Query(root string) (discover.Driver, error) {
 	defer func() { _ = probe.Close() }()
 	defer func() { _ = lib.Shutdown() }() // nothing to do about a failed shutdown
 
-	d := discover.Driver{NVMLPath: libPath}
-	version, ret := lib.SystemGetDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get driver version", ret)
-	}
-	d.Version = version
-	cuda, ret := lib.SystemGetCudaDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get CUDA driver version", ret)
+	q := &queries{lib: lib}
+	d := discover.Driver{NVMLPath: libPath, Version: get(q, "get driver version", lib.SystemGetDriverVersion)}
+	cuda := get(q, "get CUDA driver version", lib.SystemGetCudaDriverVersion)
+	count := get(q, "count devices", lib.DeviceGetCount)
+	if q.err != nil {
+		return discover.Driver{}, q.err
 	}
 	d.CUDAVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
-
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "count devices", ret)
-	}
 	devs := device.New(lib)
 	for i := 0; i < count; i++ {
 		gpu, err := queryGPU(lib, devs, i)
@@ -135,16 +127,16 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 	q := &queries{lib: lib, of: fmt.Sprintf(" of GPU %d", i)}
 	g := discover.GPU{
 		Index: i,
-		UUID:  get(q, "UUID", dev.GetUUID),
-		Minor: get(q, "minor number", dev.GetMinorNumber),
-		Name:  get(q, "name", dev.GetName),
-		Brand: BrandName(get(q, "brand", dev.GetBrand)),
-		ComputeCapability: get(q, "compute capability", func() (string, nvml.Return) {
+		UUID:  get(q, "get UUID", dev.GetUUID),
+		Minor: get(q, "get minor number", dev.GetMinorNumber),
+		Name:  get(q, "get name", dev.GetName),
+		Brand: BrandName(get(q, "get brand", dev.GetBrand)),
+		ComputeCapability: get(q, "get compute capability", func() (string, nvml.Return) {
 			major, minor, ret := dev.GetCudaComputeCapability()
 			return fmt.Sprintf("%d.%d", major, minor), ret
 		}),
 	}
-	pci := get(q, "PCI info", dev.GetPciInfo)
+	pci := get(q, "get PCI info", dev.GetPciInfo)
 	if q.err != nil {
 		return discover.GPU{}, q.err
 	}
@@ -170,15 +162,17 @@ type queries struct {
 	err error
 }
 
-// get returns what query answers, or the zero value once a query of q has failed.
+// get returns what query answers; the zero value when it fails ("<what><of>: <NVML's error>"),
+// or when a query of q failed before.
 func get[T any](q *queries, what string, query func() (T, nvml.Return)) T {
-	var v T
+	var zero T
 	if q.err != nil {
-		return v
+		return zero
 	}
 	v, ret := query()
 	if ret != nvml.SUCCESS {
-		q.err = nvmlErr(q.lib, "get "+what+q.of, ret)
+		q.err = nvmlErr(q.lib, what+q.of, ret)
+		return zero
 	}
 	return v
 }
@@ -252,10 +246,10 @@ var errEnumerationEnded = errors.New("end of NVML's MIG device enumeration")
 func queryMIGDevice(lib nvml.Interface, mig device.MigDevice) (discover.MIGDevice, error) {
 	q := &queries{lib: lib}
 	d := discover.MIGDevice{
-		UUID:      get(q, "UUID", mig.GetUUID),
-		GI:        get(q, "GPU instance id", mig.GetGpuInstanceId),
-		CI:        get(q, "compute instance id", mig.GetComputeInstanceId),
-		MemoryMiB: int(min(get(q, "attributes", mig.GetAttributes).MemorySizeMB, math.MaxInt32)),
+		UUID:      get(q, "get UUID", mig.GetUUID),
+		GI:        get(q, "get GPU instance id", mig.GetGpuInstanceId),
+		CI:        get(q, "get compute instance id", mig.GetComputeInstanceId),
+		MemoryMiB: int(min(get(q, "get attributes", mig.GetAttributes).MemorySizeMB, math.MaxInt32)),
 	}
 	if q.err != nil {
 		return d, q.err
