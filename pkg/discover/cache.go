@@ -109,7 +109,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	caps, err := ReadMIGCaps(procRoot(opts), driver.GPUs)
+	caps, err := ReadMIGCaps(orRoot(opts.ProcRoot), driver.GPUs)
 	if err != nil {
 		return res, err
 	}
@@ -227,7 +227,7 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	_, _ = fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
 	// The driver's view of GPUs and MIG instances, where /proc has it: a MIG
 	// reconfiguration changes the capabilities tree (and the caps nodes above).
-	pr := procRoot(opts)
+	pr := orRoot(opts.ProcRoot)
 	stamp("version " + filepath.Join(pr, "proc/driver/nvidia/version"))
 	stamp("mig-minors " + filepath.Join(pr, ProcMIGMinors))
 	_, _ = fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
@@ -235,12 +235,12 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// procRoot is where the driver's /proc files are read: "/" unless set.
-func procRoot(opts Options) string {
-	if opts.ProcRoot == "" {
+// orRoot is a proc root as set, "/" when unset.
+func orRoot(procRoot string) string {
+	if procRoot == "" {
 		return "/"
 	}
-	return opts.ProcRoot
+	return procRoot
 }
 
 // listTree lists the entry names under dir, depth levels deep.

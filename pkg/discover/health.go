@@ -132,14 +132,10 @@ type HealthOptions struct {
 // file per GPU and the health file, and never NVML. Problems that leave a signal unread
 // (an untrusted or corrupt health file) come back as warnings: such a file is ignored.
 func ReadHealth(gpus []GPU, opts HealthOptions) []string {
-	procRoot := opts.ProcRoot
-	if procRoot == "" {
-		procRoot = "/"
-	}
 	// Each GPU's entry is opened relative to the gpus directory: shorter lookups than whole
 	// paths, and without the directory (the driver not loaded, or another proc root)
 	// nothing is known of any GPU, at the cost of this one call.
-	gpusDir := filepath.Join(procRoot, ProcGPUs)
+	gpusDir := filepath.Join(orRoot(opts.ProcRoot), ProcGPUs)
 	dir, err := unix.Open(gpusDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		defer func() { _ = unix.Close(dir) }()
@@ -256,7 +252,7 @@ var ErrHealthFormat = errors.New("not a health file")
 // them: "GPU-" or "MIG-" (in any case, as NVIDIA_VISIBLE_DEVICES matches them) and then
 // letters, digits and dashes.
 func ValidHealthUUID(s string) bool {
-	if len(s) <= 4 || len(s) > 96 || !(hasPrefixFold(s, "GPU-") || hasPrefixFold(s, "MIG-")) {
+	if len(s) <= 4 || len(s) > 96 || !(strings.EqualFold(s[:4], "GPU-") || strings.EqualFold(s[:4], "MIG-")) {
 		return false
 	}
 	for _, r := range s[4:] {
@@ -265,10 +261,6 @@ func ValidHealthUUID(s string) bool {
 		}
 	}
 	return true
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // ValidHealthReason says what is wrong with a reason, or "" when it is good: one line of

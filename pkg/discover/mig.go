@@ -114,11 +114,11 @@ func charMajor(file, name string) (int, error) {
 			continue
 		}
 		fields := strings.Fields(text)
-		if len(fields) != 2 {
-			return 0, fmt.Errorf("%w: %s line %d: %q is not \"<major> <name>\"", ErrProcFormat, file, line, text)
+		major := -1
+		if len(fields) == 2 {
+			major, err = strconv.Atoi(fields[0])
 		}
-		major, err := strconv.Atoi(fields[0])
-		if err != nil || major < 0 {
+		if major < 0 || err != nil {
 			return 0, fmt.Errorf("%w: %s line %d: %q is not \"<major> <name>\"", ErrProcFormat, file, line, text)
 		}
 		if inChar && fields[1] == name {
