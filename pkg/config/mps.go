@@ -76,7 +76,7 @@ func MPSMemoryLimit(s string) (string, bool) {
 	return m[1] + m[2][:1], true
 }
 
-// cleanMPS validates the shares; one problem per bad key, naming the share.
+// clean validates the shares: one problem per bad key, naming the share.
 func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
 	if _, ok := m.Shares[m.Share]; m.Share != "" && !ok {
 		bad("mps.share", m.Share, "one of the shares of [mps.shares]")
