@@ -39,10 +39,9 @@ type Event struct {
 // ErrEventsNotSupported: no GPU of the host can report the events.
 var ErrEventsNotSupported = errors.New("NVML events not supported")
 
-// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of
-// a driver root. One process may hold one at a time (go-nvml binds NVML
-// process-wide); Close releases NVML, so that a driver can be reloaded, and OpenEvents may
-// then be called again.
+// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of a
+// driver root. One process may hold one at a time (go-nvml binds NVML process-wide); Close
+// releases NVML, so that a driver can be reloaded, and OpenEvents may then be called again.
 type Events struct {
 	lib      nvml.Interface
 	devs     device.Interface

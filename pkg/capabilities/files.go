@@ -19,9 +19,8 @@ type Files struct {
 	Required []string
 }
 
-// FilesOf returns what capability c injects. Compat32 and Display have no
-// files of their own: compat32 selects the 32-bit variants of the other sets, display
-// implies graphics (see Set.Has).
+// FilesOf returns what capability c injects. Compat32 and Display have no files of their own:
+// compat32 selects the 32-bit variants of the other sets, display implies graphics (see Set.Has).
 func FilesOf(c Capability) Files {
 	for _, e := range table {
 		if e.capability == c {
@@ -31,9 +30,8 @@ func FilesOf(c Capability) Files {
 	return Files{}
 }
 
-// table is a list, not a map: a composite literal of constants is laid out by the linker,
-// while a map would be built by init code in every gpu-runtime process, start and delete
-// included.
+// table is a list, not a map: a composite literal of constants is laid out by the linker, while a
+// map would be built by init code in every gpu-runtime process, start and delete included.
 var table = [...]struct {
 	capability Capability
 	files      Files

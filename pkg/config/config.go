@@ -533,10 +533,9 @@ func kindOf(t reflect.Type) valueKind {
 	}
 }
 
-// field finds the Config field at key as go-toml matches keys to fields (its toml tag,
-// ignoring case; any name below a map). It returns the field's type and the key as Config
-// spells it; n < len(key) when key goes on below a value, a table where the file may not
-// have one.
+// field finds the Config field at key as go-toml matches keys to fields (its toml tag, ignoring
+// case; any name below a map). It returns the field's type and the key as Config spells it; n <
+// len(key) when key goes on below a value, a table where the file may not have one.
 func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
 	t = reflect.TypeFor[Config]()
 	for n = 0; n < len(key); n++ {

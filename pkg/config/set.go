@@ -134,9 +134,8 @@ func setLine(data []byte, section, field, line string) []byte {
 	return b.Bytes()
 }
 
-// valueLines counts the lines after the key's line that its value continues on: a
-// multi-line array goes on until its brackets balance (brackets in strings and comments
-// do not count).
+// valueLines counts the lines after the key's line that its value continues on: a multi-line array
+// goes on until its brackets balance (brackets in strings and comments do not count).
 func valueLines(rest string, after []string) int {
 	depth := bracketDepth(rest)
 	n := 0

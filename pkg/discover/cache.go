@@ -162,15 +162,14 @@ func queryWithTimeout(opts Options) (Driver, error) {
 	return d, err
 }
 
-// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver
-// root's ld.so.cache (which fingerprint always stamps first), each as "<label> <path>":
-// every path the NVML library may be loaded from (a driver upgrade replaces it) and every
-// directory a discovered or discoverable file lives in — library, binary, socket and config
-// directories and each firmware version directory — so that a file added to or removed from
-// any of them changes a directory's stamp. The NVML paths and library directories come from
-// the ld.so.cache, so while its stamp is unchanged so is this list, except for firmware
-// version directories, whose parent is stamped too: the cache keeps the list and a hit needs
-// no ld.so.cache parse.
+// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver root's
+// ld.so.cache (which fingerprint always stamps first), each as "<label> <path>": every path the
+// NVML library may be loaded from (a driver upgrade replaces it) and every directory a discovered
+// or discoverable file lives in — library, binary, socket and config directories and each firmware
+// version directory — so that a file added to or removed from any of them changes a directory's
+// stamp. The NVML paths and library directories come from the ld.so.cache, so while its stamp is
+// unchanged so is this list, except for firmware version directories, whose parent is stamped too:
+// the cache keeps the list and a hit needs no ld.so.cache parse.
 func fingerprintInputs(opts Options) []string {
 	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
 	var inputs []string
