@@ -302,13 +302,8 @@ var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu
 
 // migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.
 func migFlags(g GPU) string {
-	b := []byte("000")
-	for i, v := range []bool{g.MIGCapable, g.MIGCurrent, g.MIGPending} {
-		if v {
-			b[i] = '1'
-		}
-	}
-	return string(b)
+	digit := map[bool]string{false: "0", true: "1"}
+	return digit[g.MIGCapable] + digit[g.MIGCurrent] + digit[g.MIGPending]
 }
 
 func encodeCache(c cacheFile) ([]byte, error) {

@@ -69,24 +69,21 @@ func ReadMIGCaps(procRoot string, gpus []GPU) (MIGCaps, error) {
 		}
 		return accessMinor(file)
 	}
-	if caps.Config, err = minor("mig/config"); err != nil {
-		return caps, err
+	set := func(dst *int, name string) { // until the first error
+		if err == nil {
+			*dst, err = minor(name)
+		}
 	}
-	if caps.Monitor, err = minor("mig/monitor"); err != nil {
-		return caps, err
-	}
+	set(&caps.Config, "mig/config")
+	set(&caps.Monitor, "mig/monitor")
 	for i := range gpus {
 		for j := range gpus[i].MIGDevices {
 			d := &gpus[i].MIGDevices[j]
-			if d.GICap, err = minor(CapPath(gpus[i].Minor, d.GI, -1)); err != nil {
-				return caps, err
-			}
-			if d.CICap, err = minor(CapPath(gpus[i].Minor, d.GI, d.CI)); err != nil {
-				return caps, err
-			}
+			set(&d.GICap, CapPath(gpus[i].Minor, d.GI, -1))
+			set(&d.CICap, CapPath(gpus[i].Minor, d.GI, d.CI))
 		}
 	}
-	return caps, nil
+	return caps, err
 }
 
 // charMajor returns the major of the character device driver named name in /proc/devices,
