@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"reflect"
 	"slices"
@@ -122,16 +121,11 @@ func setLine(data []byte, section, field, line string) []byte {
 	if after >= 0 {
 		return []byte(strings.Join(slices.Insert(lines, after+1, line+"\n"), ""))
 	}
-	var b bytes.Buffer
-	b.WriteString(strings.Join(lines, ""))
-	if b.Len() > 0 {
-		if !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
-			b.WriteByte('\n')
-		}
-		b.WriteByte('\n')
+	text := strings.Join(lines, "")
+	if text != "" {
+		text = strings.TrimSuffix(text, "\n") + "\n\n" // a blank line before the new section
 	}
-	b.WriteString("[" + section + "]\n" + line + "\n")
-	return b.Bytes()
+	return []byte(text + "[" + section + "]\n" + line + "\n")
 }
 
 // valueLines counts the lines after the key's line that its value continues on: a multi-line array
