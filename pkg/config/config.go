@@ -180,8 +180,16 @@ func Default() Config {
 			AllowedKinds: []string{"nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu"},
 			Timeout:      "30s",
 		},
-		MPS:    MPSConfig{Root: "/run/gpu-runtime/mps"},
-		Health: defaultHealth(),
+		MPS: MPSConfig{Root: "/run/gpu-runtime/mps"},
+		Health: HealthConfig{
+			File: "/run/gpu-runtime/health.csv",
+			All:  HealthAllSkip,
+			// The Xids NVIDIA's device plugin ignores: 13 (graphics engine exception), 31 (GPU
+			// memory page fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68
+			// (NVDEC0 exception) and 109 (context switch timeout), caused by the application,
+			// not by the GPU.
+			IgnoreXids: []int{13, 31, 43, 45, 68, 109},
+		},
 	}
 }
 
