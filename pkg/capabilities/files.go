@@ -84,17 +84,13 @@ var table = [...]struct {
 }
 
 // FileDirs returns the directory of every socket and config file in the table, relative to
-// the driver root, in table order without repeats: what discovery's cache must watch.
+// the driver root, in the order of All, repeats included: what discovery's cache must watch.
 func FileDirs() []string {
 	var out []string
-	seen := map[string]bool{}
 	for _, c := range All {
 		files := FilesOf(c)
 		for _, p := range slices.Concat(files.Sockets, files.Configs) {
-			if d := path.Dir(p); !seen[d] {
-				seen[d] = true
-				out = append(out, d)
-			}
+			out = append(out, path.Dir(p))
 		}
 	}
 	return out

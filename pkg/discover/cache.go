@@ -186,7 +186,7 @@ func fingerprintInputs(opts Options) []string {
 			}
 		}
 	}
-	// The 32- and 64-bit lists share some directories: each is stamped once.
+	// The lists share some directories (32- and 64-bit, sockets and configs): each is stamped once.
 	for _, d := range dedupe(slices.Concat(dirs64, dirs32, binDirs, firmwareDirs, firmware, capabilities.FileDirs())) {
 		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
 	}
