@@ -22,8 +22,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
-// Health says why a device must not be given to containers. A nil *Health
-// means nothing says the device is unhealthy.
+// Health says why a device must not be given to containers; nil: nothing says it is unhealthy.
 //
 // Three signals count, none of them needing NVML: the driver's /proc entry of a GPU that
 // discovery knows is gone (HealthGone), the driver says it excluded the GPU (HealthExcluded),
@@ -52,12 +51,10 @@ const (
 
 // String describes h for messages: the reason, since when, and where it was read.
 func (h Health) String() string {
-	switch h.Signal {
-	case HealthRecorded:
-		return fmt.Sprintf("%s since %s (recorded in %s)", h.Reason, h.Since.UTC().Format(time.RFC3339), h.Source)
-	default:
+	if h.Signal != HealthRecorded {
 		return h.Reason
 	}
+	return fmt.Sprintf("%s since %s (recorded in %s)", h.Reason, h.Since.UTC().Format(time.RFC3339), h.Source)
 }
 
 // Fix says how the device comes back into service.
@@ -355,10 +352,9 @@ func quoteShort(s string) string {
 	return s
 }
 
-// ReadHealthFile reads the health file at p if it can be trusted — a regular file, not a
-// symlink, owned by root (the user gpu-runtime runs as) with mode 0600, read without
-// blocking — and is one. A missing file is an error wrapping fs.ErrNotExist; any other error
-// says why the file is ignored.
+// ReadHealthFile reads the health file at p if it passes trustedfile's rule (root's own, mode
+// 0600) and is one. A missing file is an error wrapping fs.ErrNotExist; any other error says
+// why the file is ignored.
 func ReadHealthFile(p string) ([]HealthRecord, error) {
 	data, err := trustedfile.Read(p, trustedfile.Rule{What: "health file", Mode: 0o600, Max: maxHealthSize})
 	if err != nil {
