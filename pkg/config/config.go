@@ -25,10 +25,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/sirupsen/logrus"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 const (

@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Keys lists every key of the configuration, "section.name", in file order.
