@@ -384,13 +384,9 @@ func UpdateHealthFile(p string, update func([]HealthRecord) ([]HealthRecord, err
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock health file %s: %w", p, err)
 	}
-	records, err := ReadHealthFile(p)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		records = nil
-	case err != nil:
+	records, err := ReadHealthFile(p) // none on any error
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		warning = err.Error() + "; it is replaced"
-		records = nil
 	}
 	next, err := update(records)
 	if err != nil {
