@@ -39,10 +39,9 @@ type Event struct {
 // ErrEventsNotSupported: no GPU of the host can report the events.
 var ErrEventsNotSupported = errors.New("NVML events not supported")
 
-// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of
-// a driver root. One process may hold one at a time (go-nvml binds NVML
-// process-wide); Close releases NVML, so that a driver can be reloaded, and OpenEvents may
-// then be called again.
+// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of a
+// driver root. One process may hold one at a time (go-nvml binds NVML process-wide); Close
+// releases NVML, so that a driver can be reloaded, and OpenEvents may then be called again.
 type Events struct {
 	lib      nvml.Interface
 	devs     device.Interface
@@ -68,14 +67,11 @@ func OpenEvents(root string) (*Events, error) {
 		e.Close()
 		return nil, err
 	}
-	set, ret := lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(lib, "create an event set", ret))
-	}
-	e.set = set
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(lib, "count devices", ret))
+	q := &queries{lib: lib}
+	e.set = get(q, "create an event set", lib.EventSetCreate)
+	count := get(q, "count devices", lib.DeviceGetCount)
+	if q.err != nil {
+		return fail(q.err)
 	}
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
@@ -88,7 +84,7 @@ func OpenEvents(root string) (*Events, error) {
 		}
 		supported, ret := dev.GetSupportedEventTypes()
 		if ret == nvml.SUCCESS && supported&watchedEvents != 0 {
-			ret = dev.RegisterEvents(watchedEvents&supported, set)
+			ret = dev.RegisterEvents(watchedEvents&supported, e.set)
 		} else if ret == nvml.SUCCESS {
 			ret = nvml.ERROR_NOT_SUPPORTED
 		}

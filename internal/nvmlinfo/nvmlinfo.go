@@ -73,22 +73,14 @@ func Query(root string) (discover.Driver, error) {
 	defer func() { _ = probe.Close() }()
 	defer func() { _ = lib.Shutdown() }() // nothing to do about a failed shutdown
 
-	d := discover.Driver{NVMLPath: libPath}
-	version, ret := lib.SystemGetDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get driver version", ret)
-	}
-	d.Version = version
-	cuda, ret := lib.SystemGetCudaDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get CUDA driver version", ret)
+	q := &queries{lib: lib}
+	d := discover.Driver{NVMLPath: libPath, Version: get(q, "get driver version", lib.SystemGetDriverVersion)}
+	cuda := get(q, "get CUDA driver version", lib.SystemGetCudaDriverVersion)
+	count := get(q, "count devices", lib.DeviceGetCount)
+	if q.err != nil {
+		return discover.Driver{}, q.err
 	}
 	d.CUDAVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
-
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "count devices", ret)
-	}
 	devs := device.New(lib)
 	for i := 0; i < count; i++ {
 		gpu, err := queryGPU(lib, devs, i)
@@ -132,29 +124,21 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 	if ret != nvml.SUCCESS {
 		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get GPU %d", i), ret)
 	}
-	g := discover.GPU{Index: i}
-	if g.UUID, ret = lib.DeviceGetUUID(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get UUID of GPU %d", i), ret)
+	q := &queries{lib: lib, of: fmt.Sprintf(" of GPU %d", i)}
+	g := discover.GPU{
+		Index: i,
+		UUID:  get(q, "get UUID", dev.GetUUID),
+		Minor: get(q, "get minor number", dev.GetMinorNumber),
+		Name:  get(q, "get name", dev.GetName),
+		Brand: BrandName(get(q, "get brand", dev.GetBrand)),
+		ComputeCapability: get(q, "get compute capability", func() (string, nvml.Return) {
+			major, minor, ret := dev.GetCudaComputeCapability()
+			return fmt.Sprintf("%d.%d", major, minor), ret
+		}),
 	}
-	if g.Minor, ret = lib.DeviceGetMinorNumber(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get minor number of GPU %d", i), ret)
-	}
-	if g.Name, ret = lib.DeviceGetName(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get name of GPU %d", i), ret)
-	}
-	brand, ret := lib.DeviceGetBrand(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get brand of GPU %d", i), ret)
-	}
-	g.Brand = BrandName(brand)
-	major, minor, ret := lib.DeviceGetCudaComputeCapability(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get compute capability of GPU %d", i), ret)
-	}
-	g.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	pci, ret := lib.DeviceGetPciInfo(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get PCI info of GPU %d", i), ret)
+	pci := get(q, "get PCI info", dev.GetPciInfo)
+	if q.err != nil {
+		return discover.GPU{}, q.err
 	}
 	g.BusID = cString(pci.BusId[:])
 	// Persistence mode only informs (gpu-ctk doctor); a driver that cannot say is not an error.
@@ -168,6 +152,29 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 		return discover.GPU{}, err
 	}
 	return g, nil
+}
+
+// queries keeps the first error of a run of NVML queries (get): the queries after it are
+// not asked.
+type queries struct {
+	lib nvml.Interface
+	of  string // what the queries are about, for the error: " of GPU 3"
+	err error
+}
+
+// get returns what query answers; the zero value when it fails ("<what><of>: <NVML's error>"),
+// or when a query of q failed before.
+func get[T any](q *queries, what string, query func() (T, nvml.Return)) T {
+	var zero T
+	if q.err != nil {
+		return zero
+	}
+	v, ret := query()
+	if ret != nvml.SUCCESS {
+		q.err = nvmlErr(q.lib, what+q.of, ret)
+		return zero
+	}
+	return v
 }
 
 // queryMIG reads a GPU's MIG mode and, in MIG mode, its MIG devices, which go-nvlib
@@ -237,22 +244,16 @@ var errEnumerationEnded = errors.New("end of NVML's MIG device enumeration")
 // queryMIGDevice reads one MIG device: its profile from go-nvlib (the name NVIDIA's tools
 // print), its ids, UUID and memory from NVML (go-nvlib has no getters of its own for them).
 func queryMIGDevice(lib nvml.Interface, mig device.MigDevice) (discover.MIGDevice, error) {
-	var d discover.MIGDevice
-	var ret nvml.Return
-	if d.UUID, ret = mig.GetUUID(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get UUID", ret)
+	q := &queries{lib: lib}
+	d := discover.MIGDevice{
+		UUID:      get(q, "get UUID", mig.GetUUID),
+		GI:        get(q, "get GPU instance id", mig.GetGpuInstanceId),
+		CI:        get(q, "get compute instance id", mig.GetComputeInstanceId),
+		MemoryMiB: int(min(get(q, "get attributes", mig.GetAttributes).MemorySizeMB, math.MaxInt32)),
 	}
-	if d.GI, ret = mig.GetGpuInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get GPU instance id", ret)
+	if q.err != nil {
+		return d, q.err
 	}
-	if d.CI, ret = mig.GetComputeInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get compute instance id", ret)
-	}
-	attrs, ret := mig.GetAttributes()
-	if ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get attributes", ret)
-	}
-	d.MemoryMiB = int(min(attrs.MemorySizeMB, math.MaxInt32))
 	profile, err := mig.GetProfile()
 	if err != nil {
 		return d, fmt.Errorf("%w: get profile: %w", discover.ErrNVML, err)
