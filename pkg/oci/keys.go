@@ -2,9 +2,11 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,9 +40,7 @@ type pathSegment struct {
 }
 
 func (c *keyChecker) value(typ reflect.Type) error {
-	for typ != nil && typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
+	typ = deref(typ)
 	c.space()
 	if c.i >= len(c.data) {
 		return nil
@@ -98,14 +98,11 @@ func (c *keyChecker) object(typ reflect.Type) error {
 			elem = typ.Elem()
 		}
 	}
-	var seenBuf, namedBuf [16][]byte
+	var seenBuf, namedBuf [16][]byte // no allocation for up to 16 keys and fields
 	seen := seenBuf[:0]
-	named := namedBuf[:0] // the key that named each field, by field index
-	if fields != nil && len(fields.names) > len(namedBuf) {
-		named = make([][]byte, 0, len(fields.names))
-	}
+	var named [][]byte // the key that named each field, by field index
 	if fields != nil {
-		named = named[:len(fields.names)]
+		named = append(namedBuf[:0], make([][]byte, len(fields.names))...)
 	}
 	c.i++ // {
 	for {
@@ -194,52 +191,11 @@ func scanString(data []byte, i int) (content []byte, end int, escaped bool) {
 	return data[start:], len(data), escaped
 }
 
-// fieldTable is the JSON field names of a struct type and their types (see jsonFields).
+// fieldTable is the JSON names of a struct type's fields (embedded structs flattened) and
+// their types.
 type fieldTable struct {
 	names []string
 	types []reflect.Type
-}
-
-// lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
-// equal under case folding. -1 when none.
-func (t *fieldTable) lookup(key []byte) int {
-	for i, n := range t.names {
-		if string(key) == n {
-			return i
-		}
-	}
-	ascii := true
-	for _, b := range key {
-		if b >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	for i, n := range t.names {
-		if ascii && asciiEqualFold(key, n) || !ascii && strings.EqualFold(string(key), n) {
-			return i
-		}
-	}
-	return -1
-}
-
-func asciiEqualFold(a []byte, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 var fieldTables sync.Map // reflect.Type → *fieldTable
@@ -249,10 +205,42 @@ func fieldsOf(typ reflect.Type) *fieldTable {
 		return t.(*fieldTable)
 	}
 	t := &fieldTable{}
-	for name, ft := range jsonFields(typ) {
-		t.names = append(t.names, name)
-		t.types = append(t.types, ft)
-	}
+	t.add(typ)
 	fieldTables.Store(typ, t)
 	return t
+}
+
+func (t *fieldTable) add(typ reflect.Type) {
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if et := deref(f.Type); f.Anonymous && name == "" && et.Kind() == reflect.Struct {
+			t.add(et)
+			continue
+		}
+		if f.IsExported() {
+			t.names = append(t.names, cmp.Or(name, f.Name))
+			t.types = append(t.types, f.Type)
+		}
+	}
+}
+
+// lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
+// equal under case folding. -1 when none.
+func (t *fieldTable) lookup(key []byte) int {
+	if i := slices.Index(t.names, string(key)); i >= 0 {
+		return i
+	}
+	return slices.IndexFunc(t.names, func(n string) bool { return bytes.EqualFold(key, []byte(n)) })
+}
+
+// deref is typ without its pointers.
+func deref(typ reflect.Type) reflect.Type {
+	for typ != nil && typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	return typ
 }

@@ -379,25 +379,23 @@ func decodeNumbers(data []byte, v any) error {
 // from by its known fields (an edit may add, remove or reorder elements), so keys are never
 // carried from one element to another.
 func keepUnknown(orig, out any, typ reflect.Type) any {
-	for typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
-	switch typ.Kind() {
+	switch typ = deref(typ); typ.Kind() {
 	case reflect.Struct:
 		o, ok1 := orig.(map[string]any)
 		n, ok2 := out.(map[string]any)
 		if !ok1 || !ok2 {
 			return out
 		}
-		fields := jsonFields(typ)
+		fields := fieldsOf(typ)
 		for k, ov := range o {
-			name, ft, known := field(fields, k)
-			if !known {
+			i := fields.lookup([]byte(k))
+			if i < 0 {
 				n[k] = ov
 				continue
 			}
+			name := fields.names[i]
 			if nv, present := n[name]; present {
-				n[name] = keepUnknown(ov, nv, ft)
+				n[name] = keepUnknown(ov, nv, fields.types[i])
 			}
 		}
 		return n
@@ -407,10 +405,7 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 		if !ok1 || !ok2 {
 			return out
 		}
-		et := typ.Elem()
-		for et.Kind() == reflect.Pointer {
-			et = et.Elem()
-		}
+		et := deref(typ.Elem())
 		if et.Kind() != reflect.Struct && et.Kind() != reflect.Map && et.Kind() != reflect.Slice {
 			return out // no keys to keep
 		}
@@ -462,51 +457,4 @@ func knownForm(v any, typ reflect.Type) string {
 		return ""
 	}
 	return string(data)
-}
-
-// field finds the struct field a JSON key decodes into: the exact name, else one equal to it
-// under case folding (Go's decoder, and so runc's, accepts both).
-func field(fields map[string]reflect.Type, key string) (string, reflect.Type, bool) {
-	if t, ok := fields[key]; ok {
-		return key, t, true
-	}
-	for name, t := range fields {
-		if strings.EqualFold(name, key) {
-			return name, t, true
-		}
-	}
-	return "", nil, false
-}
-
-// jsonFields maps the JSON names of a struct's fields (embedded structs flattened) to types.
-func jsonFields(typ reflect.Type) map[string]reflect.Type {
-	fields := map[string]reflect.Type{}
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		tag := f.Tag.Get("json")
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if f.Anonymous && name == "" {
-			et := f.Type
-			if et.Kind() == reflect.Pointer {
-				et = et.Elem()
-			}
-			if et.Kind() == reflect.Struct {
-				for k, v := range jsonFields(et) {
-					fields[k] = v
-				}
-				continue
-			}
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = f.Type
-	}
-	return fields
 }
