@@ -7,6 +7,7 @@ package edits
 
 import (
 	"cmp"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -89,48 +90,34 @@ type Edits struct {
 // and a capability or hook removal already listed, are not added again: two MIG devices of
 // one GPU share its device node.
 func (e *Edits) Add(o Edits) {
-	for _, n := range o.UnsetEnv {
-		if !slices.Contains(e.UnsetEnv, n) {
-			e.UnsetEnv = append(e.UnsetEnv, n)
-		}
-	}
+	e.UnsetEnv = appendNew(e.UnsetEnv, o.UnsetEnv, itself)
 	e.Env = append(e.Env, o.Env...)
 	if e.EnvWhy == "" {
 		e.EnvWhy = o.EnvWhy
 	}
-	for _, n := range o.DeviceNodes {
-		if !slices.ContainsFunc(e.DeviceNodes, func(x DeviceNode) bool { return x.Path == n.Path }) {
-			e.DeviceNodes = append(e.DeviceNodes, n)
-		}
-	}
-	for _, m := range o.Mounts {
-		if !slices.ContainsFunc(e.Mounts, func(x Mount) bool { return x.ContainerPath == m.ContainerPath }) {
-			e.Mounts = append(e.Mounts, m)
-		}
-	}
+	e.DeviceNodes = appendNew(e.DeviceNodes, o.DeviceNodes, func(n DeviceNode) string { return n.Path })
+	e.Mounts = appendNew(e.Mounts, o.Mounts, func(m Mount) string { return m.ContainerPath })
 	e.Hooks = append(e.Hooks, o.Hooks...)
-	for _, r := range o.RemoveHooks {
-		if !slices.Contains(e.RemoveHooks, r) {
-			e.RemoveHooks = append(e.RemoveHooks, r)
-		}
+	e.RemoveHooks = appendNew(e.RemoveHooks, o.RemoveHooks, itself)
+	e.ProcCaps = appendNew(e.ProcCaps, o.ProcCaps, itself)
+	if e.Annotations == nil && len(o.Annotations) > 0 {
+		e.Annotations = map[string]string{}
 	}
-	for _, c := range o.ProcCaps {
-		if !slices.Contains(e.ProcCaps, c) {
-			e.ProcCaps = append(e.ProcCaps, c)
-		}
-	}
-	for k, v := range o.Annotations {
-		if e.Annotations == nil {
-			e.Annotations = map[string]string{}
-		}
-		e.Annotations[k] = v
-	}
-	for _, g := range o.AdditionalGIDs {
-		if !slices.Contains(e.AdditionalGIDs, g) {
-			e.AdditionalGIDs = append(e.AdditionalGIDs, g)
-		}
-	}
+	maps.Copy(e.Annotations, o.Annotations)
+	e.AdditionalGIDs = appendNew(e.AdditionalGIDs, o.AdditionalGIDs, itself)
 }
+
+// appendNew appends to list each of items whose key it does not hold yet.
+func appendNew[T any, K comparable](list, items []T, key func(T) K) []T {
+	for _, it := range items {
+		if !slices.ContainsFunc(list, func(x T) bool { return key(x) == key(it) }) {
+			list = append(list, it)
+		}
+	}
+	return list
+}
+
+func itself[T any](v T) T { return v }
 
 // Options returns the spec edits for spec (whose user namespace, if any, ID-mapped mounts
 // take their mappings from), in a fixed order: hook removals, env removals, env, devices,
@@ -149,12 +136,8 @@ func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 	}
 	devices := make([]oci.Device, len(e.DeviceNodes))
 	for i, d := range e.DeviceNodes {
-		mode := d.FileMode
-		uid, gid := d.UID, d.GID
-		devices[i] = oci.Device{LinuxDevice: specs.LinuxDevice{
-			Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
-			FileMode: &mode, UID: &uid, GID: &gid,
-		}, Access: d.Access}
+		devices[i] = oci.Device{LinuxDevice: specs.LinuxDevice{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
+			FileMode: &d.FileMode, UID: &d.UID, GID: &d.GID}, Access: d.Access}
 	}
 	opts = append(opts, oci.WithDevices(devices...))
 	userns := userNamespace(spec)
@@ -176,8 +159,7 @@ func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 	for _, h := range e.Hooks {
 		hook := specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env}
 		if h.Timeout > 0 {
-			timeout := h.Timeout
-			hook.Timeout = &timeout
+			hook.Timeout = &h.Timeout
 		}
 		opts = append(opts, oci.WithHook(h.Stage, hook))
 	}
