@@ -20,22 +20,19 @@ import (
 
 // SpecFile is a bundle's config.json, read so that it can be written back without losing
 // anything. Only the members gpu-runtime reads or edits are decoded (see Spec); every other
-// member is kept as the original bytes and written back unchanged, byte for byte. That keeps
-// fields this runtime-spec version does not know, numbers as written, and the cost of a
-// create independent of the parts of the spec GPU injection never touches (a seccomp
-// profile is most of a docker spec).
+// member is written back byte for byte as read. That keeps fields this runtime-spec version
+// does not know, numbers as written, and the cost of a create independent of the parts GPU
+// injection never touches (a seccomp profile is most of a docker spec).
 type SpecFile struct {
 	Path string
-	// Spec is a partial view of the file: only process.env, process.capabilities, mounts,
-	// hooks, linux.devices and linux.resources.devices are decoded; everything else is zero
-	// here whatever the file says. Edits may change those members (and create the objects
-	// holding them); Encode refuses a view in which anything else was set.
+	// Spec is a partial view of the file: only the members listed in topMembers and below
+	// are decoded; everything else is zero here whatever the file says. Edits may change
+	// them (and create the objects holding them); Encode refuses a view in which anything
+	// else was set.
 	Spec *specs.Spec
-	// Raw is the file as read.
-	Raw  []byte
+	Raw  []byte // the file as read
 	mode fs.FileMode
-	// The JSON objects on the way to the decoded members, member name → original bytes;
-	// nil where the file has no such object.
+	// The objects on the way to the decoded members; nil where the file has none.
 	top, process, linux, resources *jsonobject.Object
 	// unknown lists the decoded members whose original holds keys this runtime-spec version
 	// does not know; Encode merges those keys back in.
@@ -71,7 +68,7 @@ func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 // would merge into one: editing or keeping only one of them would change what runc reads.
 var errAmbiguous = errors.New("ambiguous members")
 
-// The members decoded at each level, with the objects on the way to them.
+// The members decoded at each level (the view), with the objects on the way to them.
 var (
 	topMembers       = []string{"process", "mounts", "hooks", "linux", "annotations"}
 	processMembers   = []string{"env", "capabilities", "user"}
@@ -147,8 +144,7 @@ func (f *SpecFile) Root() (*specs.Root, error) {
 	return r, nil
 }
 
-// object decodes the member path (dot-separated) of parent as a JSON object whose members
-// named decoded are read by gpu-runtime; nil when absent or null.
+// object is decodeObject for the member path (dot-separated) of parent; nil when absent.
 func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobject.Object, error) {
 	raw, ok := parent.Get(leaf(path))
 	if !ok {
@@ -161,24 +157,19 @@ func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobje
 // one that differs from a member of decoded only in case, is refused with errAmbiguous: Go's
 // JSON decoder (runc's) would merge them.
 func decodeObject(data []byte, path string, decoded []string) (*jsonobject.Object, error) {
-	at := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
-		}
-		if path == "" {
-			return err
-		}
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	o, err := jsonobject.Parse(data)
-	if err != nil {
-		return nil, at(err)
+	if err == nil {
+		if dup := o.Duplicate(decoded); dup != "" {
+			err = fmt.Errorf("%w: %s", errAmbiguous, dup)
+		}
+	} else if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
 	}
-	if dup := o.Duplicate(decoded); dup != "" {
-		return nil, at(fmt.Errorf("%w: %s", errAmbiguous, dup))
+	if err != nil && path != "" {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -409,19 +400,15 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 		if et.Kind() != reflect.Struct && et.Kind() != reflect.Map && et.Kind() != reflect.Slice {
 			return out // no keys to keep
 		}
-		used := make([]bool, len(o))
-		origKeys := make([]string, len(o))
-		for i := range o {
-			origKeys[i] = knownForm(o[i], et)
+		unmatched := map[string][]any{} // the original elements by known form, in order
+		for _, ov := range o {
+			k := knownForm(ov, et)
+			unmatched[k] = append(unmatched[k], ov)
 		}
-		for j := range n {
-			key := knownForm(n[j], et)
-			for i := range o {
-				if !used[i] && origKeys[i] == key {
-					used[i] = true
-					n[j] = keepUnknown(o[i], n[j], et)
-					break
-				}
+		for j, nv := range n {
+			k := knownForm(nv, et)
+			if ovs := unmatched[k]; len(ovs) > 0 {
+				n[j], unmatched[k] = keepUnknown(ovs[0], nv, et), ovs[1:]
 			}
 		}
 		return n
