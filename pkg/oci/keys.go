@@ -49,7 +49,11 @@ func (c *keyChecker) value(typ reflect.Type) error {
 	case '{':
 		return c.object(typ)
 	case '[':
-		return c.array(typ)
+		var elem reflect.Type
+		if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
+			elem = typ.Elem()
+		}
+		return c.list(']', func(index int) error { return c.at(pathSegment{index: index}, elem) })
 	case '"':
 		_, c.i, _ = scanString(c.data, c.i)
 	default: // a number, true, false or null
@@ -60,27 +64,30 @@ func (c *keyChecker) value(typ reflect.Type) error {
 	return nil
 }
 
-func (c *keyChecker) array(typ reflect.Type) error {
-	var elem reflect.Type
-	if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
-		elem = typ.Elem()
-	}
-	c.i++ // [
+// at scans a value of type typ at seg, the next segment of the path.
+func (c *keyChecker) at(seg pathSegment, typ reflect.Type) error {
+	c.path = append(c.path, seg)
+	err := c.value(typ)
+	c.path = c.path[:len(c.path)-1]
+	return err
+}
+
+// list scans the elements of an array or the members of an object, each with elem, up to
+// the closing bracket.
+func (c *keyChecker) list(closing byte, elem func(index int) error) error {
+	c.i++ // the opening bracket
 	for index := 0; ; index++ {
 		c.space()
-		if c.i >= len(c.data) || c.data[c.i] == ']' {
+		if c.i >= len(c.data) || c.data[c.i] == closing {
 			c.i++
 			return nil
 		}
-		c.path = append(c.path, pathSegment{index: index})
-		err := c.value(elem)
-		c.path = c.path[:len(c.path)-1]
-		if err != nil {
+		if err := elem(index); err != nil {
 			return err
 		}
 		c.space()
 		if c.i >= len(c.data) || c.data[c.i] != ',' {
-			c.i++
+			c.i++ // the closing bracket, or malformed input left to the decoder
 			return nil
 		}
 		c.i++
@@ -104,12 +111,9 @@ func (c *keyChecker) object(typ reflect.Type) error {
 	if fields != nil {
 		named = append(namedBuf[:0], make([][]byte, len(fields.names))...)
 	}
-	c.i++ // {
-	for {
-		c.space()
-		if c.i >= len(c.data) || c.data[c.i] != '"' {
-			c.i++ // the closing brace, or malformed input left to the decoder
-			return nil
+	return c.list('}', func(int) error {
+		if c.data[c.i] != '"' {
+			return nil // malformed input, left to the decoder
 		}
 		key, end, escaped := scanString(c.data, c.i)
 		c.i = end
@@ -119,40 +123,24 @@ func (c *keyChecker) object(typ reflect.Type) error {
 				key = []byte(s)
 			}
 		}
-		for _, k := range seen {
-			if bytes.Equal(k, key) {
-				return c.errorf("%q appears twice", key)
-			}
+		if slices.ContainsFunc(seen, func(k []byte) bool { return bytes.Equal(k, key) }) {
+			return c.errorf("%q appears twice", key)
 		}
 		seen = append(seen, key)
 		valueType := elem
-		if fields != nil {
-			if fi := fields.lookup(key); fi >= 0 {
-				if prev := named[fi]; prev != nil {
-					return c.errorf("%q and %q name the same field", prev, key)
-				}
-				named[fi], valueType = key, fields.types[fi]
+		if fi := fields.lookup(key); fi >= 0 {
+			if prev := named[fi]; prev != nil {
+				return c.errorf("%q and %q name the same field", prev, key)
 			}
+			named[fi], valueType = key, fields.types[fi]
 		}
 		c.space()
 		if c.i >= len(c.data) || c.data[c.i] != ':' {
 			return nil
 		}
 		c.i++
-		c.path = append(c.path, pathSegment{key: key, index: -1})
-		err := c.value(valueType)
-		c.path = c.path[:len(c.path)-1]
-		if err != nil {
-			return err
-		}
-		c.space()
-		if c.i < len(c.data) && c.data[c.i] == ',' {
-			c.i++
-			continue
-		}
-		c.i++
-		return nil
-	}
+		return c.at(pathSegment{key: key, index: -1}, valueType)
+	})
 }
 
 func (c *keyChecker) space() {
@@ -229,8 +217,11 @@ func (t *fieldTable) add(typ reflect.Type) {
 }
 
 // lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
-// equal under case folding. -1 when none.
+// equal under case folding. -1 when none (or t is nil).
 func (t *fieldTable) lookup(key []byte) int {
+	if t == nil {
+		return -1
+	}
 	if i := slices.Index(t.names, string(key)); i >= 0 {
 		return i
 	}
