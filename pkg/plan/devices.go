@@ -14,21 +14,18 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
-// Device is one thing a container can be given: a whole GPU, or a MIG device
-// of a GPU in MIG mode. Its names are what NVIDIA_VISIBLE_DEVICES and CDI device entries
-// use; its edits (Edits) are what it adds to the edits every GPU container gets (Common).
+// Device is one thing a container can be given: a whole GPU, or a MIG device of a GPU in
+// MIG mode, named as NVIDIA_VISIBLE_DEVICES and CDI device entries name it.
 type Device struct {
 	// Index is "0" for a whole GPU, "0:1" for MIG device 1 of GPU 0; UUID "GPU-…" or "MIG-…".
 	Index string
 	UUID  string
 	// GPU is the whole GPU, or the MIG device's parent: its minor, arch and brand are the
-	// device's (NVIDIA_REQUIRE_* arch and brand of a MIG device are its parent's).
+	// device's (NVIDIA_REQUIRE_* too).
 	GPU discover.GPU
-	// MIG is the MIG device; nil for a whole GPU.
-	MIG *discover.MIGDevice
+	MIG *discover.MIGDevice // nil for a whole GPU
 }
 
-// IsMIG reports whether d is a MIG device.
 func (d Device) IsMIG() bool { return d.MIG != nil }
 
 // String describes d for messages: "0 (GPU-…)", "0:1 (MIG-…, 3g.40gb)".
@@ -73,8 +70,8 @@ func sortedGPUs(gpus []discover.GPU) []discover.GPU {
 	return slices.SortedStableFunc(slices.Values(gpus), func(a, b discover.GPU) int { return a.Index - b.Index })
 }
 
-// Edits returns the edits device d adds: its GPU's device node and, for a MIG device, the
-// GPU instance and compute instance capabilities, each node with its cgroup rule.
+// Edits returns the edits device d adds to Common's: its GPU's device node and, for a MIG
+// device, its GPU and compute instance capabilities.
 func (d Device) Edits(host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
@@ -140,10 +137,8 @@ func DevicesOf(paths []string, host Host) []Device {
 const capNodeDir = "/dev/nvidia-caps"
 
 // capEdits grants a MIG capability (path relative to /proc/driver/nvidia/capabilities, as
-// mig-minors names it): its device node /dev/nvidia-caps/nvidia-cap<minor>, with the
-// nvidia-caps major, where the driver uses device nodes; else (the /proc interface) the
-// capability's access file, which only gpu-hook can make visible (runc refuses mounts under
-// /proc).
+// mig-minors names it): its node /dev/nvidia-caps/nvidia-cap<minor> where the driver uses
+// device nodes; else its /proc access file, which only gpu-hook can show (Edits.ProcCaps).
 func (h Host) capEdits(capPath string, minor int, why string) (edits.Edits, error) {
 	var e edits.Edits
 	if minor <= 0 {
@@ -174,10 +169,9 @@ func (h Host) capEdits(capPath string, minor int, why string) (edits.Edits, erro
 // ErrMIGEnabled marks a request for a GPU in MIG mode as a whole GPU.
 var ErrMIGEnabled = errors.New("GPU in MIG mode requested whole")
 
-// selectDevices resolves the request's device list against the host's GPUs and MIG devices.
-// With MIG config or monitor access (a MIG manager), a GPU in MIG mode may be given whole,
-// and "all" is every GPU whole plus every MIG device. A device the list names that is
-// unhealthy is an error (screenAll decides for "all").
+// selectDevices resolves the request's devices on the host. A MIG manager (MIG config or
+// monitor access) may get a GPU in MIG mode whole. A listed device that is unhealthy is an
+// error (screenAll decides for "all").
 func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 	gpus := drv.GPUs
 	manager := req.MIGConfig || req.MIGMonitor
@@ -313,7 +307,7 @@ func findMIG(gpus []discover.GPU, match func(discover.GPU, *discover.MIGDevice) 
 	return Device{}, errUnknownMIG
 }
 
-// hasPrefixFold is strings.HasPrefix ignoring case: UUIDs are matched that way.
+// hasPrefixFold is strings.HasPrefix ignoring case, as UUIDs are matched.
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

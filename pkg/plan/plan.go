@@ -333,14 +333,13 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 	}
 
 	// Driver files for the requested capabilities.
-	var files []discover.File
 	var libraries []Library
 	have := map[string]bool{}
 	for _, f := range host.Files {
 		if !wanted(f, caps) {
 			continue
 		}
-		files = append(files, f)
+		e.Mounts = append(e.Mounts, mountFor(f))
 		if f.Kind == discover.KindLibrary {
 			// A required library must be there for 64-bit programs: an i386 copy alone
 			// (compat32) does not make the capability work.
@@ -361,7 +360,6 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 			}
 		}
 	}
-	e.Mounts = mountsFor(files)
 	return e, libraries, warnings, errors.Join(errs...)
 }
 
@@ -450,11 +448,5 @@ func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 
 // wanted says whether a discovered file belongs in a container with caps.
 func wanted(f discover.File, caps capabilities.Set) bool {
-	if f.Kind == discover.KindFirmware {
-		return true
-	}
-	if f.Bits == 32 && !caps.Has(capabilities.Compat32) {
-		return false
-	}
-	return caps.Has(f.Capability)
+	return f.Kind == discover.KindFirmware || caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))
 }
