@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -212,21 +213,10 @@ func (f *SpecFile) Encode() ([]byte, error) {
 		return nil, err
 	}
 	s := f.Spec
-	top := f.top.Clone()
-	var p specs.Process
-	if s.Process != nil {
-		p = *s.Process
-	}
-	var l specs.Linux
-	var rules []specs.LinuxDeviceCgroup
-	if s.Linux != nil {
-		l = *s.Linux
-		if s.Linux.Resources != nil {
-			rules = s.Linux.Resources.Devices
-		}
-	}
+	p, l := cmp.Or(s.Process, &specs.Process{}), cmp.Or(s.Linux, &specs.Linux{})
+	rules := cmp.Or(l.Resources, &specs.LinuxResources{}).Devices
 	_, hadUser := f.process.Get("user")
-	process, linux, resources := f.process.Clone(), f.linux.Clone(), f.resources.Clone()
+	top, process, linux, resources := f.top.Clone(), f.process.Clone(), f.linux.Clone(), f.resources.Clone()
 	err := errors.Join(
 		f.put(process, "process.env", p.Env, len(p.Env) == 0),
 		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
