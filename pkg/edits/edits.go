@@ -18,8 +18,8 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
-// DeviceNode is a device node to create in the container, with the numbers read from the host.
-// Each one comes with its cgroup rule (allow type major:minor rwm).
+// DeviceNode is a device node to create in the container, with the numbers read from the
+// host, and its cgroup rule.
 type DeviceNode struct {
 	Path     string      `json:"path"`     // path in the container, e.g. /dev/nvidia0
 	HostPath string      `json:"hostPath"` // where it was found on the host (under the device root)
@@ -31,8 +31,7 @@ type DeviceNode struct {
 	GID      uint32      `json:"gid"`
 	// Access is what the cgroup rule allows: "" for "rwm" (a CDI spec may say less).
 	Access string `json:"access,omitempty"`
-	// Why says what in the request or on the host brought this edit, for people (gpu-ctk
-	// explain, the runtime's debug log); it is not written into the spec.
+	// Why says what brought this edit, for people (Describe); it is not written into the spec.
 	Why string `json:"why"`
 }
 
@@ -43,42 +42,37 @@ type Mount struct {
 	ContainerPath string   `json:"containerPath"`
 	Type          string   `json:"type,omitempty"` // "" for "bind"
 	Options       []string `json:"options"`
-	// IDMapped: in a container with a user namespace, a bind mount gets its uid and gid
-	// mappings, as the CDI library applies a spec's mounts.
+	// IDMapped: in a container with a user namespace, a bind mount gets its ID mappings, as
+	// the CDI library applies a spec's mounts.
 	IDMapped bool   `json:"idMapped,omitempty"`
 	Why      string `json:"why"` // as DeviceNode's
 }
 
 // Hook is an OCI hook to add.
 type Hook struct {
-	Stage string   `json:"stage"` // one of the oci.Stage* constants
-	Path  string   `json:"path"`
-	Args  []string `json:"args"`
-	Env   []string `json:"env"`
-	// Timeout is how many seconds the runtime lets the hook run before it kills it and
-	// fails the create; 0 means none.
-	Timeout int    `json:"timeout,omitempty"`
-	Why     string `json:"why"` // as DeviceNode's
+	Stage   string   `json:"stage"` // one of the oci.Stage* constants
+	Path    string   `json:"path"`
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+	Timeout int      `json:"timeout,omitempty"` // seconds before the runtime kills it, failing the create; 0: none
+	Why     string   `json:"why"`               // as DeviceNode's
 }
 
 // Edits is everything to change in a container's spec.
 type Edits struct {
 	// UnsetEnv removes the container's variables of these names ("CUDA_MPS_*": a prefix)
 	// before Env is set: what the container must not decide for itself.
-	UnsetEnv []string
-	Env      []string
-	// EnvWhy says why UnsetEnv and Env are there (for Describe).
-	EnvWhy      string
+	UnsetEnv    []string
+	Env         []string
+	EnvWhy      string // why UnsetEnv and Env are there
 	DeviceNodes []DeviceNode
 	Mounts      []Mount
 	Hooks       []Hook
 	// RemoveHooks names hook executables to drop from every stage (e.g. docker's
 	// nvidia-container-runtime-hook, whose request gpu-runtime honours itself).
-	RemoveHooks []string
-	// AdditionalGIDs are groups the container's process joins (a CDI spec's).
-	AdditionalGIDs []uint32
-	// Annotations are set in the spec (what gpu-runtime records of its own injection).
-	Annotations map[string]string `json:"annotations,omitempty"`
+	RemoveHooks    []string
+	AdditionalGIDs []uint32          // groups the container's process joins (a CDI spec's)
+	Annotations    map[string]string `json:"annotations,omitempty"` // what gpu-runtime records of its injection
 	// ProcCaps are MIG capabilities of a driver that uses the /proc interface (paths under
 	// /proc/driver/nvidia/capabilities, e.g. "gpu0/mig/gi1/access"): the container may
 	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
@@ -119,10 +113,9 @@ func appendNew[T any, K comparable](list, items []T, key func(T) K) []T {
 
 func itself[T any](v T) T { return v }
 
-// Options returns the spec edits for spec (whose user namespace, if any, ID-mapped mounts
-// take their mappings from), in a fixed order: hook removals, env removals, env, devices,
-// mounts (by depth, as the CDI library and the engines order them, so that a mount inside
-// another comes after it), groups, hooks.
+// Options returns the spec edits for spec (whose user namespace ID-mapped mounts take their
+// mappings from) in a fixed order: hook removals, env, devices, mounts (by depth, as the CDI
+// library and the engines order them: a mount inside another comes after it), groups, hooks.
 func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 	var opts []oci.SpecOpt
 	for _, name := range e.RemoveHooks {
@@ -177,8 +170,7 @@ func userNamespace(spec *specs.Spec) *specs.Linux {
 	return spec.Linux
 }
 
-// Apply changes spec according to e: the one place where what gpu-runtime injects becomes
-// changes of an OCI spec.
+// Apply changes spec according to e: the one place where injection becomes spec changes.
 func (e Edits) Apply(spec *specs.Spec) error {
 	return oci.Apply(spec, e.Options(spec)...)
 }
