@@ -76,7 +76,7 @@ type Edits struct {
 	// ProcCaps are MIG capabilities of a driver that uses the /proc interface (paths under
 	// /proc/driver/nvidia/capabilities, e.g. "gpu0/mig/gi1/access"): the container may
 	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
-	// turns them into a gpu-hook entry; Options ignores them.
+	// turns them into a gpu-hook entry; Apply ignores them.
 	ProcCaps []string
 }
 
@@ -113,10 +113,11 @@ func appendNew[T any, K comparable](list, items []T, key func(T) K) []T {
 
 func itself[T any](v T) T { return v }
 
-// Options returns the spec edits for spec (whose user namespace ID-mapped mounts take their
-// mappings from) in a fixed order: hook removals, env, devices, mounts (by depth, as the CDI
-// library and the engines order them: a mount inside another comes after it), groups, hooks.
-func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
+// Apply changes spec according to e: the one place where injection becomes spec changes. The
+// edits are made in a fixed order: hook removals, env, devices, mounts (by depth, as the CDI
+// library and the engines order them: a mount inside another comes after it; ID-mapped ones
+// take the mappings of spec's user namespace), groups, hooks.
+func (e Edits) Apply(spec *specs.Spec) error {
 	var opts []oci.SpecOpt
 	for _, name := range e.RemoveHooks {
 		opts = append(opts, oci.WithoutHooksNamed(name))
@@ -156,7 +157,7 @@ func (e Edits) Options(spec *specs.Spec) []oci.SpecOpt {
 		}
 		opts = append(opts, oci.WithHook(h.Stage, hook))
 	}
-	return opts
+	return oci.Apply(spec, opts...)
 }
 
 // depth is how many components a container path has.
@@ -168,9 +169,4 @@ func userNamespace(spec *specs.Spec) *specs.Linux {
 		return nil
 	}
 	return spec.Linux
-}
-
-// Apply changes spec according to e: the one place where injection becomes spec changes.
-func (e Edits) Apply(spec *specs.Spec) error {
-	return oci.Apply(spec, e.Options(spec)...)
 }
