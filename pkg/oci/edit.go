@@ -31,10 +31,9 @@ type Device struct {
 	Access string
 }
 
-// WithDevices adds each device node of ds and its cgroup allow rule together, in turn, in one
-// pass over the spec's lists (a GPU container gets a dozen nodes). An existing node at the same
-// path (compared cleaned) and an identical rule are replaced. The rule names type, major and
-// minor explicitly: a wildcard rule is never produced.
+// WithDevices adds each device node of ds with its cgroup allow rule, in one pass over the
+// spec's lists, replacing a node at the same (cleaned) path and an identical rule. The rule
+// names type, major and minor: never a wildcard.
 func WithDevices(ds ...Device) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(ds) == 0 {
@@ -141,8 +140,7 @@ func hookLists(h *specs.Hooks) []*[]specs.Hook {
 	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
 }
 
-// WithHook adds a hook to a stage unless the same hook (path, arguments, environment and
-// timeout) is already there: applying it twice gives one entry, and two different hooks of
+// WithHook adds a hook to a stage unless an identical one is there: two different hooks of
 // one program (a CDI spec's, one per device) both stay. The hook must have an absolute path
 // and a non-empty env: a hook without env inherits the container's environment.
 func WithHook(stage string, h specs.Hook) SpecOpt {

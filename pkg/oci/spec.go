@@ -26,10 +26,9 @@ import (
 // injection never touches (a seccomp profile is most of a docker spec).
 type SpecFile struct {
 	Path string
-	// Spec is a partial view of the file: only the members listed in topMembers and below
-	// are decoded; everything else is zero here whatever the file says. Edits may change
-	// them (and create the objects holding them); Encode refuses a view in which anything
-	// else was set.
+	// Spec is a partial view of the file: only the members of topMembers and below are
+	// decoded, everything else is zero. Edits may change them (and create the objects
+	// holding them); Encode refuses a view in which anything else was set.
 	Spec *specs.Spec
 	Raw  []byte // the file as read
 	mode fs.FileMode
@@ -205,9 +204,8 @@ func (f *SpecFile) member(parent *jsonobject.Object, path string, v any) error {
 	return nil
 }
 
-// Encode returns the edited spec as JSON: the decoded members as the view now holds them
-// (keys the original had that this runtime-spec version does not know merged back in),
-// everything else as it was read.
+// Encode returns the edited spec as JSON: the decoded members as the view holds them (with
+// the original's keys unknown to this runtime-spec version), everything else as read.
 func (f *SpecFile) Encode() ([]byte, error) {
 	if err := f.checkView(); err != nil {
 		return nil, err
@@ -355,10 +353,9 @@ func decodeNumbers(data []byte, v any) error {
 	return dec.Decode(v)
 }
 
-// keepUnknown copies into out every key of orig that typ does not know, recursing into
-// known nested objects. An element of a list is matched to the original element it came
-// from by its known fields (an edit may add, remove or reorder elements), so keys are never
-// carried from one element to another.
+// keepUnknown copies into out every key of orig that typ does not know, at every level. A
+// list element is matched to the original it came from by its known fields (an edit may add,
+// remove or reorder elements): keys never move from one element to another.
 func keepUnknown(orig, out any, typ reflect.Type) any {
 	switch typ = deref(typ); typ.Kind() {
 	case reflect.Struct:
