@@ -14,14 +14,13 @@ import (
 )
 
 // checkKeys refuses, at every object level of the JSON value raw, what Go's decoder (runc's)
-// would merge into one field: a key that appears twice, or two keys that name one field of
-// typ, differing only in case. Keys typ does not know are carried over as read and their
-// values not looked into. path names raw in errors ("mounts").
+// would merge into one field: a key that appears twice, or two keys naming one field of typ
+// (differing only in case). Values of keys typ does not know are not looked into. path names
+// raw in errors ("mounts").
 //
-// It is a small scanner over the bytes rather than a walk with json.Decoder.Token, which
-// allocates for every token: on the runc default spec that walk tripled the allocations of a
-// whole spec decode. It does not validate JSON; malformed input is left for the decoder that
-// runs next to report.
+// It is a small scanner over the bytes, not a walk with json.Decoder.Token, which allocates
+// for every token: that walk triples the allocations of a whole spec decode (runc's default
+// spec). It does not validate JSON: the decoder that runs next reports malformed input.
 func checkKeys(raw []byte, typ reflect.Type, path string) error {
 	c := keyChecker{data: raw, base: path}
 	return c.value(typ)
