@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -30,10 +31,9 @@ type Device struct {
 	Access string
 }
 
-// WithDevices adds each device node of ds and its cgroup allow rule together, in turn, in one
-// pass over the spec's lists (a GPU container gets a dozen nodes). An existing node at the same
-// path (compared cleaned) and an identical rule are replaced. The rule names type, major and
-// minor explicitly: a wildcard rule is never produced.
+// WithDevices adds each device node of ds with its cgroup allow rule, in one pass over the
+// spec's lists, replacing a node at the same (cleaned) path and an identical rule. The rule
+// names type, major and minor: never a wildcard.
 func WithDevices(ds ...Device) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(ds) == 0 {
@@ -123,7 +123,7 @@ func WithMounts(ms ...specs.Mount) SpecOpt {
 	}
 }
 
-// Hook stages gpu-runtime writes.
+// Hook stages gpu-runtime writes, in the order of hookLists.
 const (
 	StagePrestart        = "prestart"
 	StageCreateRuntime   = "createRuntime"
@@ -133,26 +133,14 @@ const (
 	StagePoststop        = "poststop"
 )
 
-func stageList(h *specs.Hooks, stage string) (*[]specs.Hook, error) {
-	switch stage {
-	case StagePrestart:
-		return &h.Prestart, nil //nolint:staticcheck // prestart is deprecated but still what engines use
-	case StageCreateRuntime:
-		return &h.CreateRuntime, nil
-	case StageCreateContainer:
-		return &h.CreateContainer, nil
-	case StageStartContainer:
-		return &h.StartContainer, nil
-	case StagePoststart:
-		return &h.Poststart, nil
-	case StagePoststop:
-		return &h.Poststop, nil
-	}
-	return nil, fmt.Errorf("unknown hook stage %q", stage)
+var stages = []string{StagePrestart, StageCreateRuntime, StageCreateContainer, StageStartContainer, StagePoststart, StagePoststop}
+
+// hookLists returns every stage's list of h, in the order of stages.
+func hookLists(h *specs.Hooks) []*[]specs.Hook {
+	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
 }
 
-// WithHook adds a hook to a stage unless the same hook (path, arguments, environment and
-// timeout) is already there: applying it twice gives one entry, and two different hooks of
+// WithHook adds a hook to a stage unless an identical one is there: two different hooks of
 // one program (a CDI spec's, one per device) both stay. The hook must have an absolute path
 // and a non-empty env: a hook without env inherits the container's environment.
 func WithHook(stage string, h specs.Hook) SpecOpt {
@@ -163,13 +151,14 @@ func WithHook(stage string, h specs.Hook) SpecOpt {
 		if len(h.Env) == 0 {
 			return fmt.Errorf("add %s hook %s: env must not be empty", stage, h.Path)
 		}
+		i := slices.Index(stages, stage)
+		if i < 0 {
+			return fmt.Errorf("unknown hook stage %q", stage)
+		}
 		if s.Hooks == nil {
 			s.Hooks = &specs.Hooks{}
 		}
-		list, err := stageList(s.Hooks, stage)
-		if err != nil {
-			return err
-		}
+		list := hookLists(s.Hooks)[i]
 		if !slices.ContainsFunc(*list, func(e specs.Hook) bool { return reflect.DeepEqual(e, h) }) {
 			*list = append(*list, h)
 		}
@@ -185,16 +174,10 @@ func WithoutHooksNamed(name string) SpecOpt {
 			return nil
 		}
 		for _, list := range hookLists(s.Hooks) {
-			kept := (*list)[:0:0]
-			for _, h := range *list {
-				if !hookNamed(h, name) {
-					kept = append(kept, h)
-				}
+			*list = slices.DeleteFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
+			if len(*list) == 0 {
+				*list = nil
 			}
-			if len(kept) == 0 {
-				kept = nil
-			}
-			*list = kept
 		}
 		if reflect.ValueOf(*s.Hooks).IsZero() {
 			s.Hooks = nil
@@ -203,35 +186,27 @@ func WithoutHooksNamed(name string) SpecOpt {
 	}
 }
 
-// hookLists returns every stage's list of h.
-func hookLists(h *specs.Hooks) []*[]specs.Hook {
-	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
-}
-
 // HasHookNamed reports whether any stage of s runs an executable called name.
 func HasHookNamed(s *specs.Spec, name string) bool {
 	if s.Hooks == nil {
 		return false
 	}
-	for _, list := range hookLists(s.Hooks) {
-		for _, h := range *list {
-			if hookNamed(h, name) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(hookLists(s.Hooks), func(list *[]specs.Hook) bool {
+		return slices.ContainsFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
+	})
 }
 
 // hookNamed reports whether a hook runs an executable called name.
 func hookNamed(h specs.Hook, name string) bool {
-	if filepath.Base(h.Path) == name {
-		return true
-	}
-	return len(h.Args) > 0 && filepath.Base(h.Args[0]) == name
+	return filepath.Base(h.Path) == name || len(h.Args) > 0 && filepath.Base(h.Args[0]) == name
 }
 
-// WithEnv sets process environment variables ("KEY=value"), replacing existing entries.
+// envKey is the name of a "KEY=value" entry.
+func envKey(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return k
+}
+
 // WithoutEnv removes the container's variables of each name; a name ending in "*" is a prefix
 // ("CUDA_MPS_*").
 func WithoutEnv(names ...string) SpecOpt {
@@ -239,25 +214,18 @@ func WithoutEnv(names ...string) SpecOpt {
 		if s.Process == nil || len(names) == 0 {
 			return nil
 		}
-		env := s.Process.Env[:0:0]
-		for _, e := range s.Process.Env {
-			k, _, _ := strings.Cut(e, "=")
-			drop := false
-			for _, n := range names {
-				if prefix, isPrefix := strings.CutSuffix(n, "*"); isPrefix && strings.HasPrefix(k, prefix) || k == n {
-					drop = true
-					break
-				}
-			}
-			if !drop {
-				env = append(env, e)
-			}
-		}
-		s.Process.Env = env
+		s.Process.Env = slices.DeleteFunc(s.Process.Env, func(e string) bool {
+			k := envKey(e)
+			return slices.ContainsFunc(names, func(n string) bool {
+				prefix, isPrefix := strings.CutSuffix(n, "*")
+				return isPrefix && strings.HasPrefix(k, prefix) || k == n
+			})
+		})
 		return nil
 	}
 }
 
+// WithEnv sets process environment variables ("KEY=value"), replacing existing entries.
 func WithEnv(kvs ...string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {
@@ -268,13 +236,7 @@ func WithEnv(kvs ...string) SpecOpt {
 			if !ok || key == "" {
 				return fmt.Errorf("set env %q: want KEY=value", kv)
 			}
-			env := s.Process.Env[:0:0]
-			for _, e := range s.Process.Env {
-				if k, _, _ := strings.Cut(e, "="); k != key {
-					env = append(env, e)
-				}
-			}
-			s.Process.Env = append(env, kv)
+			s.Process.Env = append(slices.DeleteFunc(s.Process.Env, func(e string) bool { return envKey(e) == key }), kv)
 		}
 		return nil
 	}
@@ -302,9 +264,7 @@ func WithAnnotations(a map[string]string) SpecOpt {
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
 		}
-		for k, v := range a {
-			s.Annotations[k] = v
-		}
+		maps.Copy(s.Annotations, a)
 		return nil
 	}
 }

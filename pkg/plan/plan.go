@@ -1,11 +1,10 @@
-// Package plan decides what to inject into one container: from a request (what the
-// container asked for, by any channel), a host (what discovery found) and the CDI devices the
-// request names (resolved by the caller) it builds one Plan — the devices, one edits.Edits
-// value, and the intents that must run in the low-level runtime's lifecycle as data
-// (LoaderCache, ProcCaps), rendered as hooks only when the spec is written (Rendered).
-// Planning is pure: it does no I/O. It validates the whole plan — every requested device
-// resolved and healthy, every required device node and file present, every requirement of the
-// image met — and reports every problem at once.
+// Package plan decides what to inject into one container: from a request (by any channel),
+// a host (what discovery found) and the CDI devices the request names (resolved by the
+// caller) it builds one Plan — the devices, one edits.Edits value, and as data the intents
+// that must run in the low-level runtime's lifecycle (LoaderCache, ProcCaps), rendered as
+// hooks only when the spec is written (Rendered). Planning does no I/O. It validates the
+// whole plan — every device resolved and healthy, every node and file present, every
+// requirement met — and reports every problem at once.
 package plan
 
 import (
@@ -31,7 +30,7 @@ var (
 )
 
 // HookName is the file name of gpu-hook; LDCacheSubcommand its subcommand that updates the
-// container's loader cache (the createContainer hook the loader-cache intent is rendered as).
+// container's loader cache.
 const (
 	HookName          = "gpu-hook"
 	LDCacheSubcommand = "update-ldcache"
@@ -45,8 +44,7 @@ var SystemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/us
 // env would inherit the container's environment (CVE-2025-23266).
 var HookEnv = []string{"PATH=" + strings.Join(SystemDirs, ":")}
 
-// Host is what the planner knows about the machine: what discovery found, nothing of how
-// hooks are written (Render).
+// Host is what discovery found, nothing of how hooks are written (Render).
 type Host struct {
 	Driver  discover.Driver
 	Files   []discover.File
@@ -54,39 +52,33 @@ type Host struct {
 	// MIGCaps is how the driver exposes MIG capabilities; ProcRoot where its /proc is read.
 	MIGCaps  discover.MIGCaps
 	ProcRoot string
-	// MPS are the MPS shares (for a request that names one).
-	MPS MPS
+	MPS      MPS
 	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
 	// config.HealthAllSkip ("" too) or config.HealthAllFail. Each device's health is in Driver's GPUs.
 	UnhealthyAll string
 }
 
-// Plan is the outcome of planning: every device the container gets, whatever named it (its
-// environment, the device plugin's mounts, docker's --gpus, CDI names and annotations, an MPS
-// share), and everything to change in its spec, as data. What must run in the low-level
-// runtime's lifecycle is an intent (LoaderCache, Edits.ProcCaps) until the spec is written
-// (Rendered); requirements are checked here, not by a hook.
+// Plan is every device the container gets, whatever named it, and everything to change in
+// its spec, as data: what must run in the low-level runtime's lifecycle is an intent
+// (LoaderCache, Edits.ProcCaps) until the spec is written (Rendered); requirements are
+// checked here, not by a hook.
 type Plan struct {
 	Edits edits.Edits
 	// Devices are the selected devices (whole GPUs and MIG devices), in request order, then
 	// those the CDI devices give.
-	Devices []Device
-	// LoaderCache is the update of the container's loader cache the injected libraries need.
+	Devices     []Device
 	LoaderCache LoaderCache
-	// Warnings are problems that do not stop the container (e.g. a missing optional node).
-	Warnings []string
+	Warnings    []string // problems that do not stop the container (a missing optional node)
 }
 
 // LoaderCache is the intent to make the injected libraries loadable in the container: their
-// development and SONAME links and /etc/ld.so.cache entries, and the CUDA
-// forward-compatibility preference. gpu-runtime does it at create where it can (Done);
+// SONAME links, /etc/ld.so.cache entries and the CUDA forward-compatibility preference (for
+// DriverVersion, the host's). gpu-runtime does it at create where it can (Done: no hook);
 // otherwise it is the gpu-hook update-ldcache hook (Rendered).
 type LoaderCache struct {
-	Libraries []Library
-	// DriverVersion is the host driver's, for the forward-compatibility preference.
+	Libraries     []Library
 	DriverVersion string
-	// Done: the update was made at create; no hook is written.
-	Done bool
+	Done          bool
 }
 
 // Library is an injected library: its container path and the host file mounted there.
@@ -101,22 +93,19 @@ func (l *LoaderCache) add(lib Library) {
 	}
 }
 
-// CDIDevice is a CDI device a request names, resolved by the caller (gpu-ctk, which has the
-// CDI library): its edits in gpu-runtime's model (its spec's common edits with the first of
-// its devices the request names) and the container paths of the device nodes it injects,
-// common ones included, which say what GPUs it gives (DevicesOf).
+// CDIDevice is a CDI device a request names, resolved by the caller (which has the CDI
+// library): its edits (its spec's common edits with the device's) and the container paths of
+// the device nodes it injects, common ones included, which say what GPUs it gives (DevicesOf).
 type CDIDevice struct {
 	Name  string
 	Edits edits.Edits
 	Nodes []string
 }
 
-// Build plans the injection for req on host, with the CDI devices it names (cdi, resolved),
-// in one pass for every kind of device: the native devices' edits (whole GPUs, MIG devices,
-// MPS shares), those every GPU container gets (Common), what the request adds (MIG config or
-// monitor access, IMEX channels), then the CDI devices' edits, ours replacing theirs at the
-// same path. Health, MPS shares and requirements are checked the same way for every device,
-// native or CDI. Every problem is reported at once.
+// Build plans the injection for req on host with the CDI devices it names: the native
+// devices' edits (whole GPUs, MIG devices, MPS shares), Common's, what the request adds (MIG
+// access, IMEX channels), then the CDI devices' edits, ours winning at a shared path. Health,
+// MPS shares and requirements are checked the same way for every device, native or CDI.
 func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	var p Plan
 	p.Edits.RemoveHooks = []string{request.DockerHookName}
@@ -197,10 +186,9 @@ func (p *Plan) native(req request.Request, host Host) []error {
 }
 
 // addCDI adds the CDI devices a request names: the GPUs they give join the plan's devices,
-// checked for health and, on an MPS share, held to the share; their edits are added after
-// ours (ours win at a shared path). The loader-cache update of a spec gpu-ctk wrote (its
-// gpu-hook update-ldcache hook) becomes the plan's: its libraries join LoaderCache, so that
-// one update covers both, at create where it can.
+// checked for health and, on an MPS share, held to the share; their edits come after ours.
+// The gpu-hook update-ldcache hook of a spec gpu-ctk wrote becomes the plan's: its libraries
+// join LoaderCache, so that one update covers both, at create where it can.
 func (p *Plan) addCDI(req request.Request, host Host, cdi []CDIDevice, native bool) error {
 	resolved := make([]cdiDevices, len(cdi))
 	var names []string
@@ -257,10 +245,9 @@ func isLibrary(p string) bool {
 	return (strings.HasPrefix(name, "lib") || strings.HasPrefix(name, "ld-")) && strings.Contains(name, ".so")
 }
 
-// checkRequirements checks the request's requirements (if any) against the host's driver and
-// every device of the plan, native and CDI: a MIG device's arch and brand are its parent's.
-// Each requirement is parsed first: a malformed one is an error naming it; unknown keys are
-// warnings. An unsatisfied one is requirements.ErrUnsatisfied, in the words users search for.
+// checkRequirements checks the request's requirements against the driver and every device of
+// the plan, native and CDI (requirements.Check: unknown keys are warnings, an unsatisfied
+// requirement requirements.ErrUnsatisfied).
 func (p *Plan) checkRequirements(req request.Request, host Host) error {
 	if !req.ChecksRequirements() {
 		return nil
@@ -296,11 +283,10 @@ func managerVars(req request.Request) string {
 	return strings.Join(vars, ", ")
 }
 
-// Common returns the edits every GPU container with the capabilities caps gets, whatever
-// devices it has: the control nodes (nvidiactl; the UVM nodes for compute; nvidia-modeset
-// for graphics), the driver files of the capabilities as read-only mounts, and the injected
-// libraries, for the loader-cache update. A missing optional node is a warning; a missing
-// control node or required library an error.
+// Common returns the edits every GPU container with the capabilities caps gets: the control
+// nodes (nvidiactl; UVM for compute; nvidia-modeset for graphics), the capabilities' driver
+// files as read-only mounts, and the injected libraries. A missing optional node is a
+// warning; a missing nvidiactl or required library an error.
 func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string, error) {
 	var e edits.Edits
 	var warnings []string
@@ -333,14 +319,13 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 	}
 
 	// Driver files for the requested capabilities.
-	var files []discover.File
 	var libraries []Library
 	have := map[string]bool{}
 	for _, f := range host.Files {
 		if !wanted(f, caps) {
 			continue
 		}
-		files = append(files, f)
+		e.Mounts = append(e.Mounts, mountFor(f))
 		if f.Kind == discover.KindLibrary {
 			// A required library must be there for 64-bit programs: an i386 copy alone
 			// (compat32) does not make the capability work.
@@ -361,7 +346,6 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 			}
 		}
 	}
-	e.Mounts = mountsFor(files)
 	return e, libraries, warnings, errors.Join(errs...)
 }
 
@@ -371,8 +355,7 @@ func nodeEdit(n discover.DeviceNode, why string) edits.DeviceNode {
 		FileMode: n.FileMode, UID: n.UID, GID: n.GID, Why: why}
 }
 
-// node returns the device node at a container path under the device root, or the error
-// saying why it cannot be injected.
+// node returns the device node at a container path, or why it cannot be injected.
 func (h Host) node(p, why string) (edits.DeviceNode, error) {
 	if n, ok := h.Devices.Nodes[p]; ok {
 		return nodeEdit(n, why), nil
@@ -385,8 +368,8 @@ func (h Host) node(p, why string) (edits.DeviceNode, error) {
 }
 
 // migAccessEdits grants NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES=all: the
-// mig/config or mig/monitor capability, and every GPU and compute instance capability of the
-// selected MIG-capable GPUs (a MIG manager's view).
+// mig/config or mig/monitor capability, and every instance capability of the selected
+// MIG-capable GPUs.
 func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
@@ -429,8 +412,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 // IMEXChannelDir holds the IMEX channel nodes.
 const IMEXChannelDir = "/dev/nvidia-caps-imex-channels"
 
-// imexChannels returns the channel node paths a request needs: the named ones, or every
-// channel node the host has for "all".
+// imexChannels returns the channel node paths a request names, or the host's for "all".
 func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 	var out []string
 	if req.AllIMEXChannels {
@@ -450,11 +432,5 @@ func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 
 // wanted says whether a discovered file belongs in a container with caps.
 func wanted(f discover.File, caps capabilities.Set) bool {
-	if f.Kind == discover.KindFirmware {
-		return true
-	}
-	if f.Bits == 32 && !caps.Has(capabilities.Compat32) {
-		return false
-	}
-	return caps.Has(f.Capability)
+	return f.Kind == discover.KindFirmware || caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))
 }
