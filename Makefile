@@ -68,9 +68,9 @@ demo: ## make a fake 2-GPU host, show what gpu-ctk explain says a container aski
 
 bench: build ## lifecycle benchmark vs plain runc (writes bench/results.md) and Go benchmarks of the create path (root)
 	$(GO) run ./bench/lifecycle -pairs $${PAIRS:-100}
-	$(GO) test -run '^$$' -bench '^BenchmarkCreatePath$$' -benchmem ./internal/runtime/
+	$(GO) test -run '^$$' -bench '^BenchmarkCreatePath$$' -benchmem ./internal/create/
 	# a process of its own: go-nvml binds one NVML library per process, and each benchmark's fake host has its own
-	$(GO) test -run '^$$' -bench '^BenchmarkCreatePathHealth$$' -benchmem ./internal/runtime/
+	$(GO) test -run '^$$' -bench '^BenchmarkCreatePathHealth$$' -benchmem ./internal/create/
 
 lint: $(GOLANGCI_LINT) ## gofmt, go vet, go mod tidy check, golangci-lint (.golangci.yml; pinned, built into .cache), shell syntax (and shellcheck where installed)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }

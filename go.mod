@@ -1,15 +1,18 @@
 module github.com/gpu-runtime/gpu-runtime
 
-go 1.24.0
+go 1.25.0
 
 require (
+	github.com/NVIDIA/go-nvlib v0.12.0
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/cyphar/filepath-securejoin v0.7.0
+	github.com/moby/sys/mountinfo v0.7.2
+	github.com/moby/sys/reexec v0.1.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.9.3
 	go.yaml.in/yaml/v3 v3.0.5
-	golang.org/x/sys v0.38.0
+	golang.org/x/sys v0.47.0
 	tags.cncf.io/container-device-interface v1.1.1
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
@@ -17,4 +20,5 @@ require (
 require (
 	cyphar.com/go-pathrs v0.2.5 // indirect
 	github.com/fsnotify/fsnotify v1.7.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 )

@@ -118,7 +118,7 @@ glibc_needs() {
 }
 
 install_packages
-command -v go >/dev/null || die "Go is not installed; install Go >= 1.24 (https://go.dev/dl/)"
+command -v go >/dev/null || die "Go is not installed; install Go >= 1.25 (https://go.dev/dl/)"
 if [ -e "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -e "$out/KIT.txt" ]; then
   die "$out is not empty and is no kit (no KIT.txt): refusing to replace it"
 fi

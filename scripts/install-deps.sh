@@ -20,7 +20,7 @@ case "${1:-}" in
 esac
 
 if ! command -v go >/dev/null; then
-  echo "install-deps: Go is not installed; install Go >= 1.24 (https://go.dev/dl/)" >&2
+  echo "install-deps: Go is not installed; install Go >= 1.25 (https://go.dev/dl/)" >&2
   exit 1
 fi
 

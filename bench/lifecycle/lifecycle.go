@@ -296,13 +296,17 @@ func (l *lab) analyze(marks [5]int64, createPID, initPID int) *traceResult {
 	return r
 }
 
-// isRuntime says whether an exec is of gpu-runtime or runc (runc init included, which runc
-// 1.1 runs from /proc/self/exe or from a sealed memfd copy of itself).
+// isRuntime says whether an exec is of a runtime: gpu-runtime (the baseline build's too), the
+// exec-only Go wrapper, or runc (runc init included, which runc 1.1 runs from /proc/self/exe
+// or from a sealed memfd copy of itself).
 func (l *lab) isRuntime(e procEvent) bool {
 	if strings.HasPrefix(e.comm, "runc") || strings.Contains(e.exe, "memfd:runc") {
 		return true
 	}
-	for _, p := range []string{l.runc, l.runtime} {
+	for _, p := range []string{l.runc, l.runtime, l.baseRuntime, l.goExec} {
+		if p == "" {
+			continue
+		}
 		if e.exe == p {
 			return true
 		}

@@ -45,6 +45,7 @@ import (
 type options struct {
 	pairs, warmup, isolation, traces       int
 	out, runtime, hook, ctk, runc, workdir string
+	baseline                               string
 	bundleDir                              string
 	seed                                   uint64
 	verbose                                bool
@@ -58,6 +59,7 @@ func main() {
 	flag.StringVar(&o.hook, "hook", "bin/gpu-hook", "the gpu-hook binary gpu-runtime writes into specs (config hook.path)")
 	flag.StringVar(&o.ctk, "ctk", "bin/gpu-ctk", "the gpu-ctk binary that writes the CDI spec of the CDI variant")
 	flag.StringVar(&o.runc, "runc", "runc", "runc: a name looked up in PATH, or a path")
+	flag.StringVar(&o.baseline, "baseline", "", "a directory with another build's gpu-runtime and gpu-hook (e.g. an earlier commit's bin/): its GPU containers are measured in the same run, against plain runc and against the build under test")
 	flag.StringVar(&o.workdir, "workdir", "", "parent directory for the fake GPU hosts (the driver files) and configs (default $TMPDIR or /tmp)")
 	flag.StringVar(&o.bundleDir, "bundle-dir", "auto", "parent directory for bundles and runc state; \"auto\": a tmpfs (/run, else /dev/shm) as containerd uses, \"\": inside -workdir. Its filesystem matters, see bench/README.md")
 	flag.Uint64Var(&o.seed, "seed", 0, "seed for the random order of comparisons within a round (0: from the clock; the seed used is printed)")
@@ -107,6 +109,9 @@ func run(o options) int {
 
 	code := 0
 	l, err := newLab(o.workdir, o.bundleDir, runc, runtime, hook, ctk, noop)
+	if err == nil && o.baseline != "" {
+		l.baseRuntime, l.baseHook, err = baseline(o.baseline)
+	}
 	if err == nil {
 		err = measure(ctx, o, l)
 	}
@@ -171,7 +176,7 @@ func measure(ctx context.Context, o options, l *lab) error {
 		if err != nil {
 			return fmt.Errorf("build fake host with %d GPUs: %w", n, err)
 		}
-		cfg[n], noopCfg[n] = c.runc, c.noop
+		cfg[n], noopCfg[n], cfg[-n] = c.runc, c.noop, c.base
 		if n == 8 {
 			noCache8 = c.noopCold
 		}
@@ -191,8 +196,8 @@ func measure(ctx context.Context, o options, l *lab) error {
 	if err != nil {
 		return err
 	}
-	// What an nvidia/cuda image carries (trimmed): its NVIDIA_REQUIRE_CUDA makes gpu-runtime
-	// add the prestart requirement check. Traced only, to count its hook processes.
+	// What an nvidia/cuda image carries (trimmed): its NVIDIA_REQUIRE_CUDA, which gpu-runtime
+	// checks at create (earlier builds: with a prestart hook process).
 	specCUDA, err := specJSON(tmpl, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "CUDA_VERSION=12.4.1",
 		"NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=tesla,driver>=535,driver<536")
 	if err != nil {
@@ -223,11 +228,11 @@ func measure(ctx context.Context, o options, l *lab) error {
 	cuda8 := &variant{key: "gpu8-cuda", label: "gpu-runtime, 8 GPUs, CUDA image env (NVIDIA_REQUIRE_CUDA)", binary: l.runtime, config: cfg[8], spec: specCUDA}
 	gpu8Real := &variant{key: "gpu8-real", label: "gpu-runtime, 8 GPUs, realistic image", binary: l.runtime, config: cfg[8], spec: specGPU, image: imageRealistic}
 	runcReal := &variant{key: "runc-real", label: "runc, no GPUs, realistic image", binary: l.runc, config: cfg[8], spec: specPlain, image: imageRealistic}
-	variants := []*variant{gpu8, runcPlain, gpu8Real, runcReal, runcSame, nonGPU, gpu1, gpu16, goExec, runcCDI}
-	traced := append(append([]*variant(nil), variants...), cuda8)
+	variants := []*variant{gpu8, runcPlain, gpu8Real, runcReal, cuda8, runcSame, nonGPU, gpu1, gpu16, goExec, runcCDI}
 	comps := []*comparison{
-		{key: "gpu-vs-runc", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs, busybox", a: gpu8, b: runcPlain, target: 1.40},
-		{key: "gpu-vs-runc-real", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs, realistic image", a: gpu8Real, b: runcReal, target: 1.40},
+		{key: "gpu-vs-runc", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs, busybox", a: gpu8, b: runcPlain, target: 1.25},
+		{key: "gpu-vs-runc-real", title: "GPU container (8 GPUs) through gpu-runtime vs plain runc without GPUs, realistic image", a: gpu8Real, b: runcReal, target: 1.25},
+		{key: "cuda-vs-runc", title: "GPU container (8 GPUs) with a CUDA image's env (NVIDIA_REQUIRE_CUDA) through gpu-runtime vs plain runc without GPUs, busybox", a: cuda8, b: runcPlain, target: 1.25},
 		{key: "real-vs-busybox", title: "GPU container (8 GPUs) through gpu-runtime, realistic image vs busybox", a: gpu8Real, b: gpu8, target: 1.05},
 		{key: "gpu-vs-same-spec", title: "gpu-runtime (8 GPUs) vs runc given the spec gpu-runtime wrote", a: gpu8, b: runcSame, target: 1.15},
 		{key: "nongpu-vs-runc", title: "non-GPU container through gpu-runtime vs plain runc", a: nonGPU, b: runcPlain, floorOf: "goexec-vs-runc", floorPlus: 0.03},
@@ -241,6 +246,21 @@ func measure(ctx context.Context, o options, l *lab) error {
 		// No target: what any Go wrapper costs here (the issue quotes 1.07 on its machine).
 		{key: "goexec-vs-runc", title: "reference: a static Go program that only execs runc vs plain runc", a: goExec, b: runcPlain},
 	}
+	if l.baseRuntime != "" {
+		// The same containers through another build, in the same run: what the change did.
+		base := &variant{key: "base-gpu8", label: "baseline gpu-runtime, 8 GPUs", binary: l.baseRuntime, config: cfg[-8], spec: specGPU}
+		baseReal := &variant{key: "base-gpu8-real", label: "baseline gpu-runtime, 8 GPUs, realistic image", binary: l.baseRuntime, config: cfg[-8], spec: specGPU, image: imageRealistic}
+		baseCUDA := &variant{key: "base-gpu8-cuda", label: "baseline gpu-runtime, 8 GPUs, CUDA image env", binary: l.baseRuntime, config: cfg[-8], spec: specCUDA}
+		variants = append(variants, base, baseReal, baseCUDA)
+		comps = append(comps,
+			&comparison{key: "base-gpu-vs-runc", title: "baseline: GPU container (8 GPUs) vs plain runc, busybox", a: base, b: runcPlain},
+			&comparison{key: "base-gpu-vs-runc-real", title: "baseline: GPU container (8 GPUs) vs plain runc, realistic image", a: baseReal, b: runcReal},
+			&comparison{key: "base-cuda-vs-runc", title: "baseline: CUDA image env (8 GPUs) vs plain runc, busybox", a: baseCUDA, b: runcPlain},
+			&comparison{key: "gpu-vs-base", title: "this build vs the baseline, GPU container (8 GPUs), busybox", a: gpu8, b: base},
+			&comparison{key: "real-vs-base", title: "this build vs the baseline, GPU container (8 GPUs), realistic image", a: gpu8Real, b: baseReal},
+			&comparison{key: "cuda-vs-base", title: "this build vs the baseline, CUDA image env (8 GPUs), busybox", a: cuda8, b: baseCUDA})
+	}
+	traced := variants
 	m := describeMachine(l, goruntime.Version())
 
 	progress("warm-up: %d untimed lifecycle(s) per variant", o.warmup)

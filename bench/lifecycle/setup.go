@@ -28,9 +28,11 @@ type lab struct {
 	runc    string // absolute path of runc
 	runtime string // absolute path of gpu-runtime
 	hook    string // absolute path of gpu-hook
-	ctk     string // absolute path of gpu-ctk
-	noop    string // absolute path of true(1): the no-op low-level runtime
-	busybox string // a copy of busybox inside run, hard-linked into every rootfs
+	// baseRuntime and baseHook are another build's (-baseline), "" without one.
+	baseRuntime, baseHook string
+	ctk                   string // absolute path of gpu-ctk
+	noop                  string // absolute path of true(1): the no-op low-level runtime
+	busybox               string // a copy of busybox inside run, hard-linked into every rootfs
 	// realistic is the template of the realistic image's rootfs (internal/testimage's
 	// Default: 1,500 libraries, CUDA libraries, an ld.so.cache), inside run; each bundle of
 	// it is a copy whose files are hard links into it. Empty until buildRealistic.
@@ -43,6 +45,23 @@ type lab struct {
 	goExec string
 	seq    int
 	tracer *tracer // nil unless tracing
+}
+
+// baseline resolves another build's gpu-runtime and gpu-hook in dir.
+func baseline(dir string) (runtime, hook string, err error) {
+	for _, p := range []*string{&runtime, &hook} {
+		name := "gpu-runtime"
+		if p == &hook {
+			name = "gpu-hook"
+		}
+		if *p, err = filepath.Abs(filepath.Join(dir, name)); err != nil {
+			return "", "", err
+		}
+		if fi, err := os.Stat(*p); err != nil || fi.Mode().Perm()&0o111 == 0 {
+			return "", "", fmt.Errorf("-baseline %s: no executable %s there", dir, name)
+		}
+	}
+	return runtime, hook, nil
 }
 
 // preflight checks what the bench needs and resolves the binaries.
@@ -282,6 +301,7 @@ type hostConfigs struct {
 	runc     string // low-level runtime runc
 	noop     string // low-level runtime true(1): isolates the wrapper
 	noopCold string // true(1), and the discovery cache off: every create queries NVML
+	base     string // runc, through the -baseline build's hook and its own cache
 }
 
 // buildHost builds a fake GPU host with n GPUs and writes gpu-runtime configs for it. The
@@ -302,6 +322,16 @@ func (l *lab) buildHost(n int) (hostConfigs, error) {
 	var c hostConfigs
 	if c.runc, err = write(fmt.Sprintf("config-%dgpu.toml", n), l.runc, true); err != nil {
 		return c, err
+	}
+	if l.baseHook != "" {
+		// The baseline's own hook and cache: neither build reads the other's.
+		p := filepath.Join(l.work, fmt.Sprintf("config-%dgpu-base.toml", n))
+		body := fmt.Sprintf("[runtime]\nruntimes = [%q]\n[driver]\nroot = %q\ndev-root = %q\n[hook]\npath = %q\n[discovery]\ncache = true\ncache-file = %q\n",
+			l.runc, h.DriverRoot, h.DevRoot, l.baseHook, cache+".base")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return c, err
+		}
+		c.base = p
 	}
 	if c.noop, err = write(fmt.Sprintf("config-%dgpu-noop.toml", n), l.noop, true); err != nil {
 		return c, err

@@ -4,21 +4,22 @@
 // image content can inject code into it.
 //
 //	gpu-hook update-ldcache --ldconfig PATH --driver-version V [--log FILE --log-format F] --library PATH...  (createContainer)
-//	gpu-hook prestart --cuda V --driver V --gpu INDEX,ARCH,BRAND...                (prestart)
 //	gpu-hook proc-caps --proc-root DIR --cap gpu0/mig/gi1/access...                 (createContainer)
-//
-// update-ldcache adds the injected libraries to the image's ld.so.cache in-process, and runs
-// the host's ldconfig (confined to the container root) only where that cannot be shown equal.
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/moby/sys/reexec"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/hook"
 )
 
 func main() {
+	if reexec.Init() { // the ldconfig sandbox (internal/hook)
+		return
+	}
 	if err := hook.Run(os.Args[0], os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, hook.Message(err))
 		os.Exit(1)

@@ -46,14 +46,14 @@ func testHost() plan.Host {
 			lib(capabilities.Utility, "libnvidia-ml"), lib(capabilities.Compute, "libcuda"), lib(capabilities.Graphics, "libGLX_nvidia"),
 			{Kind: discover.KindBinary, Capability: capabilities.Utility, HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"},
 		},
-		Devices:     discover.DeviceNodes{Root: "/devroot", Nodes: nodes, Invalid: map[string]error{}},
-		MIGCaps:     discover.MIGCaps{Major: 237, Config: 1, Monitor: 2},
-		ProcRoot:    "/",
-		HookPath:    "/usr/bin/gpu-hook",
-		LDConfig:    "/sbin/ldconfig",
-		HookTimeout: 30,
+		Devices:  discover.DeviceNodes{Root: "/devroot", Nodes: nodes, Invalid: map[string]error{}},
+		MIGCaps:  discover.MIGCaps{Major: 237, Config: 1, Monitor: 2},
+		ProcRoot: "/",
 	}
 }
+
+// testRender writes hooks as gpu-ctk cdi generate does with a 30 s hook timeout.
+var testRender = plan.Render{HookPath: "/usr/bin/gpu-hook", LDConfig: "/sbin/ldconfig", HookTimeout: 30, ProcRoot: "/"}
 
 func deviceNames(s *specsgo.Spec) []string {
 	var out []string
@@ -69,13 +69,13 @@ func TestGenerate(t *testing.T) {
 		opts        GenerateOptions
 		wantNames   []string
 	}{
-		{"both names (default): MIG devices, not their parent", GenerateOptions{}, []string{"0:0", "MIG-0000", "0:1", "MIG-1111", "1", "GPU-bbbb", "all"}},
+		{"both names (default): MIG devices, testRender, not their parent", GenerateOptions{}, []string{"0:0", "MIG-0000", "0:1", "MIG-1111", "1", "GPU-bbbb", "all"}},
 		{"index", GenerateOptions{NameStrategy: NameIndex}, []string{"0:0", "0:1", "1", "all"}},
 		{"uuid", GenerateOptions{NameStrategy: NameUUID}, []string{"MIG-0000", "MIG-1111", "GPU-bbbb", "all"}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			spec, _, err := Generate(testHost(), tc.opts)
+			spec, _, err := Generate(testHost(), testRender, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestGenerate(t *testing.T) {
 }
 
 func TestGenerateEdits(t *testing.T) {
-	spec, _, err := Generate(testHost(), GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
+	spec, _, err := Generate(testHost(), testRender, GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestGenerateEdits(t *testing.T) {
 		t.Errorf("all has %d nodes: %s", got, mustMarshal(t, all))
 	}
 	// Every capability (the default) carries the graphics library and the UVM nodes too.
-	full, _, err := Generate(testHost(), GenerateOptions{})
+	full, _, err := Generate(testHost(), testRender, GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestGenerateErrors(t *testing.T) {
 			if tc.host != nil {
 				tc.host(&h)
 			}
-			_, _, err := Generate(h, tc.opts)
+			_, _, err := Generate(h, testRender, tc.opts)
 			if err == nil || err.Error() != tc.wantErr {
 				t.Errorf("error = %v\nwant    %s", err, tc.wantErr)
 			}
@@ -183,7 +183,7 @@ func TestGenerateErrors(t *testing.T) {
 // TestRoundTripAndDiff: what Marshal writes (YAML or JSON) parses back to the spec; a spec
 // compared with itself has no difference, and one made for another host says what changed.
 func TestRoundTripAndDiff(t *testing.T) {
-	spec, _, err := Generate(testHost(), GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
+	spec, _, err := Generate(testHost(), testRender, GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestRoundTripAndDiff(t *testing.T) {
 		changed.Files[i].ContainerPath = strings.ReplaceAll(f.ContainerPath, "550.54.15", "560.35.03")
 	}
 	changed.Driver.Version = "560.35.03"
-	now, _, err := Generate(changed, GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
+	now, _, err := Generate(changed, testRender, GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestRoundTripAndDiff(t *testing.T) {
 func writeSpecs(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	spec, _, err := Generate(testHost(), GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
+	spec, _, err := Generate(testHost(), testRender, GenerateOptions{NameStrategy: NameIndex, Capabilities: capabilities.Set{capabilities.Utility: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,19 +258,23 @@ func TestResolve(t *testing.T) {
 	if got, want := r.Devices(), []string{"nvidia.com/gpu=0:0", "nvidia.com/gpu=0:1", "nvidia.com/gpu=1", "nvidia.com/gpu=all"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("devices = %v", got)
 	}
-	d, err := r.Resolve([]string{"nvidia.com/gpu=0:1"}, map[string]string{"cdi.k8s.io/plugin": "nvidia.com/gpu=1,nvidia.com/gpu=0:1"})
+	d, err := r.Resolve([]string{"nvidia.com/gpu=0:1"}, map[string]string{"cdi.k8s.io/plugin": "nvidia.com/gpu=1,nvidia.com/gpu=0:1"}, specs.User{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Names(); !reflect.DeepEqual(got, []string{"nvidia.com/gpu=0:1", "nvidia.com/gpu=1"}) {
+	var names []string
+	for _, dev := range d {
+		names = append(names, dev.Name)
+	}
+	if got := names; !reflect.DeepEqual(got, []string{"nvidia.com/gpu=0:1", "nvidia.com/gpu=1"}) {
 		t.Errorf("names = %v (each once, in order)", got)
 	}
 	wantNodes := []string{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap48", "/dev/nvidia-caps/nvidia-cap49", "/dev/nvidiactl", "/dev/nvidia1"}
-	if got := d.DeviceNodes(); !reflect.DeepEqual(got, wantNodes) {
+	if got := cdiNodes(d); !reflect.DeepEqual(got, wantNodes) {
 		t.Errorf("device nodes = %v\nwant %v", got, wantNodes)
 	}
 	spec := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
-	if err := d.Apply(spec); err != nil {
+	if err := applyCDI(d, spec); err != nil {
 		t.Fatal(err)
 	}
 	var paths []string
@@ -284,14 +288,14 @@ func TestResolve(t *testing.T) {
 		t.Errorf("applied mounts %v hooks %+v", spec.Mounts, spec.Hooks)
 	}
 
-	_, err = r.Resolve([]string{"nvidia.com/gpu=7", "nvidia.com/gpu=1", "other.com/x=y"}, nil)
+	_, err = r.Resolve([]string{"nvidia.com/gpu=7", "nvidia.com/gpu=1", "other.com/x=y"}, nil, specs.User{})
 	want := `unresolvable CDI devices "nvidia.com/gpu=7", "other.com/x=y": the CDI specs in ` + dir +
 		` offer nvidia.com/gpu=0:0, nvidia.com/gpu=0:1, nvidia.com/gpu=1, nvidia.com/gpu=all; generate a spec for this host with gpu-ctk cdi generate --output /etc/cdi/nvidia.yaml; specs that did not load: ` + dir + "/broken.yaml: "
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, ErrUnresolvable) {
 		t.Errorf("error =\n%v\nwant prefix\n%s", err, want)
 	}
 	empty := NewResolver([]string{t.TempDir(), "/nonexistent/cdi"}, []string{"nvidia.com/gpu"})
-	if _, err := empty.Resolve([]string{"nvidia.com/gpu=0"}, nil); err == nil || !strings.Contains(err.Error(), "offer no devices") {
+	if _, err := empty.Resolve([]string{"nvidia.com/gpu=0"}, nil, specs.User{}); err == nil || !strings.Contains(err.Error(), "offer no devices") {
 		t.Errorf("no specs: %v", err)
 	}
 }
@@ -318,7 +322,7 @@ func TestResolveAnnotationErrors(t *testing.T) {
 			wantErr: `CDI annotation ` + cut("cdi.k8s.io/"+long) + `: ` + cut("nvidia.com/gpu="+long+"!") + ` is not a CDI device name (vendor.com/class=name)`},
 	} {
 		t.Run(tc.description, func(t *testing.T) {
-			_, err := r.Resolve(nil, tc.annotations)
+			_, err := r.Resolve(nil, tc.annotations, specs.User{})
 			if err == nil || len(err.Error()) > 2048 || err.Error() != tc.wantErr {
 				t.Fatalf("error (%d bytes) = %.600s\nwant %.600s", len(fmt.Sprint(err)), err, tc.wantErr)
 			}

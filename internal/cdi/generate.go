@@ -42,7 +42,7 @@ type GenerateOptions struct {
 // or a MIG device: a GPU in MIG mode has no entry of its own), named by index and/or UUID,
 // and "all" holds every device. cdiVersion is the lowest version that can express the spec.
 // The spec is validated by the CDI library.
-func Generate(host plan.Host, o GenerateOptions) (*specsgo.Spec, []string, error) {
+func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, []string, error) {
 	kind := o.Kind
 	if kind == "" {
 		kind = DefaultKind
@@ -54,11 +54,14 @@ func Generate(host plan.Host, o GenerateOptions) (*specsgo.Spec, []string, error
 	if caps == nil {
 		caps = capabilities.Everything()
 	}
-	common, warnings, err := plan.Common(caps, host)
+	common, libs, warnings, err := plan.Common(caps, host)
 	if err != nil {
 		return nil, warnings, err
 	}
-	spec := &specsgo.Spec{Kind: kind, ContainerEdits: containerEdits(common, host)}
+	// The loader-cache update runs in the low-level runtime's lifecycle: CDI-native engines
+	// have no gpu-runtime to do it at create.
+	common = plan.Plan{Edits: common, LoaderCache: plan.LoaderCache{Libraries: libs, DriverVersion: host.Driver.Version}}.Rendered(r)
+	spec := &specsgo.Spec{Kind: kind, ContainerEdits: containerEdits(common, r)}
 	var all edits.Edits
 	for _, d := range plan.Devices(host.Driver.GPUs) {
 		e, err := d.Edits(host)
@@ -78,10 +81,10 @@ func Generate(host plan.Host, o GenerateOptions) (*specsgo.Spec, []string, error
 			return nil, warnings, fmt.Errorf("--device-name-strategy %q: want %s, %s or %s", o.NameStrategy, NameIndex, NameUUID, NameBoth)
 		}
 		for _, n := range names {
-			spec.Devices = append(spec.Devices, specsgo.Device{Name: n, ContainerEdits: containerEdits(e, host)})
+			spec.Devices = append(spec.Devices, specsgo.Device{Name: n, ContainerEdits: containerEdits(e, r)})
 		}
 	}
-	spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(all, host)})
+	spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(all, r)})
 	if spec.Version, err = specsgo.MinimumRequiredVersion(spec); err != nil {
 		return nil, warnings, fmt.Errorf("CDI version of the spec: %w", err)
 	}
@@ -127,7 +130,7 @@ func Marshal(spec *specsgo.Spec, format string) ([]byte, error) {
 
 // containerEdits writes edits in the CDI spec's shape. MIG capabilities of a driver's /proc
 // interface become the gpu-hook proc-caps hook that grants them.
-func containerEdits(e edits.Edits, host plan.Host) specsgo.ContainerEdits {
+func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	var out specsgo.ContainerEdits
 	out.Env = e.Env
 	for _, n := range e.DeviceNodes {
@@ -140,7 +143,7 @@ func containerEdits(e edits.Edits, host plan.Host) specsgo.ContainerEdits {
 	}
 	hooks := e.Hooks
 	if len(e.ProcCaps) > 0 {
-		hooks = append(hooks, plan.ProcCapsHook(e.ProcCaps, host))
+		hooks = append(hooks, r.ProcCapsHook(e.ProcCaps))
 	}
 	for _, h := range hooks {
 		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}

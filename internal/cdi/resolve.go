@@ -1,8 +1,9 @@
-// Package cdi is gpu-runtime's side of the Container Device Interface (reference §10),
-// built on tags.cncf.io/container-device-interface: it resolves and applies CDI devices for a
-// create (Resolver, used by gpu-ctk on gpu-runtime's behalf) and writes a CDI spec for this
-// host from the same plan the runtime injects (Generate). Only gpu-ctk links it: the library
-// is kept out of gpu-runtime's every start.
+// Package cdi is gpu-runtime's side of the Container Device Interface, built on
+// tags.cncf.io/container-device-interface: it reads the CDI specs of root's spec directories
+// and resolves CDI names into gpu-runtime's device model (Resolver: each device's edits and
+// the nodes that say which GPUs it gives, for plan.Build), and writes a CDI spec for this host
+// from the same plan the runtime injects (Generate). Only gpu-ctk links it: the library is
+// kept out of gpu-runtime's every start.
 package cdi
 
 import (
@@ -23,10 +24,10 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
 // ErrUnresolvable marks CDI devices no spec in the spec directories defines.
@@ -209,7 +210,7 @@ func (r *Resolver) Problems() []string {
 // Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
 // once; every one must be of an allowed kind and resolve before anything is applied. A name
 // of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
-func (r *Resolver) Resolve(names []string, annotations map[string]string) (runtime.CDIDevices, error) {
+func (r *Resolver) Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error) {
 	if len(annotations) > 0 {
 		if err := checkAnnotations(annotations); err != nil {
 			return nil, err
@@ -221,7 +222,7 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 		sort.Strings(annotated) // map order: keep the result stable
 		names = append(append([]string(nil), names...), annotated...)
 	}
-	d := devices{paths: r.paths}
+	var d devices
 	seen := map[string]bool{}
 	var refused, refusedKinds, unresolved []string
 	for _, n := range names {
@@ -254,7 +255,7 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string) (runti
 	}
 	switch len(errs) {
 	case 0:
-		return d, nil
+		return r.inModel(d, user)
 	case 1:
 		return nil, errs[0]
 	}
@@ -317,100 +318,66 @@ func (r *Resolver) unresolvable(names []string) error {
 type devices struct {
 	names   []string
 	devices []*cdi.Device
-	paths   map[*cdi.Spec]string // the spec files (the Resolver's)
 }
 
-func (d devices) Names() []string { return d.names }
-
-// DeviceNodes lists the container paths of the nodes the devices and their specs inject.
-func (d devices) DeviceNodes() []string {
-	var out []string
-	specSeen := map[*cdi.Spec]bool{}
-	for _, dev := range d.devices {
-		for _, n := range dev.ContainerEdits.DeviceNodes {
-			out = append(out, n.Path)
-		}
-		if s := dev.GetSpec(); !specSeen[s] {
-			specSeen[s] = true
-			for _, n := range s.ContainerEdits.DeviceNodes {
-				out = append(out, n.Path)
-			}
-		}
-	}
-	return out
-}
-
-// NodesOf lists the container paths of the nodes one of the devices injects, with those of
-// its spec's common edits (injected with it).
-func (d devices) NodesOf(name string) []string {
-	var out []string
-	for i, dev := range d.devices {
-		if d.names[i] != name {
-			continue
-		}
-		for _, n := range dev.ContainerEdits.DeviceNodes {
-			out = append(out, n.Path)
-		}
-		for _, n := range dev.GetSpec().ContainerEdits.DeviceNodes {
-			out = append(out, n.Path)
-		}
-	}
-	return out
-}
-
-// Apply injects the devices with the CDI library's ContainerEdits, as its
-// Cache.InjectDevices does: each spec's common edits once, before its first device's, then
-// each device's own, all applied at once (Apply sorts the mounts by depth and handles user
-// namespaces).
-func (d devices) Apply(spec *specs.Spec) error {
-	edits := &cdi.ContainerEdits{}
-	specSeen := map[*cdi.Spec]bool{}
-	for _, dev := range d.devices {
-		if s := dev.GetSpec(); !specSeen[s] {
-			specSeen[s] = true
-			edits.Append(&cdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
-		}
-		edits.Append(&cdi.ContainerEdits{ContainerEdits: &dev.ContainerEdits})
-	}
-	return edits.Apply(spec)
-}
-
-// Edits describes what the devices inject in gpu-runtime's model, for people (gpu-ctk
-// explain): each spec's common edits once, then each device's, applied by the CDI library to
-// an empty spec (so node numbers are filled in from the host as Apply fills them), every edit
-// saying which spec or device brought it.
-func (d devices) Edits() (edits.Edits, error) {
-	var out edits.Edits
+// inModel turns resolved CDI devices into gpu-runtime's model: each device's edits, each
+// spec's common edits with the first of its devices (as the CDI library injects them: once),
+// applied by the CDI library to an empty spec whose process runs as user (node numbers and
+// owners filled in as the library fills them), every edit saying which spec or device brought
+// it; and the nodes each device injects with its spec's common ones.
+func (r *Resolver) inModel(d devices, user specs.User) ([]plan.CDIDevice, error) {
+	out := make([]plan.CDIDevice, len(d.devices))
 	specSeen := map[*cdi.Spec]bool{}
 	for i, dev := range d.devices {
-		if s := dev.GetSpec(); !specSeen[s] {
-			specSeen[s] = true
-			e, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", d.paths[s], s.GetVendor()+"/"+s.GetClass()))
-			if err != nil {
-				return out, err
-			}
-			out.Add(e)
-		}
-		e, err := editsOf(dev.ApplyEdits, "CDI device "+d.names[i])
+		s := dev.GetSpec()
+		common, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", r.paths[s], s.GetVendor()+"/"+s.GetClass()), user)
 		if err != nil {
-			return out, err
+			return nil, err
 		}
-		out.Add(e)
+		own, err := editsOf(dev.ApplyEdits, "CDI device "+d.names[i], user)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = plan.CDIDevice{Name: d.names[i]}
+		for _, n := range append(own.DeviceNodes, common.DeviceNodes...) {
+			out[i].Nodes = append(out[i].Nodes, n.Path)
+		}
+		if !specSeen[s] {
+			specSeen[s] = true
+			out[i].Edits.Add(common)
+		}
+		out[i].Edits.Add(own)
 	}
 	return out, nil
 }
 
-// editsOf applies one set of CDI edits to an empty spec and reads them back.
-func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
-	s := &specs.Spec{Process: &specs.Process{}}
+// ErrUnsupportedEdit: a CDI spec edits what gpu-runtime's model does not carry.
+var ErrUnsupportedEdit = errors.New("CDI edit not supported by gpu-runtime")
+
+// editsOf applies one set of CDI edits to an empty spec whose process runs as user and reads
+// them back in gpu-runtime's model. Bind mounts are ID-mapped (a container with a user
+// namespace gets its mappings on them, as the library gives them); a hook without an
+// environment gets gpu-runtime's hooks' (plan.HookEnv): one without inherits the container's
+// at createContainer (CVE-2025-23266). Network devices and Intel RDT are refused: no GPU's
+// spec has them.
+func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.Edits, error) {
+	s := &specs.Spec{Process: &specs.Process{User: user}}
 	if err := apply(s); err != nil {
 		return edits.Edits{}, fmt.Errorf("%s: %w", why, err)
 	}
 	var e edits.Edits
 	e.Env = s.Process.Env
-	if s.Linux != nil {
-		for _, n := range s.Linux.Devices {
-			node := edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Why: why}
+	for _, g := range s.Process.User.AdditionalGids {
+		if !slices.Contains(user.AdditionalGids, g) {
+			e.AdditionalGIDs = append(e.AdditionalGIDs, g)
+		}
+	}
+	if l := s.Linux; l != nil {
+		if len(l.NetDevices) > 0 || l.IntelRdt != nil {
+			return edits.Edits{}, fmt.Errorf("%w: %s: network devices or Intel RDT; use an engine with CDI of its own for this spec", ErrUnsupportedEdit, why)
+		}
+		for _, n := range l.Devices {
+			node := edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Why: why, Access: access(l, n)}
 			if n.FileMode != nil {
 				node.FileMode = *n.FileMode
 			}
@@ -424,7 +391,11 @@ func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
 		}
 	}
 	for _, m := range s.Mounts {
-		e.Mounts = append(e.Mounts, edits.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: m.Options, Why: why})
+		typ := m.Type
+		if typ == "bind" {
+			typ = ""
+		}
+		e.Mounts = append(e.Mounts, edits.Mount{HostPath: m.Source, ContainerPath: m.Destination, Type: typ, Options: m.Options, IDMapped: typ == "", Why: why})
 	}
 	if s.Hooks != nil {
 		for _, stage := range []struct {
@@ -435,6 +406,9 @@ func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
 			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
 			for _, h := range stage.hooks {
 				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Why: why}
+				if len(hook.Env) == 0 {
+					hook.Env = plan.HookEnv
+				}
 				if h.Timeout != nil {
 					hook.Timeout = *h.Timeout
 				}
@@ -443,4 +417,17 @@ func editsOf(apply func(*specs.Spec) error, why string) (edits.Edits, error) {
 		}
 	}
 	return e, nil
+}
+
+// access is the access the cgroup rule the library added for node n allows, "" for "rwm".
+func access(l *specs.Linux, n specs.LinuxDevice) string {
+	if l.Resources == nil {
+		return ""
+	}
+	for _, r := range l.Resources.Devices {
+		if r.Type == n.Type && r.Major != nil && *r.Major == n.Major && r.Minor != nil && *r.Minor == n.Minor && r.Access != "rwm" {
+			return r.Access
+		}
+	}
+	return ""
 }

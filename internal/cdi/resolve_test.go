@@ -16,6 +16,8 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
 // hostileSpec defines nvidia.com/gpu=1 with a createRuntime hook, which runc runs on the host
@@ -124,12 +126,12 @@ func TestSpecFileTrust(t *testing.T) {
 			if !slices.Equal(problems, want) {
 				t.Errorf("problems = %q\nwant %q", problems, want)
 			}
-			d, err := r.Resolve([]string{"nvidia.com/gpu=1"}, nil)
+			d, err := r.Resolve([]string{"nvidia.com/gpu=1"}, nil, specs.User{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			spec := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
-			if err := d.Apply(spec); err != nil {
+			if err := applyCDI(d, spec); err != nil {
 				t.Fatal(err)
 			}
 			hooked := spec.Hooks != nil && len(spec.Hooks.CreateRuntime) > 0
@@ -209,7 +211,7 @@ func TestPrecedence(t *testing.T) {
 	for _, n := range []string{"1", "2", "3", "4", "5", "6"} {
 		name := "example.com/x=" + n
 		libDev := lib.GetDevice(name)
-		d, err := r.Resolve([]string{name}, nil)
+		d, err := r.Resolve([]string{name}, nil, specs.User{})
 		if (err == nil) != (libDev != nil) {
 			t.Errorf("%s: error %v, the library's device %v", name, err, libDev)
 			continue
@@ -218,7 +220,7 @@ func TestPrecedence(t *testing.T) {
 			continue
 		}
 		s := &specs.Spec{Process: &specs.Process{}}
-		if err := d.Apply(s); err != nil {
+		if err := applyCDI(d, s); err != nil {
 			t.Fatal(err)
 		}
 		libSpec := &specs.Spec{Process: &specs.Process{}}
@@ -241,14 +243,11 @@ func TestPrecedence(t *testing.T) {
 	}
 	// A device's edits and its spec's are described with the spec's file, not the handle the
 	// library read it through.
-	d, err := r.Resolve([]string{"example.com/x=5"}, nil)
+	d, err := r.Resolve([]string{"example.com/x=5"}, nil, specs.User{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := d.Edits()
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := mergeCDI(d)
 	if len(e.Env) != 1 || e.Env[0] != "FROM=5" {
 		t.Errorf("edits: %+v", e)
 	}
@@ -318,12 +317,16 @@ func TestResolveKinds(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			d, err := NewResolver([]string{dir}, tc.allowed).Resolve(tc.names, tc.annotations)
+			d, err := NewResolver([]string{dir}, tc.allowed).Resolve(tc.names, tc.annotations, specs.User{})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got, want := d.Names(), tc.names; !slices.Equal(got, want) {
+				var got []string
+				for _, dev := range d {
+					got = append(got, dev.Name)
+				}
+				if want := tc.names; !slices.Equal(got, want) {
 					t.Errorf("names = %q, want %q", got, want)
 				}
 				return
@@ -338,4 +341,30 @@ func TestResolveKinds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mergeCDI is the edits of resolved CDI devices together, as a plan adds them.
+func mergeCDI(devs []plan.CDIDevice) edits.Edits {
+	var e edits.Edits
+	for _, d := range devs {
+		e.Add(d.Edits)
+	}
+	return e
+}
+
+// applyCDI applies resolved CDI devices to spec as gpu-runtime does: their edits, in its one
+// applier.
+func applyCDI(devs []plan.CDIDevice, spec *specs.Spec) error { return mergeCDI(devs).Apply(spec) }
+
+// cdiNodes are the container paths of the nodes resolved CDI devices inject, each once.
+func cdiNodes(devs []plan.CDIDevice) []string {
+	var out []string
+	for _, d := range devs {
+		for _, n := range d.Nodes {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

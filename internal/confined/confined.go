@@ -15,6 +15,7 @@ package confined
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -146,6 +147,7 @@ type Root struct {
 	b    *budget
 	cred *Cred
 	dirs map[string]*Dir
+	dry  bool
 }
 
 // Open opens the container root at path (a host path, trusted) for an update bounded by lim.
@@ -173,11 +175,19 @@ func (r *Root) Deadline() time.Time { return r.b.deadline }
 // report).
 func (r *Root) Close() {
 	for _, d := range r.dirs {
-		_ = d.h.Close()
+		if d.h != nil {
+			_ = d.h.Close()
+		}
 	}
 	r.dirs = nil
 	_ = r.h.Close()
 }
+
+// DryRun makes the root read-only for the rest of the update: writes (Dir.Symlink,
+// Dir.WriteFile) are skipped, and MkdirAll of a directory that does not exist (after the same
+// checks) gives an empty directory that is not there — what the update would find after
+// making it. gpu-ctk explain runs a create's update this way, to say what it would do.
+func (r *Root) DryRun() { r.dry = true }
 
 // ReadAs makes every later read of an image file (ReadFile, List, Dir.Open, Dir.Readlink,
 // and resolving their paths) use c's file-system credentials; nil reads as the caller.
@@ -275,6 +285,11 @@ func (r *Root) MkdirAll(p string, perm os.FileMode) (*Dir, error) {
 	if err := r.b.lookup(p); err != nil {
 		return nil, err
 	}
+	if r.dry {
+		d = &Dir{r: r, path: p} // not made: empty, and nothing written to it
+		r.dirs[p] = d
+		return d, nil
+	}
 	h, err := pathrs.MkdirAllHandle(r.h, p, perm)
 	if err != nil {
 		return nil, fmt.Errorf("create %s in container root %s: %w", p, r.path, err)
@@ -348,15 +363,15 @@ func (r *Root) readRegular(h *os.File, p string, limit int64) ([]byte, error) {
 type Dir struct {
 	r    *Root
 	path string
-	h    *os.File // O_PATH
+	h    *os.File // O_PATH; nil for a directory a dry run would have made (empty)
 }
-
-// Path is the directory's container path, as it was asked for.
-func (d *Dir) Path() string { return d.path }
 
 // ID is the directory's device and inode: in a usr-merged image /lib/x and /usr/lib/x are
 // one directory.
 func (d *Dir) ID() (FileID, error) {
+	if d.h == nil {
+		return FileID{Dev: ^uint64(0), Ino: uint64(len(d.path))<<32 | uint64(crc32.ChecksumIEEE([]byte(d.path)))}, nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(d.h.Fd()), &st); err != nil {
 		return FileID{}, fmt.Errorf("stat %s: %w", d.path, err)
@@ -370,6 +385,9 @@ type FileID struct{ Dev, Ino uint64 }
 // List lists the directory, sorted, spending the budget's entries; more than limit entries
 // is an error.
 func (d *Dir) List(limit int) ([]string, error) {
+	if d.h == nil {
+		return nil, nil
+	}
 	var names []string
 	err := d.r.asReader(func() error {
 		f, err := pathrs.Reopen(d.h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
@@ -401,6 +419,9 @@ func (d *Dir) Open(name string, anyMount bool) (*os.File, int64, error) {
 	if !validName(name) {
 		return nil, 0, fmt.Errorf("%q is not a file name", name)
 	}
+	if d.h == nil {
+		return nil, 0, &fs.PathError{Op: "open", Path: path.Join(d.path, name), Err: fs.ErrNotExist}
+	}
 	var f *os.File
 	var size int64
 	err := d.r.asReader(func() error {
@@ -424,32 +445,6 @@ func (d *Dir) Open(name string, anyMount bool) (*os.File, int64, error) {
 	return f, size, err
 }
 
-// ReadFile reads the regular file name in the directory (not following a link), at most
-// limit bytes, spending the budget's bytes.
-func (d *Dir) ReadFile(name string, limit int64) ([]byte, error) {
-	f, size, err := d.Open(name, false)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if size > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
-	}
-	p := path.Join(d.path, name)
-	if err := d.r.b.read(p, size); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, size+1)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if int64(n) > size {
-		return nil, fmt.Errorf("%s: larger than the %d bytes it had when opened", p, size)
-	}
-	return buf[:n], nil
-}
-
 // ErrNotLink: Readlink found something that is not a symbolic link.
 var ErrNotLink = errors.New("not a symbolic link")
 
@@ -461,6 +456,9 @@ const maxLink = 4096
 func (d *Dir) Readlink(name string) (string, error) {
 	if !validName(name) {
 		return "", fmt.Errorf("%q is not a file name", name)
+	}
+	if d.h == nil {
+		return "", fs.ErrNotExist
 	}
 	var target string
 	err := d.r.asReader(func() error {
@@ -484,6 +482,9 @@ func (d *Dir) Readlink(name string) (string, error) {
 
 // Exists says whether something (of any kind) is at name in the directory.
 func (d *Dir) Exists(name string) (bool, error) {
+	if d.h == nil {
+		return false, nil
+	}
 	var st unix.Stat_t
 	err := unix.Fstatat(int(d.h.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
@@ -500,6 +501,9 @@ func (d *Dir) Exists(name string) (bool, error) {
 func (d *Dir) Symlink(target, name string) error {
 	if !validName(name) {
 		return fmt.Errorf("%q is not a file name", name)
+	}
+	if d.r.dry {
+		return nil
 	}
 	err := unix.Symlinkat(target, int(d.h.Fd()), name)
 	if errors.Is(err, unix.EEXIST) {
@@ -519,7 +523,7 @@ func (d *Dir) WriteFile(name string, data []byte, perm fs.FileMode) error {
 	if !validName(name) {
 		return fmt.Errorf("%q is not a file name", name)
 	}
-	if err := d.r.b.check(path.Join(d.path, name)); err != nil {
+	if err := d.r.b.check(path.Join(d.path, name)); err != nil || d.r.dry {
 		return err
 	}
 	if err := atomicfile.WriteAt(d.h, name, data, perm); err != nil {
@@ -527,10 +531,6 @@ func (d *Dir) WriteFile(name string, data []byte, perm fs.FileMode) error {
 	}
 	return nil
 }
-
-// Handle is the directory's O_PATH handle, for the few callers that must pass it on (a bind
-// mount's source); it stays the Root's.
-func (d *Dir) Handle() *os.File { return d.h }
 
 // validName says whether name is one directory entry's name.
 func validName(name string) bool {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,6 +16,16 @@ import (
 type Cred struct {
 	UID, GID uint32
 	Groups   []uint32
+}
+
+// UserOf is the file-system identity of a spec's process for reading its image's files:
+// process.user; nil where the container has a user namespace (a hook there already acts as
+// the container's root) or no process.
+func UserOf(p *specs.Process, l *specs.Linux) *Cred {
+	if p == nil || (l != nil && slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace })) {
+		return nil
+	}
+	return &Cred{UID: p.User.UID, GID: p.User.GID, Groups: p.User.AdditionalGids}
 }
 
 // maxGroups is the kernel's NGROUPS_MAX.

@@ -1,7 +1,6 @@
 package ctk
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -14,19 +13,15 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
-	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("cdi", "generate, check and list Container Device Interface specs (generate, list)", runCDI)
-}
 
 const cdiUsage = `usage:
   gpu-ctk cdi generate [--output FILE] [--format yaml|json] [--kind nvidia.com/gpu]
@@ -65,15 +60,6 @@ func runCDI(args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%w: unknown cdi command %q (gpu-ctk cdi --help)", ErrUsage, args[0])
 }
 
-// loadConfig reads gpu-runtime's configuration as the runtime does, warnings to stderr.
-func loadConfig(stderr io.Writer) (config.Config, error) {
-	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
-	return cfg, err
-}
-
 func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk cdi generate", flag.ContinueOnError)
 	output := fs.String("output", "", "write the spec to FILE (atomically) instead of stdout")
@@ -102,14 +88,12 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	host, err := hostFromConfig(cfg)
+	h, r, err := hostFromConfig(cfg)
 	if err != nil {
 		return err
 	}
-	spec, warnings, err := cdi.Generate(host, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
+	spec, warnings, err := cdi.Generate(h, r, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
+	warn(stderr, warnings...)
 	if err != nil {
 		return err
 	}
@@ -161,26 +145,21 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	return fmt.Errorf("%s no longer matches this host (regenerate it: gpu-ctk cdi generate --output %s):\n  %s", file, file, strings.Join(diffs, "\n  "))
 }
 
-// hostFromConfig discovers the host for a CDI spec in this process: NVML directly, bounded
-// by discovery.timeout (the CDI unit runs before the engines start), no cache.
-func hostFromConfig(cfg config.Config) (plan.Host, error) {
-	nodes, err := discover.FindDeviceNodes(cfg.Driver.DevRoot)
+// hostFromConfig builds the host for a CDI spec in this process (internal/gpuhost): NVML
+// directly, bounded by discovery.timeout (the CDI unit runs before the engines start), no
+// cache, no health (a spec lists devices; CDI-native engines check none at create). It
+// returns how hooks are written too.
+func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
+	res, err := gpuhost.Build(cfg, gpuhost.Options{Query: nvmlinfo.QueryContext})
 	if err != nil {
-		return plan.Host{}, err
+		return plan.Host{}, plan.Render{}, err
 	}
-	res, err := discover.Discover(discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
-		Timeout: cfg.Discovery.TimeoutDuration(), Query: nvmlinfo.QueryContext}, nodes)
-	if err != nil {
-		return plan.Host{}, err
-	}
-	driver, files, caps := res.Host.Driver, res.Host.Files, res.Host.MIGCaps
 	self, _ := os.Executable()
-	hookPath, err := runtime.HookPath(cfg.Hook.Path, self)
+	hookPath, err := create.HookPath(cfg.Hook.Path, self)
 	if err != nil {
-		return plan.Host{}, err
+		return plan.Host{}, plan.Render{}, err
 	}
-	return plan.Host{Driver: driver, Files: files, Devices: nodes, MIGCaps: caps, ProcRoot: cfg.Driver.ProcRoot,
-		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds()}, nil
+	return res.Host, plan.Render{HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(), ProcRoot: cfg.Driver.ProcRoot}, nil
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
@@ -196,21 +175,21 @@ func cdiList(args []string, stdout, stderr io.Writer) error {
 	}
 	r := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
 	for _, p := range r.Problems() {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: spec not loaded: "+p)
+		warn(stderr, "spec not loaded: "+p)
 	}
-	var b bytes.Buffer
+	var b strings.Builder
 	for _, d := range r.Devices() {
 		b.WriteString(d + "\n")
 	}
-	_, err = stdout.Write(b.Bytes())
+	_, err = io.WriteString(stdout, b.String())
 	return err
 }
 
 // ErrReported: gpu-ctk cdi inject reported its error itself, as gpu-runtime would.
-var ErrReported = runtime.ErrReported
+var ErrReported = create.ErrReported
 
 // cdiInject is the other half of gpu-runtime's hand-off of a create that names CDI devices
-// (runtime.HandOffToCTK): `gpu-ctk cdi inject -- <gpu-runtime's arguments>` runs the
+// (create.HandOffToCTK): `gpu-ctk cdi inject -- <gpu-runtime's arguments>` runs the
 // runtime's create path with the CDI library, logging where gpu-runtime logs.
 func cdiInject(args []string, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "--" {
@@ -238,7 +217,8 @@ func cdiInject(args []string, stderr io.Writer) error {
 		}
 		self, _ := os.Executable()
 		cwd, _ := os.Getwd()
-		err = runtime.PrepareBundle(inv, runtime.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r})
+		// NVML in this process: no gpu-ctk child of gpu-ctk.
+		err = create.PrepareBundle(inv, create.Options{Config: cfg, Executable: self, Cwd: cwd, Logger: log, CDI: r, QueryNVML: nvmlinfo.QueryContext})
 	}
 	if err != nil {
 		log.Report(inv.ContainerID, err) // as gpu-runtime reports its own

@@ -1,6 +1,7 @@
 package ctk
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,10 +14,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
-
-func init() {
-	Register("config", "print the configuration gpu-runtime uses, or change a key of its file (--set)", runConfig)
-}
 
 const configUsage = `usage:
   gpu-ctk config [--config FILE]
@@ -46,10 +43,7 @@ func runConfig(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: config takes no arguments, got %q (gpu-ctk config --help)", ErrUsage, fs.Args())
 	}
-	path := *file
-	if path == "" {
-		path = config.Path(os.Getenv)
-	}
+	path := cmp.Or(*file, config.Path(os.Getenv))
 	if len(sets) == 0 {
 		return printConfig(path, *file != "", stdout, stderr)
 	}
@@ -70,9 +64,7 @@ func printConfig(path string, named bool, stdout, stderr io.Writer) error {
 	} else {
 		cfg, warnings, err = config.LoadFromEnv(os.Getenv)
 	}
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-	}
+	warn(stderr, warnings...)
 	if err != nil {
 		return err
 	}

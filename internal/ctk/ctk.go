@@ -1,52 +1,44 @@
-// Package ctk is gpu-ctk's command tree. Each top-level command lives in its own file and
-// adds itself to the table from an init function:
-//
-//	func init() {
-//		Register("info", "show what gpu-runtime finds on this host", runInfo)
-//	}
-//
-// Run dispatches on the first argument; a command receives the remaining arguments and the
-// output streams, and returns an error: one wrapping ErrUsage for a bad command line (exit
-// status 2), any other for a failure (exit status 1). Commands write results to stdout and
-// diagnostics to stderr, and never call os.Exit.
+// Package ctk is gpu-ctk's command tree. Run dispatches on the first argument to a command of
+// the table below (each lives in its own file); a command receives the remaining arguments
+// and the output streams, and returns an error: one wrapping ErrUsage for a bad command line
+// (exit status 2), any other for a failure (exit status 1). Commands write results to stdout
+// and diagnostics to stderr, and never call os.Exit.
 package ctk
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
 // ErrUsage marks a bad command line; ExitCode maps it to 2.
 var ErrUsage = errors.New("usage")
 
-// RunFunc runs a command with the arguments that follow its name.
-type RunFunc func(args []string, stdout, stderr io.Writer) error
-
-// Command is one top-level gpu-ctk command.
-type Command struct {
-	Name    string
-	Summary string // one line for gpu-ctk --help
-	Run     RunFunc
+// command is one top-level gpu-ctk command: its line in gpu-ctk --help, and what runs it with
+// the arguments that follow its name.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
 }
 
-var commands = map[string]Command{}
-
-// Register adds a top-level command. It panics on an empty or duplicate name, a programming
-// error that every test run catches.
-func Register(name, summary string, run RunFunc) {
-	if name == "" || strings.HasPrefix(name, "-") || run == nil {
-		panic(fmt.Sprintf("ctk: invalid command %q", name))
-	}
-	if _, dup := commands[name]; dup {
-		panic(fmt.Sprintf("ctk: command %q registered twice", name))
-	}
-	commands[name] = Command{Name: name, Summary: summary, Run: run}
+var commands = map[string]command{
+	"cdi":     {"generate, check and list Container Device Interface specs (generate, list)", runCDI},
+	"config":  {"print the configuration gpu-runtime uses, or change a key of its file (--set)", runConfig},
+	"doctor":  {"check this host for GPU containers, one line per check, each with its fix", runDoctor},
+	"explain": {"show every edit a container would get, and why, or the error its create would fail with", runExplain},
+	"health":  {"show, watch and change which GPUs gpu-runtime keeps from containers", runHealth},
+	"info":    {"show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo},
+	"mps":     {"run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS},
+	"runtime": {"register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime},
 }
 
 // Run runs gpu-ctk with args, the program name excluded.
@@ -67,7 +59,7 @@ func Run(args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("%w: unknown command %q (gpu-ctk --help lists them)", ErrUsage, args[0])
 	}
-	return cmd.Run(args[1:], stdout, stderr)
+	return cmd.run(args[1:], stdout, stderr)
 }
 
 // ExitCode is the exit status for Run's error: 0, 2 for ErrUsage, 1 otherwise.
@@ -82,15 +74,10 @@ func ExitCode(err error) int {
 }
 
 func writeUsage(w io.Writer) {
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString("usage: gpu-ctk COMMAND [ARGS]\n\ngpu-ctk sets hosts up for gpu-runtime.\n\ncommands:\n")
-	for _, name := range names {
-		fmt.Fprintf(&b, "  %-12s %s\n", name, commands[name].Summary)
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		fmt.Fprintf(&b, "  %-12s %s\n", name, commands[name].summary)
 	}
 	b.WriteString("\n  --version    print the version\n  --help       print this help; gpu-ctk COMMAND --help for a command's\n")
 	_, _ = io.WriteString(w, b.String())
@@ -104,7 +91,9 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer)
 	err = fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		_, _ = io.WriteString(stdout, usage)
-		if hasFlags(fs) {
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
 			_, _ = io.WriteString(stdout, "\nflags:\n")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
@@ -117,8 +106,25 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer)
 	return false, nil
 }
 
-func hasFlags(fs *flag.FlagSet) bool {
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	return n > 0
+// loadConfig reads gpu-runtime's configuration as the runtime does, warnings to stderr.
+func loadConfig(stderr io.Writer) (config.Config, error) {
+	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
+	warn(stderr, warnings...)
+	return cfg, err
+}
+
+// warn prints warnings to stderr as gpu-ctk's own; an empty one is none.
+func warn(stderr io.Writer, warnings ...string) {
+	for _, w := range warnings {
+		if w != "" {
+			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
+		}
+	}
+}
+
+// writeJSON prints v as every --json does: indented, one value and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -459,15 +459,6 @@ func TestUnconfigureRestores(t *testing.T) {
 	}
 }
 
-func TestRegisterRefusesDuplicates(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Errorf("registering runtime twice did not panic")
-		}
-	}()
-	Register("runtime", "again", func([]string, io.Writer, io.Writer) error { return nil })
-}
-
 // TestEveryHelp: gpu-ctk --help lists every command, and every command's and subcommand's
 // --help prints its usage to stdout and succeeds.
 func TestEveryHelp(t *testing.T) {

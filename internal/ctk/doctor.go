@@ -2,8 +2,8 @@ package ctk
 
 import (
 	"bufio"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,25 +11,23 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
-	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("doctor", "check this host for GPU containers, one line per check, each with its fix", runDoctor)
-}
 
 const doctorUsage = `usage:
   gpu-ctk doctor [--json] [--engine-root DIR]
@@ -74,11 +72,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	d := &doctor{engineRoot: *engineRoot}
 	d.run()
 	if *asJSON {
-		data, err := json.MarshalIndent(d.checks, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(data, '\n')); err != nil {
+		if err := writeJSON(stdout, d.checks); err != nil {
 			return err
 		}
 	} else {
@@ -94,10 +88,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	for _, c := range d.checks {
-		if c.Status == statusFail {
-			return ErrReported
-		}
+	if slices.ContainsFunc(d.checks, func(c Check) bool { return c.Status == statusFail }) {
+		return ErrReported
 	}
 	return nil
 }
@@ -194,14 +186,8 @@ func (d *doctor) checkDriver() {
 
 func (d *doctor) checkNVML() {
 	timeout := d.cfg.Discovery.TimeoutDuration()
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 	start := time.Now()
-	drv, err := nvmlinfo.QueryContext(ctx, d.cfg.Driver.Root)
+	drv, _, err := gpuhost.Driver(d.cfg, nvmlinfo.QueryContext, false)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),
@@ -222,9 +208,10 @@ func (d *doctor) checkDeviceNodes() {
 	}
 	d.devices = nodes
 	root := d.cfg.Driver.DevRoot
-	check := func(p, what, fix string, required bool) bool {
+	before := len(d.checks) // each problem adds one
+	check := func(p, what, fix string, required bool) {
 		if _, ok := nodes.Nodes[p]; ok {
-			return true
+			return
 		}
 		status := statusWarn
 		if required {
@@ -235,33 +222,27 @@ func (d *doctor) checkDeviceNodes() {
 			why = err.Error()
 		}
 		d.add("device nodes", status, fmt.Sprintf("%s (%s) under dev root %q: %s", p, what, root, why), fix)
-		return false
 	}
-	ok := check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
-	uvm := check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
-	uvm = check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false) && uvm
-	ok = ok && uvm
+	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
+	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
+	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false)
+	var gpus []discover.GPU
 	if d.driver != nil {
-		for _, g := range d.driver.GPUs {
-			p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
-			n, found := nodes.Nodes[p]
-			switch {
-			case !found:
-				check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
-				ok = false
-			case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
-				d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
-					fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
-				ok = false
-			}
+		gpus = d.driver.GPUs
+	}
+	for _, g := range gpus {
+		p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+		n, found := nodes.Nodes[p]
+		switch {
+		case !found:
+			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
+		case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
+			d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
+				fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
 		}
 	}
-	if ok {
-		count := 0
-		if d.driver != nil {
-			count = len(d.driver.GPUs)
-		}
-		d.add("device nodes", statusOK, fmt.Sprintf("nvidiactl, nvidia-uvm, nvidia-uvm-tools and the %d GPU node(s) under dev root %q", count, root), "")
+	if len(d.checks) == before {
+		d.add("device nodes", statusOK, fmt.Sprintf("nvidiactl, nvidia-uvm, nvidia-uvm-tools and the %d GPU node(s) under dev root %q", len(gpus), root), "")
 	}
 }
 
@@ -334,39 +315,29 @@ func (d *doctor) checkHealth() {
 	if d.driver == nil {
 		return
 	}
-	gpus := append([]discover.GPU(nil), d.driver.GPUs...)
-	for i := range gpus {
-		gpus[i].MIGDevices = append([]discover.MIGDevice(nil), gpus[i].MIGDevices...)
-	}
+	// ReadHealth sets the GPUs' health: on a copy, the checks after this one see the driver's.
 	drv := *d.driver
-	drv.GPUs = gpus
-	warnings := discover.ReadHealth(gpus, discover.HealthOptions{File: d.cfg.Health.File, ProcRoot: d.cfg.Driver.ProcRoot})
+	drv.GPUs = slices.Clone(drv.GPUs)
+	for i := range drv.GPUs {
+		drv.GPUs[i].MIGDevices = slices.Clone(drv.GPUs[i].MIGDevices)
+	}
+	warnings := discover.ReadHealth(drv.GPUs, discover.HealthOptions{File: d.cfg.Health.File, ProcRoot: d.cfg.Driver.ProcRoot})
 	if len(warnings) > 0 {
 		d.add("health", statusWarn, strings.Join(warnings, "; "), "gpu-ctk health clear all rewrites it, root-owned with mode 0600 (records in it are lost: gpu-ctk health mark them again)")
 		return
 	}
 	sick := healthSummary(drv)
 	devices := len(plan.Devices(drv.GPUs))
+	fix := "repair or replace them (gpu-ctk health says why each is held back); gpu-ctk health clear UUID returns a recorded one to service"
 	switch {
 	case len(sick) == 0:
-		d.add("health", statusOK, fmt.Sprintf("every device healthy (%d): none gone, excluded or recorded in %s", devices, orNone(d.cfg.Health.File)), "")
+		file := cmp.Or(d.cfg.Health.File, `a health file (health.file is "")`)
+		d.add("health", statusOK, fmt.Sprintf("every device healthy (%d): none gone, excluded or recorded in %s", devices, file), "")
+	case len(sick) < devices:
+		d.add("health", statusWarn, fmt.Sprintf("%d of %d device(s) given to no container: %s", len(sick), devices, strings.Join(sick, "; ")), fix)
 	default:
-		status := statusWarn
-		detail := fmt.Sprintf("%d of %d device(s) given to no container: %s", len(sick), devices, strings.Join(sick, "; "))
-		if len(sick) >= devices {
-			status = statusFail
-			detail = "every device is unhealthy: " + strings.Join(sick, "; ")
-		}
-		d.add("health", status, detail, "repair or replace them (gpu-ctk health says why each is held back); gpu-ctk health clear UUID returns a recorded one to service")
+		d.add("health", statusFail, "every device is unhealthy: "+strings.Join(sick, "; "), fix)
 	}
-}
-
-// orNone names a health file, or says there is none.
-func orNone(file string) string {
-	if file == "" {
-		return "a health file (health.file is \"\")"
-	}
-	return file
 }
 
 func onOff(b bool) string {
@@ -379,12 +350,12 @@ func onOff(b bool) string {
 // checkHook: gpu-hook, and the host's ldconfig it runs, which must be static.
 func (d *doctor) checkHook() {
 	self, _ := os.Executable()
-	hookPath, err := runtime.HookPath(d.cfg.Hook.Path, self)
+	hookPath, err := create.HookPath(d.cfg.Hook.Path, self)
 	if err != nil {
 		d.add("hook", statusFail, err.Error(), "install gpu-hook next to gpu-runtime, or set hook.path")
 		return
 	}
-	ld, err := hook.StaticLDConfig(d.cfg.Hook.LDConfig) // what the hook runs where it needs ldconfig
+	ld, err := ldupdate.StaticLDConfig(d.cfg.Hook.LDConfig) // what the hook runs where it needs ldconfig
 	if err != nil {
 		d.add("hook", statusFail, fmt.Sprintf("gpu-hook %s; %v", hookPath, err), "set hook.ldconfig to a static ldconfig (glibc's is)")
 		return
@@ -394,7 +365,7 @@ func (d *doctor) checkHook() {
 
 func (d *doctor) checkRuntime() {
 	self, _ := os.Executable()
-	p, err := runtime.LowLevelRuntime(d.cfg.Runtime.Runtimes, self)
+	p, err := create.LowLevelRuntime(d.cfg.Runtime.Runtimes, self)
 	if err != nil {
 		d.add("low-level runtime", statusFail, err.Error(), "install runc (apt-get install runc), or set runtime.runtimes")
 		return
@@ -422,25 +393,24 @@ func (d *doctor) checkCache() {
 	}
 }
 
-// engines are the container engines doctor looks for, with the programs that say one is installed.
+// engines are the container engines doctor looks for: the program that says one is installed,
+// and its configuration files under the engine root.
 var engines = []struct {
-	name     string
-	engine   engine.Engine // "" for podman, which takes no registration
-	programs []string
-	restart  string
+	name, program  string
+	engine         engine.Engine // "" for podman, which takes no registration
+	config, dropIn string
+	restart        string
 }{
-	{"docker", engine.Docker, []string{"dockerd"}, "systemctl restart docker"},
-	{"containerd", engine.Containerd, []string{"containerd"}, "systemctl restart containerd"},
-	{"cri-o", engine.CRIO, []string{"crio"}, "systemctl restart crio"},
-	{"podman", "", []string{"podman"}, ""},
+	{"docker", "dockerd", engine.Docker, engine.DefaultDockerConfig, "", "systemctl restart docker"},
+	{"containerd", "containerd", engine.Containerd, engine.DefaultContainerdConfig, engine.DefaultContainerdDropIn, "systemctl restart containerd"},
+	{"cri-o", "crio", engine.CRIO, engine.DefaultCRIODropIn, "", "systemctl restart crio"},
+	{"podman", "podman", "", "", "", ""},
 }
 
-// systemPATH is where doctor looks for programs, under the engine root: the PATH systemd gives
-// services such as dockerd.
-var systemPATH = plan.SystemDirs
-
+// findProgram looks for a program under the engine root, on the PATH systemd gives services
+// such as dockerd.
 func (d *doctor) findProgram(name string) string {
-	for _, dir := range systemPATH {
+	for _, dir := range plan.SystemDirs {
 		p := filepath.Join(d.engineRoot, dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
 			return p
@@ -450,14 +420,10 @@ func (d *doctor) findProgram(name string) string {
 }
 
 func (d *doctor) checkEngines() {
-	self, _ := os.Executable()
-	runtimePath, err := runtimePath("", realHost)
-	if err != nil {
-		runtimePath = filepath.Join(filepath.Dir(self), "gpu-runtime")
-	}
+	runtimePath, _ := runtimePath("", realHost) // fails only on a --runtime-path
 	found := 0
 	for _, e := range engines {
-		prog := d.findProgram(e.programs[0])
+		prog := d.findProgram(e.program)
 		if prog == "" {
 			continue
 		}
@@ -467,15 +433,9 @@ func (d *doctor) checkEngines() {
 			d.add(check, statusOK, fmt.Sprintf("installed (%s): it takes no registration; run podman run --runtime %s, or with a CDI spec podman run --device nvidia.com/gpu=0", prog, runtimePath), "")
 			continue
 		}
-		opts := engine.Options{RuntimePath: runtimePath}
-		switch e.engine {
-		case engine.Docker:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultDockerConfig)
-		case engine.Containerd:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultContainerdConfig)
-			opts.DropInPath = filepath.Join(d.engineRoot, engine.DefaultContainerdDropIn)
-		case engine.CRIO:
-			opts.ConfigPath = filepath.Join(d.engineRoot, engine.DefaultCRIODropIn)
+		opts := engine.Options{RuntimePath: runtimePath, ConfigPath: filepath.Join(d.engineRoot, e.config)}
+		if e.dropIn != "" {
+			opts.DropInPath = filepath.Join(d.engineRoot, e.dropIn)
 		}
 		configure := fmt.Sprintf("gpu-ctk runtime configure --runtime=%s && %s", e.engine, e.restart)
 		registered, err := engine.PlanUnconfigure(e.engine, opts)

@@ -2,6 +2,7 @@ package ctk
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,15 +14,13 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
-
-func init() {
-	Register("explain", "show every edit a container would get, and why, or the error its create would fail with", runExplain)
-}
 
 const explainUsage = `usage:
   gpu-ctk explain --bundle DIR [--json]
@@ -58,11 +57,13 @@ type Explanation struct {
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// Devices are the selected devices: index, UUID, and a MIG device's profile.
-	Devices      []ExplainedDevice     `json:"devices,omitempty"`
-	Capabilities string                `json:"capabilities,omitempty"`
-	CDIDevices   []string              `json:"cdiDevices,omitempty"`
-	Edits        *edits.Edits          `json:"edits,omitempty"`
-	CDIEdits     *edits.Edits          `json:"cdiEdits,omitempty"`
+	Devices      []ExplainedDevice `json:"devices,omitempty"`
+	Capabilities string            `json:"capabilities,omitempty"`
+	CDIDevices   []string          `json:"cdiDevices,omitempty"`
+	Edits        *edits.Edits      `json:"edits,omitempty"`
+	// LoaderCache says where the create updates the loader cache (at create, or the hook),
+	// and why.
+	LoaderCache  string                `json:"loaderCache,omitempty"`
 	Requirements []ExplainedCondition  `json:"requirements,omitempty"`
 	Warnings     []string              `json:"warnings,omitempty"`
 	Lines        []string              `json:"lines,omitempty"`
@@ -109,42 +110,32 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	case *bundle == "" && len(envs) == 0:
 		return fmt.Errorf("%w: explain needs --bundle DIR or at least one --env VAR=VALUE (gpu-ctk explain --help)", ErrUsage)
 	}
-	var path string
-	var raw []byte
-	var err error
-	if *bundle != "" {
-		path = oci.ConfigPath(*bundle)
-		if raw, err = os.ReadFile(path); err != nil {
-			return fmt.Errorf("read spec: %w", err)
-		}
-	} else {
-		if raw, err = syntheticSpec(envs, annotations, *privileged); err != nil {
+	dir := *bundle
+	if dir == "" {
+		raw, err := syntheticSpec(envs, annotations, *privileged)
+		if err != nil {
 			return err
 		}
 		// The decision reads a spec file, as a create does: a private temporary bundle.
-		dir, err := os.MkdirTemp("", "gpu-ctk-explain-")
-		if err != nil {
+		if dir, err = os.MkdirTemp("", "gpu-ctk-explain-"); err != nil {
 			return err
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
-		path = oci.ConfigPath(dir)
-		if err := os.WriteFile(path, raw, 0o600); err != nil {
+		if err := os.WriteFile(oci.ConfigPath(dir), raw, 0o600); err != nil {
 			return err
 		}
 	}
-	ex, err := explain(path, raw, stderr)
+	path := oci.ConfigPath(dir)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	ex := explain(path, raw, stderr)
 	if *bundle == "" {
 		ex.Source = "--env"
 	}
-	if err != nil {
-		return err
-	}
 	if *asJSON {
-		data, err := json.MarshalIndent(ex, "", "  ")
-		if err != nil {
-			return err
-		}
-		if _, err := stdout.Write(append(data, '\n')); err != nil {
+		if err := writeJSON(stdout, ex); err != nil {
 			return err
 		}
 	} else if _, err := io.WriteString(stdout, ex.text()); err != nil {
@@ -183,41 +174,46 @@ func syntheticSpec(envs, annotations []string, privileged bool) ([]byte, error) 
 	return json.Marshal(&s)
 }
 
-// explain decides the injection as a create would, with gpu-ctk's CDI resolver, and
-// describes it. A failing create is an Explanation with Decision "error", not an error.
-func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
+// explain decides the injection exactly as a create would — the same decision, with
+// gpu-ctk's CDI resolver and NVML in this process, the loader-cache choice included (made on
+// the bundle's root without writing anything) — and describes it. A failing create is an
+// Explanation with Decision "error", not an error.
+func explain(path string, raw []byte, stderr io.Writer) *Explanation {
 	ex := &Explanation{Source: path}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
 		ex.Decision, ex.Error = "error", "gpu-runtime: "+err.Error()
-		return ex, nil
+		return ex
 	}
 	warnings := &collect{}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	log.AddHook(warnings)
 	self, _ := os.Executable()
-	opts := runtime.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log}
 	resolver := cdi.NewResolver(cfg.CDI.SpecDirs, cfg.CDI.AllowedKinds)
-	opts.CDI = resolver
-	in, err := runtime.Decide(path, raw, opts, log)
-	ex.Warnings = warnings.lines
+	opts := create.Options{Config: cfg, Executable: self, Cwd: filepath.Dir(path), Logger: log, CDI: resolver, QueryNVML: nvmlinfo.QueryContext}
+	in, err := create.Decide(path, raw, opts, log)
 	if in.Request.WantsCDI() { // as gpu-ctk cdi inject warns
 		for _, p := range resolver.Problems() {
-			ex.Warnings = append(ex.Warnings, "CDI spec not loaded: "+p)
+			warnings.lines = append(warnings.lines, "CDI spec not loaded: "+p)
 		}
 	}
 	if err == nil && in.Unchanged == "" {
-		// What Apply would do to this very spec: a CDI device's edits must apply too.
+		in.UpdateLoaderCache(opts, true, log)
+		// What Apply would do to this very spec (not written).
 		err = in.Apply()
 	}
+	ex.Warnings = warnings.lines
 	if err != nil {
 		ex.Decision, ex.Error = "error", "gpu-runtime: "+err.Error()
-		return ex, nil
+		if errors.Is(err, requirements.ErrUnsatisfied) {
+			ex.Requirements = conditions(in)
+		}
+		return ex
 	}
 	if in.Unchanged != "" {
 		ex.Decision, ex.Reason = "unchanged", in.Unchanged
-		return ex, nil
+		return ex
 	}
 	ex.Decision = "inject"
 	ex.Capabilities = in.Request.Capabilities.String()
@@ -229,33 +225,23 @@ func explain(path string, raw []byte, stderr io.Writer) (*Explanation, error) {
 		}
 		ex.Devices = append(ex.Devices, ed)
 	}
-	e := in.Plan.Edits
+	e := in.Edits()
 	ex.Edits = &e
-	if in.CDI != nil {
-		ex.CDIDevices = in.CDI.Names()
-		ce, err := in.CDI.Edits()
-		if err != nil {
-			return nil, err
-		}
-		ex.CDIEdits = &ce
-		ex.Lines = append(ex.Lines, ce.Describe()...)
-	}
-	ex.Lines = append(ex.Lines, e.Describe()...)
+	ex.CDIDevices = in.CDINames
+	ex.LoaderCache = in.LoaderCacheWhy
+	ex.Lines = e.Describe()
 	ex.Requirements = conditions(in)
-	return ex, nil
+	return ex
 }
 
-// conditions evaluates each requirement on its own against what the prestart hook is given,
+// conditions evaluates each requirement on its own against what a create checks it against,
 // so that every outcome is shown, not only the first failure's.
-func conditions(in runtime.Injection) []ExplainedCondition {
+func conditions(in create.Injection) []ExplainedCondition {
 	req := in.Request
 	if !req.ChecksRequirements() {
 		return nil
 	}
-	host := requirements.Host{CUDA: in.Host.Driver.CUDAVersion, Driver: in.Host.Driver.Version}
-	for _, d := range in.Plan.Devices {
-		host.GPUs = append(host.GPUs, requirements.GPU{ID: d.Index, Arch: d.GPU.ComputeCapability, Brand: d.GPU.Brand})
-	}
+	host := plan.RequirementHost(in.Host.Driver, in.Plan.Devices)
 	var out []ExplainedCondition
 	for _, r := range req.Requirements {
 		c := ExplainedCondition{Name: r.Name, Expression: r.Expression, Satisfied: true}
@@ -274,6 +260,7 @@ func (ex *Explanation) text() string {
 	switch ex.Decision {
 	case "error":
 		w("the create would fail (%s):\n  %s\n", ex.Source, ex.Error)
+		ex.requirementLines(w)
 	case "unchanged":
 		w("the create would leave the spec unchanged (%s): %s\n", ex.Source, strings.TrimSuffix(ex.Reason, "; spec unchanged"))
 	default:
@@ -294,25 +281,34 @@ func (ex *Explanation) text() string {
 			w("CDI devices: %s\n", strings.Join(ex.CDIDevices, ", "))
 		}
 		w("capabilities: %s\n", ex.Capabilities)
+		if ex.LoaderCache != "" {
+			w("%s\n", ex.LoaderCache)
+		}
 		w("edits:\n")
 		for _, l := range ex.Lines {
 			w("  %s\n", l)
 		}
-		if len(ex.Requirements) > 0 {
-			w("requirements (checked by the prestart hook):\n")
-			for _, c := range ex.Requirements {
-				if c.Satisfied {
-					w("  %s=%q: satisfied on this host\n", c.Name, c.Expression)
-				} else {
-					w("  %s=%q: NOT satisfied, the container would not start: %s\n", c.Name, c.Expression, c.Detail)
-				}
-			}
-		}
+		ex.requirementLines(w)
 	}
 	for _, warning := range ex.Warnings {
 		w("warning: %s\n", warning)
 	}
 	return b.String()
+}
+
+// requirementLines writes each requirement's outcome.
+func (ex *Explanation) requirementLines(w func(string, ...any)) {
+	if len(ex.Requirements) == 0 {
+		return
+	}
+	w("requirements (checked at create):\n")
+	for _, c := range ex.Requirements {
+		if c.Satisfied {
+			w("  %s=%q: satisfied on this host\n", c.Name, c.Expression)
+		} else {
+			w("  %s=%q: NOT satisfied, the container would not start: %s\n", c.Name, c.Expression, c.Detail)
+		}
+	}
 }
 
 // collect keeps the warnings a decision logs.

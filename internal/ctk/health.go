@@ -1,9 +1,8 @@
 package ctk
 
 import (
-	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,15 +19,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("health", "show, watch and change which GPUs gpu-runtime keeps from containers", runHealth)
-}
 
 const healthUsage = `usage:
   gpu-ctk health [--json]
@@ -135,39 +131,32 @@ func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file str
 
 // showHealth prints every device's health. Without NVML it prints the health file's records.
 func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error {
-	drv, nvmlErr := nvmlinfo.Query(cfg.Driver.Root)
+	// The health file's trust is said below, with the records read from it, not by Driver.
+	drv, _, nvmlErr := gpuhost.Driver(cfg, nvmlinfo.QueryContext, true)
 	var records []discover.HealthRecord
 	if cfg.Health.File != "" {
 		var err error
 		records, err = discover.ReadHealthFile(cfg.Health.File)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			fmt.Fprintln(stderr, "gpu-ctk: warning: "+err.Error()+"; gpu-runtime ignores it (gpu-ctk health clear all rewrites it)")
+			warn(stderr, err.Error()+"; gpu-runtime ignores it (gpu-ctk health clear all rewrites it)")
 			records = nil
 		}
 	}
 	if nvmlErr != nil {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+nvmlErr.Error()+"; only the health file's records are shown")
+		warn(stderr, nvmlErr.Error()+"; only the health file's records are shown")
 		drv = discover.Driver{}
-	} else {
-		discover.ReadHealth(drv.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})
 	}
 	devices := deviceHealth(drv, records, cfg.Health.File)
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
 		if devices == nil {
 			devices = []DeviceHealth{}
 		}
-		return enc.Encode(devices)
+		return writeJSON(stdout, devices)
 	}
-	var b bytes.Buffer
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tREASON")
 	for _, d := range devices {
-		index, since, reason := d.Index, "-", "-"
-		if index == "" {
-			index = "-"
-		}
+		index, since, reason := cmp.Or(d.Index, "-"), "-", "-"
 		if d.Kind == "MIG device" && d.Index != "" {
 			index = "  " + index
 		}
@@ -182,13 +171,7 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if _, err := stdout.Write(b.Bytes()); err != nil {
-		return err
-	}
-	if nvmlErr != nil {
-		return nvmlErr
-	}
-	return nil
+	return nvmlErr
 }
 
 const healthMarkUsage = `usage:
@@ -199,21 +182,16 @@ gpu-runtime then gives it to no container until gpu-ctk health clear UUID. A dev
 recorded keeps its record. The device must exist on this host when NVML can say so.
 `
 
-// positional splits a subcommand's arguments into the first positional one and the rest, so
-// that flags may follow it (gpu-ctk health mark GPU-… --reason …).
-func positional(args []string) (string, []string) {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return args[0], args[1:]
-	}
-	return "", args
-}
-
 func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk health mark", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why it is kept from containers (required; one line)")
 	xid := fs.Uint64("xid", 0, "the Xid, when an Xid error is the reason")
-	uuid, rest := positional(args)
-	if help, err := parseFlags(fs, rest, healthMarkUsage, stdout); help || err != nil {
+	// The UUID may come first, flags following it (gpu-ctk health mark GPU-… --reason …).
+	var uuid string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		uuid, args = args[0], args[1:]
+	}
+	if help, err := parseFlags(fs, args, healthMarkUsage, stdout); help || err != nil {
 		return err
 	}
 	if uuid == "" && fs.NArg() > 0 { // the UUID after flags: flags may follow it too
@@ -242,16 +220,14 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to record the device in; set health.file in the gpu-runtime config`)
 	}
-	if drv, err := nvmlinfo.Query(cfg.Driver.Root); err != nil {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+err.Error()+"; "+uuid+" is recorded without checking that this host has it")
+	if drv, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false); err != nil {
+		warn(stderr, err.Error()+"; "+uuid+" is recorded without checking that this host has it")
 	} else if !hasDevice(drv, uuid) {
 		return fmt.Errorf("no GPU or MIG device %s on this host (gpu-ctk info lists them)", uuid)
 	}
 	rec := discover.HealthRecord{UUID: uuid, Reason: *reason, Xid: *xid, Since: time.Now().UTC().Truncate(time.Second)}
 	added, warning, err := addRecords(cfg.Health.File, []discover.HealthRecord{rec})
-	if warning != "" {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+warning)
-	}
+	warn(stderr, warning)
 	if err != nil {
 		return err
 	}
@@ -266,13 +242,8 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 // hasDevice reports whether drv has a GPU or MIG device of that UUID.
 func hasDevice(drv discover.Driver, uuid string) bool {
 	for _, g := range drv.GPUs {
-		if strings.EqualFold(g.UUID, uuid) {
+		if strings.EqualFold(g.UUID, uuid) || slices.ContainsFunc(g.MIGDevices, func(m discover.MIGDevice) bool { return strings.EqualFold(m.UUID, uuid) }) {
 			return true
-		}
-		for _, m := range g.MIGDevices {
-			if strings.EqualFold(m.UUID, uuid) {
-				return true
-			}
 		}
 	}
 	return false
@@ -339,9 +310,7 @@ func runHealthClear(args []string, stdout, stderr io.Writer) error {
 		}
 		return keep, nil
 	})
-	if warning != "" {
-		fmt.Fprintln(stderr, "gpu-ctk: warning: "+warning)
-	}
+	warn(stderr, warning)
 	if err != nil {
 		return err
 	}
@@ -380,9 +349,7 @@ func runHealthWatch(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *root != "" {
-		cfg.Driver.Root = *root
-	}
+	cfg.Driver.Root = cmp.Or(*root, cfg.Driver.Root)
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to record unhealthy devices in; set health.file in the gpu-runtime config`)
 	}
@@ -426,23 +393,11 @@ type watcher struct {
 	waitSlice, backoff, maxBackoff time.Duration
 }
 
-func (w *watcher) durations() (slice, first, max time.Duration) {
-	slice, first, max = w.waitSlice, w.backoff, w.maxBackoff
-	if slice == 0 {
-		slice = time.Second
-	}
-	if first == 0 {
-		first = time.Second
-	}
-	if max == 0 {
-		max = time.Minute
-	}
-	return slice, first, max
-}
-
 // run watches until ctx ends; it returns nil then.
 func (w *watcher) run(ctx context.Context) error {
-	slice, first, max := w.durations()
+	slice := cmp.Or(w.waitSlice, time.Second)
+	first := cmp.Or(w.backoff, time.Second)
+	maxPause := cmp.Or(w.maxBackoff, time.Minute)
 	pause := first
 	w.log.WithFields(logrus.Fields{"driver_root": w.root, "health_file": w.file, "ignore_xids": w.ignore}).Info("health watch: starting")
 	for ctx.Err() == nil {
@@ -454,7 +409,7 @@ func (w *watcher) run(ctx context.Context) error {
 			case <-time.After(pause):
 			case <-w.reload:
 			}
-			pause = min(2*pause, max)
+			pause = min(2*pause, maxPause)
 			continue
 		}
 		pause = first
@@ -515,8 +470,7 @@ func (w *watcher) handle(ev nvmlinfo.Event) {
 	log := w.log.WithFields(fields)
 	reason := "double-bit ECC error"
 	if ev.Kind == nvmlinfo.EventXid {
-		fields["xid"] = ev.Xid
-		log = w.log.WithFields(fields)
+		log = log.WithField("xid", ev.Xid)
 		if slices.ContainsFunc(w.ignore, func(x int) bool { return x > 0 && uint64(x) == ev.Xid }) {
 			log.Infof("health watch: Xid %d ignored: an application's error, not the GPU's (health.ignore-xids)", ev.Xid)
 			return

@@ -2,7 +2,6 @@ package ctk
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,14 +9,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 )
-
-func init() {
-	Register("info", "show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo)
-}
 
 const infoUsage = `usage:
   gpu-ctk info [--json] [--driver-root DIR]
@@ -41,31 +37,26 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())
 	}
-	var health *discover.HealthOptions // read when the configuration is
-	if *root == "" {
-		cfg, warnings, err := config.LoadFromEnv(os.Getenv)
-		if err != nil {
+	// With --driver-root (gpu-runtime's NVML query on a cache miss, which reads its own
+	// configuration) no configuration is read, and no health: the query's answer is facts.
+	cfg, fromConfig := config.Default(), *root == ""
+	if fromConfig {
+		var warnings []string
+		var err error
+		if cfg, warnings, err = config.LoadFromEnv(os.Getenv); err != nil {
 			return err
 		}
-		for _, w := range warnings {
-			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-		}
-		*root = cfg.Driver.Root
-		health = &discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}
+		warn(stderr, warnings...)
+	} else {
+		cfg.Driver.Root, cfg.Discovery.Timeout = *root, "0s" // the caller bounds it
 	}
-	d, err := nvmlinfo.Query(*root)
+	d, warnings, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, fromConfig)
 	if err != nil {
 		return err
 	}
-	if health != nil {
-		for _, w := range discover.ReadHealth(d.GPUs, *health) {
-			fmt.Fprintln(stderr, "gpu-ctk: warning: "+w)
-		}
-	}
+	warn(stderr, warnings...)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		return writeJSON(stdout, d)
 	}
 	fmt.Fprintf(stdout, "Driver version: %s\nCUDA version:   %s\nNVML library:   %s\nGPUs:           %d\n\n", d.Version, d.CUDAVersion, d.NVMLPath, len(d.GPUs))
 	var table bytes.Buffer
@@ -82,29 +73,27 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Every row has every cell, so the columns line up; the padding of empty last cells goes.
-	for _, line := range strings.SplitAfter(table.String(), "\n") {
-		if _, err := io.WriteString(stdout, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n"))); err != nil {
-			return err
-		}
+	var b strings.Builder
+	for line := range strings.Lines(table.String()) {
+		b.WriteString(strings.TrimRight(line, " \n") + "\n")
 	}
-	if health != nil {
-		return writeHealthSummary(stdout, d)
+	if fromConfig {
+		b.WriteString(infoHealth(d))
 	}
-	return nil
+	_, err = io.WriteString(stdout, b.String())
+	return err
 }
 
-// writeHealthSummary ends gpu-ctk info: which devices gpu-runtime keeps from containers.
-func writeHealthSummary(w io.Writer, d discover.Driver) error {
+// infoHealth ends gpu-ctk info: which devices gpu-runtime keeps from containers.
+func infoHealth(d discover.Driver) string {
 	sick := healthSummary(d)
 	for _, x := range d.Excluded {
 		sick = append(sick, "GPU "+x.UUID+": "+x.Reason())
 	}
-	text := "\nHealth: every device healthy (gpu-ctk health)\n"
-	if len(sick) > 0 {
-		text = "\nUnhealthy (given to no container; gpu-ctk health):\n  " + strings.Join(sick, "\n  ") + "\n"
+	if len(sick) == 0 {
+		return "\nHealth: every device healthy (gpu-ctk health)\n"
 	}
-	_, err := io.WriteString(w, text)
-	return err
+	return "\nUnhealthy (given to no container; gpu-ctk health):\n  " + strings.Join(sick, "\n  ") + "\n"
 }
 
 // migMode describes a GPU's MIG mode: "-" when it has none, "enabled", "disabled", or the
@@ -113,9 +102,8 @@ func migMode(g discover.GPU) string {
 	if !g.MIGCapable {
 		return "-"
 	}
-	word := map[bool]string{true: "enabled", false: "disabled"}
 	if g.MIGCurrent != g.MIGPending {
-		return word[g.MIGCurrent] + " (" + word[g.MIGPending] + " after reset)"
+		return onOff(g.MIGCurrent) + " (" + onOff(g.MIGPending) + " after reset)"
 	}
-	return word[g.MIGCurrent]
+	return onOff(g.MIGCurrent)
 }

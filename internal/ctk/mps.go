@@ -1,7 +1,6 @@
 package ctk
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,8 +8,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -18,10 +19,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
-
-func init() {
-	Register("mps", "run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS)
-}
 
 const mpsUsage = `usage:
   gpu-ctk mps start  [SHARE...]
@@ -90,15 +87,13 @@ func runMPS(args []string, stdout, stderr io.Writer) error {
 	if opts, err = mpsOptions(cfg, names, verb == "start"); err != nil {
 		return err
 	}
+	act := mps.Stop
+	if verb == "start" {
+		act = mps.Start
+	}
 	var errs []error
 	for _, n := range names {
-		var did string
-		var err error
-		if verb == "start" {
-			did, err = mps.Start(cfg.MPS, n, opts[n])
-		} else {
-			did, err = mps.Stop(cfg.MPS, n, opts[n])
-		}
+		did, err := act(cfg.MPS, n, opts[n])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("MPS share %q: %w", n, err))
 			continue
@@ -116,34 +111,29 @@ func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.O
 		return nil, err
 	}
 	base := mps.Options{Self: self}
-	driver, err := nvmlinfo.Query(cfg.Driver.Root)
-	if err != nil {
-		if start {
-			return nil, err
-		}
-		// Stopping needs no driver: without one, the daemons are ended by signal.
-		out := map[string]mps.Options{}
-		for _, n := range names {
-			out[n] = base
-		}
-		return out, nil
-	}
-	files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
-	if err != nil {
+	driver, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false)
+	if err != nil && start {
 		return nil, err
 	}
-	for _, f := range files {
-		if f.Kind == discover.KindBinary && path.Base(f.ContainerPath) == mps.ControlName {
-			base.Control = f.HostPath
+	// Stopping needs no driver: without one, the daemons are ended by signal.
+	if err == nil {
+		files, err := discover.FindDriverFiles(cfg.Driver.Root, driver.Version)
+		if err != nil {
+			return nil, err
 		}
-		if f.Kind == discover.KindLibrary && f.Capability == capabilities.Compute && f.Bits != 32 && filepath.Clean(cfg.Driver.Root) != "/" {
-			if dir := filepath.Dir(f.HostPath); !contains(base.LibDirs, dir) {
-				base.LibDirs = append(base.LibDirs, dir)
+		for _, f := range files {
+			if f.Kind == discover.KindBinary && path.Base(f.ContainerPath) == mps.ControlName {
+				base.Control = f.HostPath
+			}
+			if f.Kind == discover.KindLibrary && f.Capability == capabilities.Compute && f.Bits != 32 && filepath.Clean(cfg.Driver.Root) != "/" {
+				if dir := filepath.Dir(f.HostPath); !slices.Contains(base.LibDirs, dir) {
+					base.LibDirs = append(base.LibDirs, dir)
+				}
 			}
 		}
-	}
-	if base.Control == "" {
-		return nil, fmt.Errorf("%s not found under driver root %q: install the driver's MPS programs, or set driver.root", mps.ControlName, cfg.Driver.Root)
+		if base.Control == "" {
+			return nil, fmt.Errorf("%s not found under driver root %q: install the driver's MPS programs, or set driver.root", mps.ControlName, cfg.Driver.Root)
+		}
 	}
 	out := map[string]mps.Options{}
 	for _, n := range names {
@@ -162,27 +152,13 @@ func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.O
 	return out, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func mpsStatus(cfg config.MPSConfig, names []string, asJSON bool, stdout io.Writer) error {
 	var states []mps.State
 	for _, n := range names {
 		states = append(states, mps.Check(cfg, n))
 	}
 	if asJSON {
-		data, err := json.MarshalIndent(states, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(append(data, '\n'))
-		return err
+		return writeJSON(stdout, states)
 	}
 	var b strings.Builder
 	for _, s := range states {

@@ -12,14 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
-	"github.com/gpu-runtime/gpu-runtime/internal/runtime"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
-
-func init() {
-	Register("runtime", "register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime)
-}
 
 const runtimeUsage = `usage:
   gpu-ctk runtime configure   --runtime=docker|containerd|crio [--runtime-name=NAME]
@@ -74,41 +70,24 @@ func runtimeCommand(args []string, stdout, stderr io.Writer, h host) error {
 		return fmt.Errorf("%w: gpu-ctk runtime needs configure or unconfigure", ErrUsage)
 	}
 	switch args[0] {
-	case "configure":
-		return configureCommand(true, args[1:], stdout, stderr, h)
-	case "unconfigure":
-		return configureCommand(false, args[1:], stdout, stderr, h)
+	case "configure", "unconfigure":
+		return configureCommand(args[0] == "configure", args[1:], stdout, stderr, h)
 	case "--help", "-help", "-h", "help":
-		_, _ = io.WriteString(stdout, runtimeUsage)
-		flags := newRuntimeFlags(&runtimeFlags{})
-		flags.SetOutput(stdout)
-		flags.PrintDefaults()
-		return nil
+		return configureCommand(true, []string{"--help"}, stdout, stderr, h) // one usage for both
 	}
 	return fmt.Errorf("%w: unknown subcommand %q of gpu-ctk runtime: use configure or unconfigure", ErrUsage, args[0])
 }
 
-type runtimeFlags struct {
-	engine, name, path, config, dropIn string
-	setAsDefault, dryRun               bool
-}
-
-func newRuntimeFlags(f *runtimeFlags) *flag.FlagSet {
-	set := flag.NewFlagSet("gpu-ctk runtime", flag.ContinueOnError)
-	set.StringVar(&f.engine, "runtime", "", "the container engine: docker, containerd or crio (required)")
-	set.StringVar(&f.name, "runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler)")
-	set.StringVar(&f.path, "runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime)")
-	set.BoolVar(&f.setAsDefault, "set-as-default", false, "configure: make the runtime the engine's default")
-	set.StringVar(&f.config, "config", "", "the engine's config file: daemon.json, containerd's main config, or the cri-o drop-in")
-	set.StringVar(&f.dropIn, "drop-in", "", "containerd: the drop-in file gpu-ctk owns")
-	set.BoolVar(&f.dryRun, "dry-run", false, "print the resulting files to stdout and write nothing")
-	return set
-}
-
 func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h host) error {
 	verb := map[bool]string{true: "configure", false: "unconfigure"}[configure]
-	var f runtimeFlags
-	flags := newRuntimeFlags(&f)
+	flags := flag.NewFlagSet("gpu-ctk runtime", flag.ContinueOnError)
+	engineName := flags.String("runtime", "", "the container engine: docker, containerd or crio (required)")
+	name := flags.String("runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler)")
+	pathFlag := flags.String("runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime)")
+	setAsDefault := flags.Bool("set-as-default", false, "configure: make the runtime the engine's default")
+	configPath := flags.String("config", "", "the engine's config file: daemon.json, containerd's main config, or the cri-o drop-in")
+	dropIn := flags.String("drop-in", "", "containerd: the drop-in file gpu-ctk owns")
+	dryRun := flags.Bool("dry-run", false, "print the resulting files to stdout and write nothing")
 	flags.SetOutput(io.Discard)
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,13 +106,13 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	if flags.NArg() > 0 {
 		return usage("unexpected argument %q", flags.Arg(0))
 	}
-	if f.engine == "" {
+	if *engineName == "" {
 		return usage("--runtime is required: docker, containerd or crio (podman: --runtime=podman says what it needs)")
 	}
-	if strings.EqualFold(f.engine, "podman") {
-		return podmanNote(configure, f.path, stdout, h)
+	if strings.EqualFold(*engineName, "podman") {
+		return podmanNote(configure, *pathFlag, stdout, h)
 	}
-	eng, err := engine.ParseEngine(f.engine)
+	eng, err := engine.ParseEngine(*engineName)
 	if err != nil {
 		return usage("--runtime: %v", err)
 	}
@@ -144,14 +123,9 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		return usage("--set-as-default and --runtime-path apply to configure")
 	}
 
-	opts := engine.Options{
-		RuntimeName:  f.name,
-		SetAsDefault: f.setAsDefault,
-		ConfigPath:   f.config,
-		DropInPath:   f.dropIn,
-	}
+	opts := engine.Options{RuntimeName: *name, SetAsDefault: *setAsDefault, ConfigPath: *configPath, DropInPath: *dropIn}
 	if configure {
-		if opts.RuntimePath, err = runtimePath(f.path, h); err != nil {
+		if opts.RuntimePath, err = runtimePath(*pathFlag, h); err != nil {
 			return err
 		}
 		if err := checkExecutable(opts.RuntimePath); err != nil {
@@ -174,7 +148,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	writeLines(stderr, "warning: ", plan.Warnings)
 
 	report := stdout
-	if f.dryRun {
+	if *dryRun {
 		report = stderr // stdout holds the files
 	}
 	if !plan.Changed() {
@@ -189,7 +163,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		}
 		return nil
 	}
-	if f.dryRun {
+	if *dryRun {
 		if err := plan.WriteDryRun(stdout); err != nil {
 			return err
 		}
@@ -275,15 +249,12 @@ func checkExecutable(path string) error {
 // containerdConfigVersion is the config version for a new containerd config: 3 when the
 // installed containerd is 2.x, else 2 (which 2.x reads too).
 func containerdConfigVersion(h host) int {
-	out, err := h.containerdVersion()
-	if err != nil {
-		return 2
+	if out, err := h.containerdVersion(); err == nil {
+		if v, err := engine.ContainerdConfigVersionFor(out); err == nil {
+			return v
+		}
 	}
-	v, err := engine.ContainerdConfigVersionFor(out)
-	if err != nil {
-		return 2
-	}
-	return v
+	return 2
 }
 
 // dockerHookNote explains what docker --gpus needs, and whether this host has it. The hook
@@ -307,7 +278,7 @@ func dockerHookNote(w io.Writer, runtimePath string, h host) {
 // as packaging makes it), not NVIDIA's hook of the same name.
 func isGPUHook(p string) bool {
 	target, err := filepath.EvalSymlinks(p)
-	return err == nil && filepath.Base(target) == runtime.HookName
+	return err == nil && filepath.Base(target) == create.HookName
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {

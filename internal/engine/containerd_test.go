@@ -191,7 +191,7 @@ func TestConfigureContainerdMain(t *testing.T) {
 			if tc.nilCurrent {
 				current = nil
 			}
-			got, changed, err := pure(configureContainerdMain, current, opts)
+			got, changed, err := pure(t, configureContainerdMain, current, opts)
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return
@@ -266,7 +266,7 @@ func TestUnconfigureContainerdMain(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, changed, err := pure(unconfigureContainerdMain, []byte(tc.current), containerdOptions())
+			got, changed, err := pure(t, unconfigureContainerdMain, []byte(tc.current), containerdOptions())
 			checkErr(t, err, tc.wantErr)
 			if tc.wantErr != nil {
 				return
@@ -295,15 +295,15 @@ func TestContainerdMainRoundTrip(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			configured, changed, err := pure(configureContainerdMain, []byte(tc.current), containerdOptions())
+			configured, changed, err := pure(t, configureContainerdMain, []byte(tc.current), containerdOptions())
 			if err != nil || !changed {
 				t.Fatalf("configure: changed %v, err %v", changed, err)
 			}
-			again, changed, err := pure(configureContainerdMain, configured, containerdOptions())
+			again, changed, err := pure(t, configureContainerdMain, configured, containerdOptions())
 			if err != nil || changed || !bytes.Equal(again, configured) {
 				t.Fatalf("configure twice: changed %v, err %v", changed, err)
 			}
-			back, changed, err := pure(unconfigureContainerdMain, configured, containerdOptions())
+			back, changed, err := pure(t, unconfigureContainerdMain, configured, containerdOptions())
 			if err != nil || !changed {
 				t.Fatalf("unconfigure: changed %v, err %v", changed, err)
 			}
@@ -321,7 +321,7 @@ func TestContainerdMainRoundTrip(t *testing.T) {
 func TestContainerdDropIn(t *testing.T) {
 	// Every gpu runtime passes the CDI annotations through the CRI (see containerdDropIn).
 	cdiAnnotations := []any{"cdi.k8s.io/*"}
-	importedCRI := File{Path: "/etc/containerd/cri.toml", Content: []byte(`version = 2
+	importedCRI := configFile{path: "/etc/containerd/cri.toml", content: []byte(`version = 2
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "mirror.example/pause:3.9"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
@@ -329,13 +329,13 @@ func TestContainerdDropIn(t *testing.T) {
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]
       BinaryName = "/usr/bin/crun"
 `)}
-	importedV3 := File{Path: "/etc/containerd/conf.d/10-mirror.toml", Content: []byte(`version = 3
+	importedV3 := configFile{path: "/etc/containerd/conf.d/10-mirror.toml", content: []byte(`version = 3
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
   NoPivotRoot = true
 `)}
 	testCases := []struct {
 		description  string
-		files        []File
+		files        []configFile
 		version      int
 		setAsDefault bool
 		golden       string
@@ -350,14 +350,14 @@ func TestContainerdDropIn(t *testing.T) {
 	}{
 		{
 			description:  "v2, no main config: runc named next to ours",
-			files:        []File{{Path: testMainPath}},
+			files:        []configFile{{path: testMainPath}},
 			golden:       "containerd/dropin-v2-no-main.toml",
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu", "runc"},
 		},
 		{
 			description: "v2: the CRI section is carried, runc's options are the base",
-			files:       []File{{Path: testMainPath, Content: []byte(mainV2)}},
+			files:       []configFile{{path: testMainPath, content: []byte(mainV2)}},
 			golden:      "containerd/dropin-v2.toml",
 			wantRuntime: map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
 			wantKept: map[string]any{
@@ -370,7 +370,7 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description:  "v2 set as default replaces runc",
-			files:        []File{{Path: testMainPath, Content: []byte(mainV2)}},
+			files:        []configFile{{path: testMainPath, content: []byte(mainV2)}},
 			setAsDefault: true,
 			golden:       "containerd/dropin-v2-default.toml",
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
@@ -380,7 +380,7 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description:  "v2: a later import's CRI section replaces the main config's, as in containerd 1.x",
-			files:        []File{{Path: testMainPath, Content: []byte(mainV2)}, importedCRI},
+			files:        []configFile{{path: testMainPath, content: []byte(mainV2)}, importedCRI},
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantKept:     map[string]any{"sandbox_image": "mirror.example/pause:3.9"},
 			wantRuntimes: []string{"crun", "gpu"},
@@ -388,14 +388,14 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description:  "v3: only our runtime, runc's options as the base",
-			files:        []File{{Path: testMainPath, Content: []byte(mainV3)}},
+			files:        []configFile{{path: testMainPath, content: []byte(mainV3)}},
 			golden:       "containerd/dropin-v3.toml",
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true}},
 			wantRuntimes: []string{"gpu"},
 		},
 		{
 			description:  "v3: imports merge key by key, as in containerd 2.x",
-			files:        []File{{Path: testMainPath, Content: []byte(mainV3)}, importedV3},
+			files:        []configFile{{path: testMainPath, content: []byte(mainV3)}, importedV3},
 			setAsDefault: true,
 			golden:       "containerd/dropin-v3-default.toml",
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath, "SystemdCgroup": true, "NoPivotRoot": true}},
@@ -404,14 +404,14 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description:  "v3, no main config",
-			files:        []File{{Path: testMainPath}},
+			files:        []configFile{{path: testMainPath}},
 			version:      3,
 			wantRuntime:  map[string]any{"runtime_type": runcShim, "container_annotations": cdiAnnotations, "options": map[string]any{"BinaryName": testRuntimePath}},
 			wantRuntimes: []string{"gpu"},
 		},
 		{
 			description: "a non-runc default is no base",
-			files: []File{{Path: testMainPath, Content: []byte(`version = 2
+			files: []configFile{{path: testMainPath, content: []byte(`version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd]
   default_runtime_name = "kata"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
@@ -423,7 +423,7 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description: "the base runtime's container_annotations are kept, cdi.k8s.io/* added",
-			files: []File{{Path: testMainPath, Content: []byte(`version = 3
+			files: []configFile{{path: testMainPath, content: []byte(`version = 3
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
   runtime_type = 'io.containerd.runc.v2'
   container_annotations = ['io.kubernetes.cri.*']
@@ -434,7 +434,7 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description: "cdi.k8s.io/* already listed by the base runtime is not repeated",
-			files: []File{{Path: testMainPath, Content: []byte(`version = 2
+			files: []configFile{{path: testMainPath, content: []byte(`version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
   container_annotations = ["cdi.k8s.io/*"]
@@ -446,13 +446,13 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description: "plugins that is no table",
-			files:       []File{{Path: testMainPath, Content: []byte("version = 2\nplugins = [1, 2]\n")}},
+			files:       []configFile{{path: testMainPath, content: []byte("version = 2\nplugins = [1, 2]\n")}},
 			wantErr:     ErrUnexpected,
 			wantErrText: []string{"plugins is an array, not a table"},
 		},
 		{
 			description: "container_annotations that is no array",
-			files: []File{{Path: testMainPath, Content: []byte(`version = 2
+			files: []configFile{{path: testMainPath, content: []byte(`version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
   container_annotations = "cdi.k8s.io/*"
@@ -462,13 +462,13 @@ func TestContainerdDropIn(t *testing.T) {
 		},
 		{
 			description: "version 1 main config",
-			files:       []File{{Path: testMainPath, Content: []byte("[plugins.cri]\n")}},
+			files:       []configFile{{path: testMainPath, content: []byte("[plugins.cri]\n")}},
 			wantErr:     ErrUnsupportedVersion,
 			wantErrText: []string{testMainPath},
 		},
 		{
 			description: "malformed import",
-			files:       []File{{Path: testMainPath, Content: []byte(mainV2)}, {Path: "/etc/containerd/bad.toml", Content: []byte("x = \n")}},
+			files:       []configFile{{path: testMainPath, content: []byte(mainV2)}, {path: "/etc/containerd/bad.toml", content: []byte("x = \n")}},
 			wantErr:     ErrMalformed,
 			wantErrText: []string{"parse /etc/containerd/bad.toml at line 1"},
 		},
@@ -478,7 +478,7 @@ func TestContainerdDropIn(t *testing.T) {
 			opts := containerdOptions()
 			opts.SetAsDefault = tc.setAsDefault
 			opts.ContainerdConfigVersion = tc.version
-			e, err := containerdDropIn(tc.files, opts)
+			e, err := containerdDropIn(tc.files, completed(t, opts))
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return

@@ -5,40 +5,21 @@ import "fmt"
 // cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
 // applies each key over the ones before, so a drop-in naming one runtime keeps the others.
 
-// unconfigureCRIO removes the drop-in (content nil, changed) when it exists; one gpu-ctk did
-// not generate is refused with ErrNotOurs.
-func unconfigureCRIO(current []byte, _ Options) (edit, error) {
-	if current == nil {
-		return edit{}, nil
-	}
-	if !owned(current) {
-		return edit{}, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
-	}
-	return edit{changed: true}, nil
-}
-
-// configureCRIO returns the cri-o drop-in (current: the existing one, nil for none) that
-// registers [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
+// configureCRIO returns the cri-o drop-in (current: the existing one, nil for none), generated
+// whole: [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
 // opts.SetAsDefault (or when the existing drop-in already did), [crio.runtime] default_runtime.
-// The drop-in is generated whole; an existing file that gpu-ctk did not generate is refused
-// with ErrNotOurs. When the existing drop-in already holds the same keys and values it returns
-// current, unchanged.
+// A file gpu-ctk did not generate is refused with ErrNotOurs; one already holding the same keys
+// and values is returned unchanged.
 func configureCRIO(current []byte, opts Options) (edit, error) {
-	opts, err := opts.withDefaults(CRIO, true)
-	if err != nil {
-		return edit{}, err
-	}
 	if !owned(current) {
 		return edit{}, fmt.Errorf("%w: it does not start with %q; choose another drop-in file with --config", ErrNotOurs, dropInMarker)
 	}
-	if current != nil {
-		doc, err := parseTOML(current)
-		if err != nil {
-			return edit{}, err
-		}
-		if def, _ := stringAt(doc, "crio", "runtime", "default_runtime"); def == opts.RuntimeName {
-			opts.SetAsDefault = true
-		}
+	doc, err := parseTOML(current)
+	if err != nil {
+		return edit{}, err
+	}
+	if def, _ := stringAt(doc, "crio", "runtime", "default_runtime"); def == opts.RuntimeName {
+		opts.SetAsDefault = true
 	}
 	runtime := map[string]any{
 		"default_runtime": opts.RuntimeName,
@@ -57,14 +38,8 @@ func configureCRIO(current []byte, opts Options) (edit, error) {
 	if err != nil {
 		return edit{}, err
 	}
-	if current != nil {
-		same, err := sameTOML(current, out)
-		if err != nil {
-			return edit{}, err
-		}
-		if same {
-			return edit{content: current}, nil
-		}
+	if same, err := sameTOML(current, out); err != nil || same {
+		return edit{content: current}, err
 	}
 	var notes []string
 	if opts.SetAsDefault {

@@ -6,11 +6,11 @@ import (
 )
 
 func TestConfigureCRIO(t *testing.T) {
-	plain, _, err := pure(configureCRIO, nil, testOptions())
+	plain, _, err := pure(t, configureCRIO, nil, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	withDefault, _, err := pure(configureCRIO, nil, Options{RuntimePath: testRuntimePath, SetAsDefault: true})
+	withDefault, _, err := pure(t, configureCRIO, nil, Options{RuntimePath: testRuntimePath, SetAsDefault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestConfigureCRIO(t *testing.T) {
 			if tc.runtimePath != "" {
 				opts.RuntimePath = tc.runtimePath
 			}
-			got, changed, err := pure(configureCRIO, tc.current, opts)
+			got, changed, err := pure(t, configureCRIO, tc.current, opts)
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return
@@ -122,7 +122,7 @@ func TestConfigureCRIO(t *testing.T) {
 }
 
 func TestUnconfigureCRIO(t *testing.T) {
-	ours, _, err := pure(configureCRIO, nil, testOptions())
+	ours, _, err := pure(t, configureCRIO, nil, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestUnconfigureCRIO(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, changed, err := pure(unconfigureCRIO, tc.current, testOptions())
+			got, changed, err := pure(t, removeDropIn, tc.current, testOptions())
 			checkErr(t, err, tc.wantErr)
 			if changed != tc.wantChanged {
 				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)

@@ -31,17 +31,15 @@ type edit struct {
 // to it. Every other key is kept with its value's text verbatim, in its order; the result is
 // indented with four spaces. When nothing needs to change it returns current, unchanged.
 func configureDocker(current []byte, opts Options) (edit, error) {
-	opts, top, runtimes, entry, err := loadDocker(current, opts, true)
+	top, runtimes, entry, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err
 	}
-	var path string
-	if raw, ok := entry.Get(dockerPathKey); ok {
-		if err := json.Unmarshal(raw, &path); err != nil {
-			return edit{}, fmt.Errorf("%w: runtimes.%s.path is not a string", ErrUnexpected, opts.RuntimeName)
-		}
+	path, err := jsonString(entry, dockerPathKey, "runtimes."+opts.RuntimeName+".path")
+	if err != nil {
+		return edit{}, err
 	}
-	def, err := dockerDefault(top)
+	def, err := jsonString(top, dockerDefaultKey, `"`+dockerDefaultKey+`"`)
 	if err != nil {
 		return edit{}, err
 	}
@@ -65,21 +63,17 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 		top.Set(dockerDefaultKey, jsonobject.String(opts.RuntimeName))
 		changed = true
 	}
-	if !changed {
-		return edit{content: current}, nil
-	}
-	out, err := indent(top)
-	return edit{content: out, changed: true, notes: notes}, err
+	return dockerEdit(current, top, changed, notes)
 }
 
 // unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
 // default-runtime when it names the runtime. Someone else's default is left alone.
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
-	opts, top, runtimes, entry, err := loadDocker(current, opts, false)
+	top, runtimes, entry, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err
 	}
-	def, err := dockerDefault(top)
+	def, err := jsonString(top, dockerDefaultKey, `"`+dockerDefaultKey+`"`)
 	if err != nil {
 		return edit{}, err
 	}
@@ -102,55 +96,51 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	default:
 		notes = append(notes, fmt.Sprintf("docker default-runtime %q is not ours; left as it is", def))
 	}
+	return dockerEdit(current, top, changed, notes)
+}
+
+// dockerEdit is the edit leaving daemon.json, current, as top: four-space indentation, final
+// newline. json.Indent only changes whitespace between tokens, so every value keeps its text.
+func dockerEdit(current []byte, top *jsonobject.Object, changed bool, notes []string) (edit, error) {
 	if !changed {
 		return edit{content: current, notes: notes}, nil
 	}
-	out, err := indent(top)
-	return edit{content: out, changed: true, notes: notes}, err
+	var b bytes.Buffer
+	if err := json.Indent(&b, top.Encode(), "", "    "); err != nil {
+		return edit{}, fmt.Errorf("indent daemon.json: %w", err)
+	}
+	b.WriteByte('\n')
+	return edit{content: b.Bytes(), changed: true, notes: notes}, nil
 }
 
-// loadDocker completes opts and parses daemon.json down to our runtime's entry.
-func loadDocker(current []byte, opts Options, configure bool) (Options, *jsonobject.Object, *jsonobject.Object, *jsonobject.Object, error) {
-	opts, err := opts.withDefaults(Docker, configure)
-	if err != nil {
-		return opts, nil, nil, nil, err
+// loadDocker parses daemon.json down to runtime name's entry: runtimes is empty when absent,
+// entry nil when absent.
+func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.Object, err error) {
+	if top, err = parseJSONObject(current); err != nil {
+		return nil, nil, nil, err
 	}
-	top, err := parseJSONObject(current)
-	if err != nil {
-		return opts, nil, nil, nil, err
-	}
-	runtimes, entry, err := dockerRuntime(top, opts.RuntimeName)
-	return opts, top, runtimes, entry, err
-}
-
-// dockerRuntime returns daemon.json's runtimes object (empty when absent) and its entry name
-// (nil when absent).
-func dockerRuntime(top *jsonobject.Object, name string) (runtimes, entry *jsonobject.Object, err error) {
 	raw, ok := top.Get(dockerRuntimesKey)
 	if !ok {
-		return &jsonobject.Object{}, nil, nil
+		return top, &jsonobject.Object{}, nil, nil
 	}
 	if runtimes, err = parseJSONObject(raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
+		return nil, nil, nil, fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
 	}
 	if raw, ok = runtimes.Get(name); !ok {
-		return runtimes, nil, nil
+		return top, runtimes, nil, nil
 	}
 	if entry, err = parseJSONObject(raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: runtimes.%s is not a JSON object", ErrUnexpected, name)
+		return nil, nil, nil, fmt.Errorf("%w: runtimes.%s is not a JSON object", ErrUnexpected, name)
 	}
-	return runtimes, entry, nil
+	return top, runtimes, entry, nil
 }
 
-// dockerDefault returns daemon.json's default-runtime ("" when absent).
-func dockerDefault(top *jsonobject.Object) (string, error) {
-	raw, ok := top.Get(dockerDefaultKey)
-	if !ok {
-		return "", nil
-	}
+// jsonString returns the string member name of o ("" when o or the member is absent); what
+// names it in the error.
+func jsonString(o *jsonobject.Object, name, what string) (string, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("%w: %q is not a string", ErrUnexpected, dockerDefaultKey)
+	if raw, ok := o.Get(name); ok && json.Unmarshal(raw, &s) != nil {
+		return "", fmt.Errorf("%w: %s is not a string", ErrUnexpected, what)
 	}
 	return s, nil
 }
@@ -181,40 +171,17 @@ func parseJSONObject(data []byte) (*jsonobject.Object, error) {
 	return obj, nil
 }
 
-// jsonParseError locates err in data.
+// jsonParseError locates err in data: a 1-based line and column.
 func jsonParseError(data []byte, err error, offset int64) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		offset = se.Offset - 1 // Offset counts the bytes read, the offending one included
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		offset = te.Offset
-	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		err = errors.New("unexpected end of JSON input")
 		offset = int64(len(data))
 	}
-	line, col := lineColumn(data, int(offset))
-	return &ParseError{Line: line, Column: col, Err: err}
-}
-
-// lineColumn turns a byte offset into a 1-based line and column.
-func lineColumn(data []byte, offset int) (int, int) {
-	offset = min(max(offset, 0), len(data))
-	lead := data[:offset]
+	lead := data[:min(max(offset, 0), int64(len(data)))]
 	line := bytes.Count(lead, []byte{'\n'}) + 1
-	col := offset - bytes.LastIndexByte(lead, '\n')
-	return line, col
-}
-
-// indent writes o as a daemon.json file: four-space indentation, final newline.
-// json.Indent only changes whitespace between tokens, so every value keeps its text.
-func indent(o *jsonobject.Object) ([]byte, error) {
-	var b bytes.Buffer
-	if err := json.Indent(&b, o.Encode(), "", "    "); err != nil {
-		return nil, fmt.Errorf("indent daemon.json: %w", err)
-	}
-	b.WriteByte('\n')
-	return b.Bytes(), nil
+	return &ParseError{Line: line, Column: len(lead) - bytes.LastIndexByte(lead, '\n'), Err: err}
 }

@@ -40,7 +40,7 @@ func decodeJSON(t *testing.T, data []byte) map[string]any {
 }
 
 func TestConfigureDocker(t *testing.T) {
-	configured, _, err := pure(configureDocker, []byte(otherDaemonJSON), testOptions())
+	configured, _, err := pure(t, configureDocker, []byte(otherDaemonJSON), testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,11 @@ func TestConfigureDocker(t *testing.T) {
 			if tc.nilCurrent {
 				current = nil
 			}
-			e, err := configureDocker(current, opts)
+			opts, err := opts.withDefaults(Docker, true)
+			var e edit
+			if err == nil {
+				e, err = configureDocker(current, opts)
+			}
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return
@@ -230,7 +234,7 @@ func TestConfigureDocker(t *testing.T) {
 // TestConfigureDockerKeepsValueText checks the promise that values keep their text: numbers
 // are not reformatted and escapes stay escapes.
 func TestConfigureDockerKeepsValueText(t *testing.T) {
-	out, changed, err := pure(configureDocker, []byte(otherDaemonJSON), testOptions())
+	out, changed, err := pure(t, configureDocker, []byte(otherDaemonJSON), testOptions())
 	if err != nil || !changed {
 		t.Fatalf("ConfigureDocker: changed %v, err %v", changed, err)
 	}
@@ -252,7 +256,7 @@ func TestConfigureDockerKeepsValueText(t *testing.T) {
 }
 
 func TestUnconfigureDocker(t *testing.T) {
-	configuredDefault, _, err := pure(configureDocker, []byte(otherDaemonJSON), Options{RuntimePath: testRuntimePath, SetAsDefault: true})
+	configuredDefault, _, err := pure(t, configureDocker, []byte(otherDaemonJSON), Options{RuntimePath: testRuntimePath, SetAsDefault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +323,7 @@ func TestUnconfigureDocker(t *testing.T) {
 			if tc.nilCurrent {
 				current = nil
 			}
-			e, err := unconfigureDocker(current, testOptions())
+			e, err := unconfigureDocker(current, completed(t, testOptions()))
 			checkErr(t, err, tc.wantErr, tc.wantErrText...)
 			if tc.wantErr != nil {
 				return

@@ -1,39 +1,39 @@
 // Package engine reads and edits container engines' configuration files to register gpu-runtime
 // as a runtime of docker, containerd or cri-o, and to remove it again.
 //
-// It has two layers. The per-engine edits (configureDocker, configureContainerdMain,
-// containerdDropIn, configureCRIO and their unconfigure counterparts) are pure: they take a
-// file's current content and return the content it should have, and whether that differs.
-// PlanConfigure and PlanUnconfigure read the files those edits need and return a Plan;
+// The per-engine edits (configureDocker, configureContainerdMain, containerdDropIn,
+// configureCRIO and their unconfigure counterparts) are pure: current content and Options
+// completed by withDefaults in, new content and whether it differs out. PlanConfigure and
+// PlanUnconfigure complete the Options, read the files those edits need and return a Plan;
 // Plan.Apply writes it.
 //
 // Guarantees:
-//   - Idempotent: configuring an engine that is already configured (or unconfiguring one that is
-//     not) plans no change, so nothing is written and no backup is made.
-//   - Nothing of the user's is lost: every key and value of daemon.json other than ours is kept
-//     (numbers and strings verbatim, key order kept; only whitespace is normalised), and the
-//     containerd main config is edited textually, byte for byte except the one `imports` element.
+//   - Idempotent: configuring what is configured (or unconfiguring what is not) plans no
+//     change, so nothing is written and no backup is made.
+//   - Nothing of the user's is lost: daemon.json keeps every other key and value (numbers and
+//     strings verbatim, key order kept; only whitespace is normalised), and containerd's main
+//     config is edited textually, byte for byte except the one `imports` element.
 //   - A file holding the user's settings (daemon.json, containerd's config.toml) is copied to
-//     `<file>.bak.<UTC timestamp>` before it changes. Drop-in files are generated whole by
-//     gpu-ctk, marked by their first line, and never backed up: a backup in a drop-in directory
-//     would itself be loaded (cri-o reads every file of crio.conf.d).
-//   - Unconfigure undoes configure: the file ends as it was before configure where gpu-ctk can
-//     tell that. A backup holding the same settings as unconfigure's result (differing only in
-//     layout) is written back byte for byte and then removed; a file that held nothing but what
-//     configure wrote into it (an empty daemon.json object, containerd's bare `version` line) is
-//     removed, configure having created it; containerd's drop-in directory goes when left empty.
-//     Anything the user changed after configure is kept, and the file is then backed up first.
+//     `<file>.bak.<UTC timestamp>` before it changes. Drop-ins are generated whole, marked by
+//     their first line, and never backed up: a backup in a drop-in directory would itself be
+//     loaded (cri-o reads every file of crio.conf.d).
+//   - Unconfigure undoes configure where gpu-ctk can tell: a backup holding the same settings
+//     as unconfigure's result (differing only in layout) is written back byte for byte and
+//     removed; a file holding nothing but what configure wrote into it (an empty daemon.json
+//     object, containerd's bare `version` line) is removed, configure having created it;
+//     containerd's drop-in directory goes when left empty. Anything the user changed after
+//     configure is kept, and the file is backed up first.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
-//   - Only regular files are read, each of at most 1 MiB, checked on an O_PATH handle before
-//     being opened without blocking: a FIFO or a device is never opened for reading. A config
-//     path that is a symbolic link to a regular file is edited where the link points and the
-//     link stays; a link to nothing, or to anything but a regular file, is refused (no file is
-//     ever created where a link points). A containerd import that is not a regular file is
-//     left out with a warning (Plan.Warnings).
+//   - Only regular files of at most 1 MiB are read, checked on an O_PATH handle before being
+//     opened without blocking: a FIFO or a device is never opened for reading. A config path
+//     that is a symbolic link to a regular file is edited where the link points and the link
+//     stays; a link to nothing or to anything else is refused (no file is ever created where a
+//     link points). A containerd import that is not a regular file is left out with a warning.
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -89,19 +89,11 @@ type ParseError struct {
 }
 
 func (e *ParseError) Error() string {
-	var b strings.Builder
-	b.WriteString("parse ")
-	if e.Path != "" {
-		b.WriteString(e.Path)
-	} else {
-		b.WriteString("configuration")
-	}
+	where := cmp.Or(e.Path, "configuration")
 	if e.Line > 0 {
-		fmt.Fprintf(&b, " at line %d, column %d", e.Line, e.Column)
+		where += fmt.Sprintf(" at line %d, column %d", e.Line, e.Column)
 	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
+	return "parse " + where + ": " + e.Err.Error()
 }
 
 func (e *ParseError) Unwrap() error { return e.Err }
@@ -143,37 +135,27 @@ type Options struct {
 	ContainerdConfigVersion int
 }
 
+// defaultConfig is each engine's Options.ConfigPath when none is given.
+var defaultConfig = map[Engine]string{Docker: DefaultDockerConfig, Containerd: DefaultContainerdConfig, CRIO: DefaultCRIODropIn}
+
 var runtimeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // withDefaults fills defaults in and checks what configuring needs.
 func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) {
-	if o.RuntimeName == "" {
-		o.RuntimeName = DefaultRuntimeName
-	}
+	o.RuntimeName = cmp.Or(o.RuntimeName, DefaultRuntimeName)
 	if !runtimeNameRE.MatchString(o.RuntimeName) {
 		return o, fmt.Errorf("%w: runtime name %q: use letters, digits, '.', '_' and '-' (63 at most), starting with a letter or digit", ErrInvalidOptions, o.RuntimeName)
 	}
 	if configuring && !filepath.IsAbs(o.RuntimePath) {
 		return o, fmt.Errorf("%w: runtime path %q is not absolute", ErrInvalidOptions, o.RuntimePath)
 	}
-	if o.ContainerdConfigVersion == 0 {
-		o.ContainerdConfigVersion = 2
-	}
+	o.ContainerdConfigVersion = cmp.Or(o.ContainerdConfigVersion, 2)
 	if o.ContainerdConfigVersion != 2 && o.ContainerdConfigVersion != 3 {
 		return o, fmt.Errorf("%w: containerd config version %d: use 2 or 3", ErrInvalidOptions, o.ContainerdConfigVersion)
 	}
-	if o.ConfigPath == "" {
-		switch engine {
-		case Docker:
-			o.ConfigPath = DefaultDockerConfig
-		case Containerd:
-			o.ConfigPath = DefaultContainerdConfig
-		case CRIO:
-			o.ConfigPath = DefaultCRIODropIn
-		}
-	}
-	if engine == Containerd && o.DropInPath == "" {
-		o.DropInPath = DefaultContainerdDropIn
+	o.ConfigPath = cmp.Or(o.ConfigPath, defaultConfig[engine])
+	if engine == Containerd {
+		o.DropInPath = cmp.Or(o.DropInPath, DefaultContainerdDropIn)
 	}
 	// containerd resolves relative imports against the main config's directory, not ours.
 	var err error

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
 )
 
 // newFileMode is the mode of configuration files gpu-ctk creates.
@@ -43,7 +45,6 @@ type Change struct {
 // A Plan is what configure or unconfigure changes, in the order it must happen, and what the
 // user should know. A Plan with no Changes means the engine is already as asked.
 type Plan struct {
-	Engine  Engine
 	Files   []string // the files examined
 	Changes []Change
 	Notes   []string // facts worth telling (a replaced default, a copied setting)
@@ -84,21 +85,20 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
-		return planSingleFile(crioFile, opts, unconfigureCRIO, nil)
+		return planSingleFile(crioFile, opts, removeDropIn, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
 
 // singleFile describes an engine whose registration is one file.
 type singleFile struct {
-	engine Engine
 	backup bool   // the file holds the user's settings: back it up before changing it
 	next   string // what the user does after a change
 }
 
 var (
-	dockerFile = singleFile{engine: Docker, backup: true, next: "restart dockerd: systemctl restart docker"}
-	crioFile   = singleFile{engine: CRIO, backup: false, next: "restart cri-o: systemctl restart crio"}
+	dockerFile = singleFile{backup: true, next: "restart dockerd: systemctl restart docker"}
+	crioFile   = singleFile{backup: false, next: "restart cri-o: systemctl restart crio"}
 )
 
 // planSingleFile plans fn's edit of the engine's one file; undo, when not nil, is how
@@ -112,19 +112,16 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 	if err != nil {
 		return nil, withPath(err, f.path)
 	}
-	p := &Plan{Engine: sf.engine, Files: []string{f.path}, Notes: e.notes}
-	if e.changed {
-		c := f.change(e.content, sf.backup)
-		if undo != nil {
-			var note string
-			c, note = f.undo(e.content, *undo)
-			if note != "" {
-				p.Notes = append(p.Notes, note)
-			}
-		}
-		p.Changes = append(p.Changes, c)
-		p.Next = []string{sf.next}
+	p := &Plan{Files: []string{f.path}, Notes: e.notes}
+	switch {
+	case !e.changed:
+		return p, nil
+	case undo != nil:
+		p.undo(f, e.content, *undo)
+	default:
+		p.Changes = append(p.Changes, f.change(e.content, sf.backup))
 	}
+	p.Next = []string{sf.next}
 	return p, nil
 }
 
@@ -136,14 +133,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if !owned(drop.content) {
 		return nil, fmt.Errorf("%s: %w: it does not start with %q; choose another drop-in file with --drop-in", drop.path, ErrNotOurs, dropInMarker)
 	}
-	files := []File{{Path: opts.ConfigPath, Content: main.content}}
-	var warnings []string
-	if main.content != nil {
-		imported, skipped, err := containerdImportFiles(files[0], opts.DropInPath, readImport)
-		if err != nil {
-			return nil, err
-		}
-		files, warnings = append(files, imported...), skipped
+	// Relative imports are relative to the main config as named, not where its links lead.
+	files, warnings, err := containerdFiles(configFile{path: opts.ConfigPath, content: main.content}, opts.DropInPath)
+	if err != nil {
+		return nil, err
 	}
 	if drop.content != nil && containerdDropInSetsDefault(drop.content, opts.RuntimeName) {
 		opts.SetAsDefault = true
@@ -156,12 +149,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, withPath(err, main.path)
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}, Warnings: warnings}
-	same := false
-	if drop.content != nil {
-		if same, err = sameTOML(drop.content, dropEdit.content); err != nil {
-			return nil, withPath(err, drop.path)
-		}
+	p := &Plan{Files: []string{main.path, drop.path}, Warnings: warnings}
+	same, err := sameTOML(drop.content, dropEdit.content)
+	if err != nil {
+		return nil, withPath(err, drop.path)
 	}
 	if !same {
 		p.Changes = append(p.Changes, drop.change(dropEdit.content, false)) // the drop-in first: a missing import stops containerd
@@ -202,25 +193,20 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Engine: Containerd, Files: []string{main.path, drop.path}}
-	if main.content != nil {
-		e, err := unconfigureContainerdMain(main.content, opts)
-		if err != nil {
-			return nil, withPath(err, main.path)
-		}
-		if e.changed {
-			c, note := main.undo(e.content, containerdUndo) // the import first
-			p.Changes = append(p.Changes, c)
-			if note != "" {
-				p.Notes = append(p.Notes, note)
-			}
-		}
-		p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
+	mainEdit, err := unconfigureContainerdMain(main.content, opts)
+	if err != nil {
+		return nil, withPath(err, main.path)
 	}
-	if drop.content != nil {
-		if !owned(drop.content) {
-			return nil, fmt.Errorf("%s: %w: it does not start with %q; remove our runtime from it by hand", drop.path, ErrNotOurs, dropInMarker)
-		}
+	dropEdit, err := removeDropIn(drop.content, opts)
+	if err != nil {
+		return nil, withPath(err, drop.path)
+	}
+	p := &Plan{Files: []string{main.path, drop.path}}
+	if mainEdit.changed {
+		p.undo(main, mainEdit.content, containerdUndo) // the import first
+	}
+	p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
+	if dropEdit.changed {
 		c := drop.change(nil, false)
 		// The drop-in directory is gpu-ctk's choice (containerd has none): configure created it
 		// when it was missing.
@@ -254,11 +240,10 @@ type configFile struct {
 }
 
 // readConfig reads the configuration file at path, which configure and unconfigure may write.
-// A symbolic link there is followed: the file it resolves to is read, and Apply replaces that
-// file, so that the link stays (as atomicfile does for a bundle's config.json). A link that
-// resolves to nothing is refused, rather than a new file created wherever it points, and so
-// is a link to anything but a regular file. The file is read by readRegular: never opened for
-// reading unless it is a regular file, never more than maxConfigSize bytes.
+// A symbolic link there is followed, and Apply replaces the file it resolves to, so that the
+// link stays (as atomicfile does for a bundle's config.json). A link to nothing is refused,
+// rather than a file created wherever it points, and so is a link to anything but a regular
+// file. The file is read by readRegular.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
 	link := ""
@@ -334,7 +319,7 @@ func readRegular(path string) ([]byte, fs.FileMode, error) {
 		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, 0, &notRegularError{path: path, kind: fileKind(st.Mode)}
+		return nil, 0, &notRegularError{path: path, kind: cmp.Or(fileKinds[st.Mode&unix.S_IFMT], "special file")}
 	}
 	if st.Size > maxConfigSize {
 		return nil, 0, &notRegularError{path: path, size: st.Size}
@@ -354,34 +339,14 @@ func readRegular(path string) ([]byte, fs.FileMode, error) {
 	return content, fs.FileMode(st.Mode & 0o777), nil
 }
 
-// fileKind names the type of a file in a message: a FIFO, a directory…
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symbolic link"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	}
-	return "special file"
-}
-
-// readImport reads a file containerd's imports name: links followed, as containerd does, and
-// then a regular file only (readRegular).
-func readImport(path string) ([]byte, error) {
-	resolved, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return nil, err
-	}
-	content, _, err := readRegular(resolved)
-	return content, err
+// fileKinds name the types of file in messages.
+var fileKinds = map[uint32]string{
+	unix.S_IFDIR:  "directory",
+	unix.S_IFLNK:  "symbolic link",
+	unix.S_IFIFO:  "FIFO",
+	unix.S_IFSOCK: "socket",
+	unix.S_IFCHR:  "character device",
+	unix.S_IFBLK:  "block device",
 }
 
 // change plans replacing f with content (nil: removing it).
@@ -411,22 +376,12 @@ type undoRule struct {
 // same JSON; bare is an object with no member (dockerd reads a missing daemon.json so).
 var dockerUndo = undoRule{
 	same: func(backup, planned []byte) bool {
-		a, err := parseJSONObject(backup)
-		if err != nil {
-			return false
-		}
-		b, err := parseJSONObject(planned)
-		if err != nil || len(a.Members) != len(b.Members) {
-			return false
-		}
-		for i, ma := range a.Members {
-			mb := b.Members[i]
+		a, errA := parseJSONObject(backup)
+		b, errB := parseJSONObject(planned)
+		return errA == nil && errB == nil && slices.EqualFunc(a.Members, b.Members, func(ma, mb jsonobject.Member) bool {
 			var va, vb bytes.Buffer
-			if ma.Name != mb.Name || json.Compact(&va, ma.Value) != nil || json.Compact(&vb, mb.Value) != nil || !bytes.Equal(va.Bytes(), vb.Bytes()) {
-				return false
-			}
-		}
-		return true
+			return ma.Name == mb.Name && json.Compact(&va, ma.Value) == nil && json.Compact(&vb, mb.Value) == nil && bytes.Equal(va.Bytes(), vb.Bytes())
+		})
 	},
 	bare: func(planned []byte) bool {
 		obj, err := parseJSONObject(planned)
@@ -439,18 +394,10 @@ var dockerUndo = undoRule{
 // the "version = N" line configure writes into a config it creates.
 var containerdUndo = undoRule{
 	same: func(backup, planned []byte) bool {
-		a, err := parseTOML(backup)
-		if err != nil {
-			return false
-		}
-		b, err := parseTOML(planned)
-		if err != nil {
-			return false
-		}
-		if _, ok := b["version"]; ok && len(a) == 0 && len(b) == 1 {
-			return true
-		}
-		return reflect.DeepEqual(a, b)
+		a, errA := parseTOML(backup)
+		b, errB := parseTOML(planned)
+		_, version := b["version"]
+		return errA == nil && errB == nil && (version && len(a) == 0 && len(b) == 1 || reflect.DeepEqual(a, b))
 	},
 	bare: func(planned []byte) bool {
 		s := string(planned)
@@ -460,27 +407,27 @@ var containerdUndo = undoRule{
 
 // undo plans writing content, unconfigure's result, to f, a file holding the user's settings,
 // so that f ends as it was before configure where that can be told:
-//   - the newest backup gpu-ctk made of f (<path>.bak.<UTC time>) holding the same settings
-//     as content is written back byte for byte — the user's layout and comments return — and
-//     then removed, being the file itself again. f's current content needs no backup: it is
-//     the backup's plus our runtime.
-//   - otherwise, content that is bare removes f: configure created it.
+//   - the newest backup gpu-ctk made of f holding the same settings as content is written
+//     back byte for byte (the user's layout and comments return) and then removed, being the
+//     file itself again. f's current content needs no backup: it is the backup's plus our runtime.
+//   - otherwise, content that is bare removes f, with a note: configure created it.
 //   - otherwise content is written, after a backup of f.
-//
-// It returns the change and, for a removal, a note saying why.
-func (f configFile) undo(content []byte, rule undoRule) (Change, string) {
+func (p *Plan) undo(f configFile, content []byte, rule undoRule) {
 	for _, b := range backupsOf(f.path) {
-		data, err := readBackup(b)
+		data, _, err := readRegular(b) // a regular file, not a link
 		if err == nil && rule.same(data, content) {
 			c := f.change(data, false)
 			c.RestoredFrom = b
-			return c, ""
+			p.Changes = append(p.Changes, c)
+			return
 		}
 	}
 	if rule.bare(content) {
-		return f.change(nil, false), fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path)
+		p.Changes = append(p.Changes, f.change(nil, false))
+		p.Notes = append(p.Notes, fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path))
+		return
 	}
-	return f.change(content, true), ""
+	p.Changes = append(p.Changes, f.change(content, true))
 }
 
 // backupRE matches the names writeBackup gives: <UTC timestamp>[.N] after "<file>.bak.".
@@ -493,36 +440,25 @@ func backupsOf(path string) []string {
 		return nil
 	}
 	type backup struct {
-		name, stamp string
+		path, stamp string
 		n           int
 	}
-	prefix := filepath.Base(path) + ".bak."
 	var found []backup
 	for _, e := range entries {
-		m := backupRE.FindStringSubmatch(strings.TrimPrefix(e.Name(), prefix))
-		if !strings.HasPrefix(e.Name(), prefix) || m == nil {
-			continue
+		rest, ok := strings.CutPrefix(e.Name(), filepath.Base(path)+".bak.")
+		if m := backupRE.FindStringSubmatch(rest); ok && m != nil {
+			n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
+			found = append(found, backup{path: filepath.Join(filepath.Dir(path), e.Name()), stamp: m[1], n: n})
 		}
-		n, _ := strconv.Atoi(m[2]) // "" (the first backup of that second) is 0
-		found = append(found, backup{name: e.Name(), stamp: m[1], n: n})
 	}
-	sort.Slice(found, func(i, j int) bool {
-		if found[i].stamp != found[j].stamp {
-			return found[i].stamp > found[j].stamp
-		}
-		return found[i].n > found[j].n
+	slices.SortFunc(found, func(a, b backup) int { // newest first
+		return cmp.Or(strings.Compare(b.stamp, a.stamp), cmp.Compare(b.n, a.n))
 	})
 	names := make([]string, len(found))
 	for i, b := range found {
-		names[i] = filepath.Join(filepath.Dir(path), b.name)
+		names[i] = b.path
 	}
 	return names
-}
-
-// readBackup reads a backup that is a regular file (not a link) of at most maxConfigSize bytes.
-func readBackup(path string) ([]byte, error) {
-	content, _, err := readRegular(path)
-	return content, err
 }
 
 // Apply makes the plan's changes in order. For each it first checks that the file still has
@@ -621,16 +557,14 @@ func writeBackup(path string, content []byte, mode fs.FileMode, now time.Time) (
 // line, and a line for each file to be removed.
 func (p *Plan) WriteDryRun(w io.Writer) error {
 	for _, c := range p.Changes {
-		var err error
+		what := fmt.Sprintf("would be written (mode %04o)", c.Mode)
 		switch {
 		case c.Remove:
-			_, err = fmt.Fprintf(w, "--- %s: would be removed\n", c.Path)
+			what = "would be removed" // and c.Content is nil
 		case c.RestoredFrom != "":
-			_, err = fmt.Fprintf(w, "--- %s: would be restored from %s (mode %04o)\n%s", c.Path, c.RestoredFrom, c.Mode, c.Content)
-		default:
-			_, err = fmt.Fprintf(w, "--- %s: would be written (mode %04o)\n%s", c.Path, c.Mode, c.Content)
+			what = fmt.Sprintf("would be restored from %s (mode %04o)", c.RestoredFrom, c.Mode)
 		}
-		if err != nil {
+		if _, err := fmt.Fprintf(w, "--- %s: %s\n%s", c.Path, what, c.Content); err != nil {
 			return fmt.Errorf("write dry run: %w", err)
 		}
 	}

@@ -59,8 +59,20 @@ func testOptions() Options {
 	return Options{RuntimeName: "gpu", RuntimePath: testRuntimePath}
 }
 
+// completed fills opts in as planning does before the per-engine edits see them (containerd's
+// defaults: its edits read the most options; the others ignore the paths).
+func completed(t *testing.T, opts Options) Options {
+	t.Helper()
+	opts, err := opts.withDefaults(Containerd, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
+
 // pure runs one of the per-engine edits as a test reads it: content, changed, error.
-func pure(fn func([]byte, Options) (edit, error), current []byte, opts Options) ([]byte, bool, error) {
-	e, err := fn(current, opts)
+func pure(t *testing.T, fn func([]byte, Options) (edit, error), current []byte, opts Options) ([]byte, bool, error) {
+	t.Helper()
+	e, err := fn(current, completed(t, opts))
 	return e.content, e.changed, err
 }

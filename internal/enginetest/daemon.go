@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/mountinfo"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -152,7 +153,7 @@ func Release(dir string) error {
 	}
 	var errs []error
 	for round := 0; round < 5; round++ {
-		mounts, _ := mountinfo.Under(dir, "") // unreadable: nothing to unmount that we can see
+		mounts := mountsUnder(dir) // unreadable: nothing to unmount that we can see
 		if len(mounts) == 0 {
 			return nil
 		}
@@ -163,7 +164,7 @@ func Release(dir string) error {
 			}
 		}
 	}
-	if left, _ := mountinfo.Under(dir, ""); len(left) > 0 {
+	if left := mountsUnder(dir); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v", left))
 	}
 	return errors.Join(errs...)
@@ -234,5 +235,16 @@ func processesUnder(dir string) []int {
 	for _, pid := range roots {
 		walk(pid)
 	}
+	return out
+}
+
+// mountsUnder lists the mount points at or under dir, deepest first.
+func mountsUnder(dir string) []string {
+	infos, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	out := make([]string, len(infos))
+	for i, m := range infos {
+		out[i] = m.Mountpoint
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }

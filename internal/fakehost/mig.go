@@ -184,8 +184,15 @@ func (p *migProduct) memMiBFor(memSlices int) int {
 	return p.memMiB[map[int]int{1: 0, 2: 1, 4: 2, 8: 3}[memSlices]]
 }
 
-// migMemorySizeGB is go-nvlib's getMigMemorySizeGB (pkg/nvlib/device/mig_profile.go): the GB
-// figure of a profile name, from the instance's memory and the whole GPU's, in bytes.
+// The fake names its profiles itself, from the slice counts, memory and media extensions of
+// its tables, as nvidia-smi prints them; go-nvlib, which consumers use, names them from the
+// NVML profile indexes the fake reports. The tests check the one against the other
+// (TestMIGProfiles, TestNVMLMIG), which would prove nothing if the fake asked go-nvlib; and
+// this package stays free of cgo, which go-nvlib's device package brings in with go-nvml.
+
+// migMemorySizeGB is the rounding of go-nvlib's getMigMemorySizeGB
+// (pkg/nvlib/device/mig_profile.go) and nvidia-smi: the GB figure of a profile name, from the
+// instance's memory and the whole GPU's, in bytes.
 func migMemorySizeGB(totalDeviceMemory, migMemorySizeMB uint64) uint64 {
 	const fracDenominator = 8
 	const oneMB = 1024 * 1024

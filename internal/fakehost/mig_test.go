@@ -3,39 +3,25 @@ package fakehost
 import (
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// nvlibMigMemorySizeGB is go-nvlib's getMigMemorySizeGB (github.com/NVIDIA/go-nvlib,
-// pkg/nvlib/device/mig_profile.go), copied here so that the tests check the fake against the
-// consumers' formula rather than against the fake's own copy of it.
-func nvlibMigMemorySizeGB(totalDeviceMemory, migMemorySizeMB uint64) uint64 {
-	const fracDenominator = 8
-	const oneMB = 1024 * 1024
-	const oneGB = 1024 * 1024 * 1024
-	fractionalGpuMem := (float64(migMemorySizeMB) * oneMB) / float64(totalDeviceMemory)
-	fractionalGpuMem = math.Ceil(fractionalGpuMem*fracDenominator) / fracDenominator
-	totalMemGB := float64((totalDeviceMemory + oneGB - 1) / oneGB)
-	return uint64(math.Round(fractionalGpuMem * totalMemGB))
-}
+// nvlib is go-nvlib's device library, whose MIG profile names NVIDIA's tools and our
+// nvmlinfo print; the tests check the fake's names and its NVML answers against it.
+// NewMigProfile needs no NVML.
+var nvlib = device.New(nil)
 
-// nvlibProfileName is go-nvlib's MigProfileInfo.String.
-func nvlibProfileName(c, g int, gb uint64, attrs []string) string {
-	var suffix string
-	if len(attrs) > 0 {
-		suffix = "+" + strings.Join(attrs, ",")
-	}
-	if c == g {
-		return fmt.Sprintf("%dg.%dgb%s", g, gb, suffix)
-	}
-	return fmt.Sprintf("%dc.%dg.%dgb%s", c, g, gb, suffix)
-}
+// ciProfileIndex is the NVML_COMPUTE_INSTANCE_PROFILE_* of a compute instance of N slices.
+var ciProfileIndex = map[int]int{1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+	3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, 4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, 6: nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE,
+	7: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, 8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE}
 
 func TestMIGProfiles(t *testing.T) {
 	// The names `nvidia-smi mig -lgip` and `-lcip` print on both products.
@@ -62,7 +48,7 @@ func TestMIGProfiles(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("MIGProfiles = %q, want %q", got, tc.want)
 			}
-			// Every profile's memory gives its name back under go-nvlib's formula.
+			// go-nvlib names every profile the same from its NVML profile indexes and memory.
 			p := migProductFor(&tc.gpu)
 			total := uint64(tc.gpu.memoryMiB()) << 20
 			for _, name := range got {
@@ -72,12 +58,10 @@ func TestMIGProfiles(t *testing.T) {
 					continue
 				}
 				mem := p.memMiBFor(mp.gi.memSlices)
-				var attrs []string
-				if mp.gi.me {
-					attrs = []string{"me"}
-				}
-				if back := nvlibProfileName(mp.c, mp.gi.slices, nvlibMigMemorySizeGB(total, uint64(mem)), attrs); back != name {
-					t.Errorf("%s: %d MiB of %d MiB is a %s under go-nvlib's formula", name, mem, tc.gpu.memoryMiB(), back)
+				back, err := nvlib.NewMigProfile(mp.gi.index, ciProfileIndex[mp.c], nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, uint64(mem), total)
+				if err != nil || back.String() != name {
+					t.Errorf("%s: GPU instance profile %d, %d compute slices, %d MiB of %d MiB: go-nvlib names it %v (%v)",
+						name, mp.gi.index, mp.c, mem, tc.gpu.memoryMiB(), back, err)
 				}
 				if w, ok := tc.memMiB[name]; ok && mem != w {
 					t.Errorf("%s: %d MiB, want %d", name, mem, w)
@@ -323,32 +307,37 @@ type migGPUReport struct {
 	UnusedGI              string // GetGpuInstanceById of a GI id no device uses
 	MemoryMiB             uint64
 	FromMigDeviceOfParent string // GetDeviceHandleFromMigDeviceHandle of the GPU handle
+	// What go-nvlib's Device reads: "<index> <UUID>" of each MIG device VisitMigDevices
+	// visits, and the names of GetMigProfiles, sorted and without duplicates.
+	Visited  []string
+	Profiles []string
 }
 
 type migDeviceReport struct {
-	Index          int
-	UUID, Name     string
-	IsMig          bool
-	Parent         string // UUID of GetDeviceHandleFromMigDeviceHandle
-	ByUUID         string // "same" when GetHandleByUUID gives back this handle
-	GI, CI         int
-	MinorNumber    string // return of GetMinorNumber
-	Attributes     nvml.DeviceAttributes
-	MemoryMiB      uint64
-	GIProfileID    uint32
-	GIPlacement    nvml.GpuInstancePlacement
-	CIPlacement    nvml.ComputeInstancePlacement
-	FromAttributes string // the profile name from the attributes, as consumers compute it
-	FromProfiles   string // and from the profile ids, as go-nvlib's MigDevice.GetProfile does
+	Index       int
+	UUID, Name  string
+	IsMig       bool
+	Parent      string // UUID of GetDeviceHandleFromMigDeviceHandle
+	ByUUID      string // "same" when GetHandleByUUID gives back this handle
+	GI, CI      int
+	MinorNumber string // return of GetMinorNumber
+	Attributes  nvml.DeviceAttributes
+	MemoryMiB   uint64
+	GIProfileID uint32
+	GIPlacement nvml.GpuInstancePlacement
+	CIPlacement nvml.ComputeInstancePlacement
+	Profile     string // go-nvlib's MigDevice.GetProfile, from the GPU and compute instance profile ids
 }
 
-// readMIG is the "mig" child: it walks every GPU's MIG devices through go-nvml.
+// readMIG is the "mig" child: it walks every GPU's MIG devices through go-nvml, and reads
+// them with go-nvlib.
 func readMIG(t *testing.T, path string) any {
 	lib := nvml.New(nvml.WithLibraryPath(path))
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatalf("init: %v", ret)
 	}
 	defer lib.Shutdown()
+	devs := device.New(lib)
 	must := func(what string, ret nvml.Return) {
 		t.Helper()
 		if ret != nvml.SUCCESS {
@@ -386,16 +375,39 @@ func readMIG(t *testing.T, path string) any {
 				break
 			}
 			must("MIG device handle", ret)
-			g.Devices = append(g.Devices, readMIGDevice(t, lib, gpu, mig, mem.Total))
+			g.Devices = append(g.Devices, readMIGDevice(t, lib, devs, gpu, mig))
 		}
 		_, ret = gpu.GetMigDeviceHandleByIndex(g.MaxMigDevices)
 		g.AtMax = ret.Error()
+		dev, err := devs.NewDevice(gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.VisitMigDevices(func(j int, m device.MigDevice) error {
+			uuid, ret := m.GetUUID()
+			if ret != nvml.SUCCESS {
+				return ret
+			}
+			g.Visited = append(g.Visited, fmt.Sprintf("%d %s", j, uuid))
+			return nil
+		}); err != nil {
+			t.Errorf("go-nvlib VisitMigDevices: %v", err)
+		}
+		profiles, err := dev.GetMigProfiles()
+		if err != nil {
+			t.Errorf("go-nvlib GetMigProfiles: %v", err)
+		}
+		for _, p := range profiles {
+			g.Profiles = append(g.Profiles, p.String())
+		}
+		slices.Sort(g.Profiles)
+		g.Profiles = slices.Compact(g.Profiles)
 		r.GPUs = append(r.GPUs, g)
 	}
 	return r
 }
 
-func readMIGDevice(t *testing.T, lib nvml.Interface, gpu, mig nvml.Device, parentTotal uint64) migDeviceReport {
+func readMIGDevice(t *testing.T, lib nvml.Interface, devs device.Interface, gpu, mig nvml.Device) migDeviceReport {
 	must := func(what string, ret nvml.Return) {
 		t.Helper()
 		if ret != nvml.SUCCESS {
@@ -445,61 +457,16 @@ func readMIGDevice(t *testing.T, lib nvml.Interface, gpu, mig nvml.Device, paren
 		t.Errorf("MIG device %s: instance infos do not point back at their GPU, GPU instance and id", d.UUID)
 	}
 
-	// A consumer's name: slice counts and memory from the attributes, "+me" from the GPU
-	// instance's profile id.
-	var attrs []string
-	if me, ret := gpu.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1); ret == nvml.SUCCESS && me.Id == giInfo.ProfileId {
-		attrs = []string{"me"}
+	m, err := devs.NewMigDevice(mig)
+	if err != nil {
+		t.Fatal(err)
 	}
-	a := d.Attributes
-	d.FromAttributes = nvlibProfileName(int(a.ComputeInstanceSliceCount), int(a.GpuInstanceSliceCount),
-		nvlibMigMemorySizeGB(parentTotal, a.MemorySizeMB), attrs)
-	d.FromProfiles = nvlibGetProfile(gpu, gi, giInfo.ProfileId, ciInfo.ProfileId, a.MemorySizeMB, parentTotal)
+	if profile, err := m.GetProfile(); err != nil {
+		d.Profile = err.Error()
+	} else {
+		d.Profile = profile.String()
+	}
 	return d
-}
-
-// nvlibGetProfile is the profile search of go-nvlib's MigDevice.GetProfile
-// (pkg/nvlib/device/mig_device.go) with NewMigProfile's slice tables (mig_profile.go).
-func nvlibGetProfile(parent nvml.Device, gi nvml.GpuInstance, giProfileID, ciProfileID uint32, memMB, total uint64) string {
-	giSlices := map[int]int{nvml.GPU_INSTANCE_PROFILE_1_SLICE: 1, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 1,
-		nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1, nvml.GPU_INSTANCE_PROFILE_2_SLICE: 2, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1: 2,
-		nvml.GPU_INSTANCE_PROFILE_3_SLICE: 3, nvml.GPU_INSTANCE_PROFILE_4_SLICE: 4, nvml.GPU_INSTANCE_PROFILE_6_SLICE: 6,
-		nvml.GPU_INSTANCE_PROFILE_7_SLICE: 7, nvml.GPU_INSTANCE_PROFILE_8_SLICE: 8}
-	ciSlices := map[int]int{nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE: 1, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1: 1,
-		nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE: 2, nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE: 3, nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE: 4,
-		nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE: 6, nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE: 7, nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE: 8}
-	for i := 0; i < nvml.GPU_INSTANCE_PROFILE_COUNT; i++ {
-		giProfileInfo, ret := parent.GetGpuInstanceProfileInfo(i)
-		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
-			continue
-		}
-		if ret != nvml.SUCCESS {
-			return "GPU instance profile info: " + ret.Error()
-		}
-		if giProfileInfo.Id != giProfileID {
-			continue
-		}
-		for j := 0; j < nvml.COMPUTE_INSTANCE_PROFILE_COUNT; j++ {
-			for k := 0; k < nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT; k++ {
-				ciProfileInfo, ret := gi.GetComputeInstanceProfileInfo(j, k)
-				if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
-					continue
-				}
-				if ret != nvml.SUCCESS {
-					return "compute instance profile info: " + ret.Error()
-				}
-				if ciProfileInfo.Id != ciProfileID {
-					continue
-				}
-				var attrs []string
-				if i == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || i == nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
-					attrs = []string{"me"}
-				}
-				return nvlibProfileName(ciSlices[j], giSlices[i], nvlibMigMemorySizeGB(total, memMB), attrs)
-			}
-		}
-	}
-	return "no matching profile IDs found"
 }
 
 func TestNVMLMIG(t *testing.T) {
@@ -547,12 +514,16 @@ func TestNVMLMIG(t *testing.T) {
 				Parent: g.UUID, ByUUID: "same", GI: m.GI, CI: m.CI, MinorNumber: "Not Supported",
 				Attributes: attributes[product+" "+m.Profile], MemoryMiB: uint64(m.MemoryMiB),
 				GIProfileID: giProfileIDs[m.Profile], GIPlacement: placements[m.GI],
-				CIPlacement:    nvml.ComputeInstancePlacement{Start: uint32(m.CI), Size: map[bool]uint32{true: 1, false: 3}[strings.HasPrefix(m.Profile, "1")]},
-				FromAttributes: m.Profile, FromProfiles: m.Profile}
+				CIPlacement: nvml.ComputeInstancePlacement{Start: uint32(m.CI), Size: map[bool]uint32{true: 1, false: 3}[strings.HasPrefix(m.Profile, "1")]},
+				Profile:     m.Profile}
 			if strings.HasPrefix(m.Profile, "2g") {
 				d.CIPlacement.Size = 2
 			}
 			w.Devices = append(w.Devices, d)
+			w.Visited = append(w.Visited, fmt.Sprintf("%d %s", m.Index, m.UUID))
+		}
+		if g.MIGCapable {
+			w.Profiles = slices.Sorted(slices.Values(MIGProfiles(g)))
 		}
 		want.GPUs = append(want.GPUs, w)
 	}

@@ -1,9 +1,9 @@
 package hook
 
 import (
-	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"testing"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
@@ -29,10 +29,10 @@ func BenchmarkUpdateLDCache(b *testing.B) {
 			if _, err := testimage.Build(root, bc.opts); err != nil {
 				b.Skipf("SKIP: %v", err)
 			}
-			opts := LDCacheOptions{LDConfig: hostLDConfig, DriverVersion: driverVer, Libraries: injectB(b, root, driverLibs)}
+			opts := LDCacheOptions{Options: ldupdate.Options{LDConfig: hostLDConfig, DriverVersion: driverVer, Libraries: libraries(injectB(b, root, driverLibs), nil)}}
 			for b.Loop() {
 				res, err := UpdateLDCache(root, opts)
-				if err != nil || res.Method != MethodInProcess {
+				if err != nil || res.Method != ldupdate.MethodInProcess {
 					b.Fatalf("UpdateLDCache = %+v, %v", res, err)
 				}
 			}
@@ -58,21 +58,19 @@ func BenchmarkUpdateLDCacheAtCreate(b *testing.B) {
 			if _, err := testimage.Build(root, bc.opts); err != nil {
 				b.Skipf("SKIP: %v", err)
 			}
-			opts := LDCacheOptions{LDConfig: hostLDConfig, DriverVersion: driverVer, Libraries: injectB(b, host, driverLibs), Sources: map[string]string{}}
-			for _, l := range opts.Libraries {
-				opts.Sources[l] = host + l
-			}
+			paths := injectB(b, host, driverLibs)
+			opts := ldupdate.Options{LDConfig: hostLDConfig, DriverVersion: driverVer, Libraries: libraries(paths, func(p string) string { return host + p })}
 			b.Run("update", func(b *testing.B) {
 				for b.Loop() {
-					res, err := UpdateLDCacheAtCreate(root, opts)
-					if err != nil || res.Method != MethodInProcess {
+					res, err := atCreate(b, root, opts)
+					if err != nil || res.Method != ldupdate.MethodInProcess {
 						b.Fatalf("UpdateLDCacheAtCreate = %+v, %v", res, err)
 					}
 				}
 			})
 			b.Run("loader-paths", func(b *testing.B) {
 				for b.Loop() {
-					if _, err := LoaderPaths(root, opts.Libraries, confined.DefaultLimits(0)); err != nil {
+					if _, err := ldupdate.LoaderPaths(openRoot(b, root), paths); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
@@ -23,18 +24,17 @@ type multi []string
 func (m *multi) String() string     { return fmt.Sprint(*m) }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-// Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 // Usage is gpu-hook's help.
-const Usage = `usage: gpu-hook update-ldcache|prestart|proc-caps [flags] (run by gpu-runtime as an OCI hook)
+const Usage = `usage: gpu-hook update-ldcache|proc-caps [flags] (run by gpu-runtime as an OCI hook)
 
 gpu-hook is run by the low-level runtime, with the container's state on stdin, from the hook
 entries gpu-runtime writes into a GPU container's spec:
   update-ldcache  make the injected libraries' links and the container's ld.so.cache
-  prestart        check NVIDIA_REQUIRE_* against the driver and the selected GPUs
   proc-caps       show a MIG container only its capabilities of the driver's /proc interface
 gpu-hook --version prints the version.
 `
 
+// Run executes one gpu-hook command line. argv0 is the name it was invoked as.
 func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// Packaging installs request.DockerHookName as a link to gpu-hook; gpu-runtime removes
 	// that hook from every spec it handles, so it only runs when a --gpus container
@@ -48,8 +48,6 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("gpu-hook "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	switch args[0] {
-	case SandboxCommand:
-		return Sandbox(args[1:])
 	case "--version", "-v", "version":
 		fmt.Fprintln(stdout, version.String("gpu-hook"))
 		return nil
@@ -61,12 +59,13 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		root, err := ContainerRoot(stdin)
+		root, user, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}
-		// The hook lives for milliseconds and what it holds is bounded (maxImageCache):
-		// collecting garbage would only cost time, unless something went far off.
+		opts.User = user
+		// The hook lives for milliseconds and holds a bounded amount: collecting garbage
+		// would only cost time, unless something went far off.
 		debug.SetGCPercent(-1)
 		debug.SetMemoryLimit(512 << 20)
 		res, err := UpdateLDCache(root, opts)
@@ -93,36 +92,11 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		root, err := ContainerRoot(stdin)
+		root, _, err := ContainerRoot(stdin)
 		if err != nil {
 			return err
 		}
 		return ProcCaps(root, *procRoot, caps)
-	case "prestart":
-		var host requirements.Host
-		var gpus multi
-		fs.StringVar(&host.CUDA, "cuda", "", "host CUDA driver version, e.g. 12.4")
-		fs.StringVar(&host.Driver, "driver", "", "host driver version, e.g. 550.54.15")
-		fs.Var(&gpus, "gpu", "a selected GPU as INDEX,ARCH,BRAND (repeatable)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		for _, g := range gpus {
-			gpu, err := ParseGPU(g)
-			if err != nil {
-				return err
-			}
-			host.GPUs = append(host.GPUs, gpu)
-		}
-		bundle, err := Bundle(stdin)
-		if err != nil {
-			return err
-		}
-		warnings, err := CheckRequirements(bundle, host)
-		for _, w := range warnings {
-			fmt.Fprintln(stderr, "gpu-hook: warning: "+w)
-		}
-		return err
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
 }
@@ -142,22 +116,11 @@ func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLo
 	if err := fs.Parse(args); err != nil {
 		return opts, log, err
 	}
-	opts.Libraries = libs
+	for _, l := range libs {
+		opts.Libraries = append(opts.Libraries, ldupdate.Library{Path: l})
+	}
 	opts.Deadline = Deadline(timeout)
 	return opts, log, nil
-}
-
-// ParseLDCacheArgs parses the arguments of an update-ldcache hook entry, as gpu-hook would
-// (args[0] the hook's name, args[1] "update-ldcache"): gpu-runtime reads the entry it wrote
-// to do the update at create instead (UpdateLDCacheAtCreate).
-func ParseLDCacheArgs(args []string) (LDCacheOptions, error) {
-	if len(args) < 2 || args[1] != "update-ldcache" {
-		return LDCacheOptions{}, fmt.Errorf("not an update-ldcache hook: %q", args)
-	}
-	fs := flag.NewFlagSet("gpu-hook update-ldcache", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	opts, _, err := parseUpdateLDCache(fs, args[2:])
-	return opts, err
 }
 
 // Deadline is how long ldconfig may run inside a hook whose timeout is seconds: a margin

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
@@ -50,7 +50,7 @@ func hostTree(t *testing.T, dir string) string {
 // hostCache writes, in dir, a valid cache naming a library that exists only there.
 func hostCache(t *testing.T, dir string) {
 	t.Helper()
-	flags, err := ldcache.FlagsFor(64, testimage.AMD64.Machine)
+	flags, err := ldcache.FlagsFor(64, uint16(testimage.AMD64.Machine))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,26 +70,6 @@ func hostCache(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "libhostonly.so.1"), lib, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mkfifo(t *testing.T, p string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(p, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func symlink(t *testing.T, target, p string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -140,9 +120,9 @@ func TestLDCacheFallback(t *testing.T) {
 				if err := os.Remove(filepath.Join(root, "etc/ld.so.cache")); err != nil {
 					t.Fatal(err)
 				}
-				mkfifo(t, filepath.Join(root, "etc/ld.so.cache"))
+				testimage.Mkfifo(t, filepath.Join(root, "etc/ld.so.cache"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image's /etc/ld.so.cache is not a regular file",
 		},
 		{
@@ -153,7 +133,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image's /etc/ld.so.cache cannot be read: larger than 8388608 bytes",
 		},
 		{
@@ -164,7 +144,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: `the image's /etc/ld.so.cache is in a form gpu-hook does not rewrite: malformed ld.so.cache: unknown magic "garbage, not a cache"`,
 		},
 		{
@@ -184,7 +164,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: `the image's /etc/ld.so.cache is in a form gpu-hook does not rewrite: malformed ld.so.cache: entries 0 ("libcurl-gnutls.so" => "/lib/x86_64-linux-gnu/libcurl-gnutls.so") and 1 ("libcurl-gnutls.so.13" => "/lib/x86_64-linux-gnu/libcurl-gnutls.so.13") are not in ldconfig's order`,
 		},
 		{
@@ -196,7 +176,7 @@ func TestLDCacheFallback(t *testing.T) {
 				if err := os.RemoveAll(filepath.Join(root, "etc")); err != nil {
 					t.Fatal(err)
 				}
-				symlink(t, host, filepath.Join(root, "etc"))
+				testimage.Symlink(t, host, filepath.Join(root, "etc"))
 			},
 			wantErr: "create /etc in container root ROOT: openat2 ROOT/etc: not a directory",
 		},
@@ -208,12 +188,12 @@ func TestLDCacheFallback(t *testing.T) {
 				if err := os.RemoveAll(filepath.Join(root, "etc")); err != nil {
 					t.Fatal(err)
 				}
-				symlink(t, host, filepath.Join(root, "etc"))
+				testimage.Symlink(t, host, filepath.Join(root, "etc"))
 				if err := os.MkdirAll(filepath.Join(root, host), 0o755); err != nil {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodInProcess,
+			wantMethod: ldupdate.MethodInProcess,
 			check: func(t *testing.T, root, host string) {
 				// /etc resolved inside the root: the cache is there, made from nothing of the host's.
 				c := readCache(t, root)
@@ -229,9 +209,9 @@ func TestLDCacheFallback(t *testing.T) {
 			opts:        bare,
 			image: func(t *testing.T, root, host string) {
 				hostCache(t, host)
-				symlink(t, filepath.Join(host, "ld.so.cache"), filepath.Join(root, "etc/ld.so.cache"))
+				testimage.Symlink(t, filepath.Join(host, "ld.so.cache"), filepath.Join(root, "etc/ld.so.cache"))
 			},
-			wantMethod: MethodInProcess,
+			wantMethod: ldupdate.MethodInProcess,
 			check: func(t *testing.T, root, _ string) {
 				if fi, err := os.Lstat(filepath.Join(root, "etc/ld.so.cache")); err != nil || !fi.Mode().IsRegular() {
 					t.Fatalf("/etc/ld.so.cache: %v, %v; want the link replaced by a regular file", fi, err)
@@ -248,19 +228,19 @@ func TestLDCacheFallback(t *testing.T) {
 			opts:        bare,
 			image: func(t *testing.T, root, host string) {
 				hostCache(t, host)
-				symlink(t, "../../../../../../../.."+host+"/ld.so.cache", filepath.Join(root, "etc/ld.so.cache"))
+				testimage.Symlink(t, "../../../../../../../.."+host+"/ld.so.cache", filepath.Join(root, "etc/ld.so.cache"))
 			},
-			wantMethod: MethodInProcess,
+			wantMethod: ldupdate.MethodInProcess,
 		},
 		{
 			description: "injected library named by a link out of the root",
 			opts:        small,
 			image: func(t *testing.T, root, host string) {
 				hostCache(t, host)
-				symlink(t, filepath.Join(host, "libhostonly.so.1"), filepath.Join(root, libDir64, "libcuda.so.550.54.15"))
+				testimage.Symlink(t, filepath.Join(host, "libhostonly.so.1"), filepath.Join(root, libDir64, "libcuda.so.550.54.15"))
 			},
 			libs:       []driverLib{},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "injected library /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15: not a regular file",
 			check: func(t *testing.T, root, _ string) {
 				for _, e := range readCache(t, root).Entries {
@@ -279,7 +259,7 @@ func TestLDCacheFallback(t *testing.T) {
 				}
 			},
 			libs:       []driverLib{},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "injected library /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15: not a readable ELF file: no ELF header",
 		},
 		{
@@ -287,9 +267,9 @@ func TestLDCacheFallback(t *testing.T) {
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
 				writeLib(t, filepath.Join(root, libDir64, "libcuda.so.535.104.05"), "libcuda.so.1")
-				symlink(t, "libcuda.so.535.104.05", filepath.Join(root, libDir64, "libcuda.so.1"))
+				testimage.Symlink(t, "libcuda.so.535.104.05", filepath.Join(root, libDir64, "libcuda.so.1"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/lib/x86_64-linux-gnu/libcuda.so.1 is the image's link to libcuda.so.535.104.05, not to the injected libcuda.so.550.54.15",
 			check: func(t *testing.T, root, _ string) {
 				// ldconfig chose, as it always did: the newer library.
@@ -302,15 +282,15 @@ func TestLDCacheFallback(t *testing.T) {
 			description: "the image's own development link",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				symlink(t, "image-choice", filepath.Join(root, libDir64, "libnvidia-ml.so"))
+				testimage.Symlink(t, "image-choice", filepath.Join(root, libDir64, "libnvidia-ml.so"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so is the image's link to image-choice, not to the injected libnvidia-ml.so.550.54.15",
 		},
 		{
 			description: "no cache, libraries of the image's own",
 			opts:        testimage.Options{Libraries: 1, LibDir: "/lib", NoConfig: true, NoCache: true},
-			wantMethod:  MethodLDConfig,
+			wantMethod:  ldupdate.MethodLDConfig,
 			wantReason:  "the image has no /etc/ld.so.cache and has libraries of its own, such as /lib/libacl.so.0",
 		},
 		{
@@ -321,26 +301,26 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and has /usr/lib/glibc-hwcaps",
 		},
 		{
 			description: "no cache, a FIFO in the loader configuration",
 			opts:        bare,
 			image: func(t *testing.T, root, _ string) {
-				mkfifo(t, filepath.Join(root, "etc/ld.so.conf"))
+				testimage.Mkfifo(t, filepath.Join(root, "etc/ld.so.conf"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and loader configuration /etc/ld.so.conf skipped: not a regular file",
 		},
 		{
 			description: "compat libraries sharing a SONAME",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.561.0"), "libcuda.so.1")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.561.0"), "libcuda.so.1")
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so.560.35.03 and libcuda.so.561.0 share the SONAME libcuda.so.1",
 		},
 		{
@@ -348,20 +328,20 @@ func TestLDCacheFallback(t *testing.T) {
 			opts:        small,
 			image: func(t *testing.T, root, host string) {
 				hostCache(t, host)
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				symlink(t, filepath.Join(host, "libhostonly.so.1"), filepath.Join(root, CompatDir, "libcuda.so.1"))
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				testimage.Symlink(t, filepath.Join(host, "libhostonly.so.1"), filepath.Join(root, ldupdate.CompatDir, "libcuda.so.1"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so.1 links out of the directory, to HOST/libhostonly.so.1",
 		},
 		{
 			description: "FIFO in the compat directory",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				mkfifo(t, filepath.Join(root, CompatDir, "libnvidia-nvvm.so.4"))
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				testimage.Mkfifo(t, filepath.Join(root, ldupdate.CompatDir, "libnvidia-nvvm.so.4"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libnvidia-nvvm.so.4 is neither a library nor a link",
 		},
 		{
@@ -370,7 +350,7 @@ func TestLDCacheFallback(t *testing.T) {
 			image: func(t *testing.T, root, _ string) {
 				writeLib(t, filepath.Join(root, libDir64, "libcuda.so.1"), "libcuda.so.1")
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/lib/x86_64-linux-gnu/libcuda.so.1 is the image's, not a link to the injected libcuda.so.550.54.15",
 		},
 		{
@@ -380,7 +360,7 @@ func TestLDCacheFallback(t *testing.T) {
 				{libDir64, "libcuda.so.550.54.15", "libcuda.so.1", testimage.AMD64},
 				{libDir64, "libcuda.so.550.54.16", "libcuda.so.1", testimage.AMD64},
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "injected libraries in /usr/lib/x86_64-linux-gnu share the SONAME libcuda.so.1",
 		},
 		{
@@ -391,7 +371,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read (/etc/ld.so.conf line 1)",
 		},
 		{
@@ -402,7 +382,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and its loader configuration has a line gpu-hook does not read (/etc/ld.so.conf line 1)",
 		},
 		{
@@ -413,7 +393,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and /etc/ld.so.conf line 1: include: bad pattern: syntax error in pattern",
 		},
 		{
@@ -424,7 +404,7 @@ func TestLDCacheFallback(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			// securejoin's error names the path twice: cut too
 			wantReason: "the image has no /etc/ld.so.cache and " + longConfLine[:256] + "… (900000 bytes) cannot be opened: securejoin.OpenInRoot " +
 				longConfLine[:256-len("securejoin.OpenInRoot ")] + "… (1800052 bytes)",
@@ -440,62 +420,62 @@ func TestLDCacheFallback(t *testing.T) {
 					}
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "the image has no /etc/ld.so.cache and /usr/lib cannot be listed: more than 4096 entries",
 		},
 		{
 			description: "compat link to nothing",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				symlink(t, "libcuda.so.9", filepath.Join(root, CompatDir, "libcuda.so"))
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				testimage.Symlink(t, "libcuda.so.9", filepath.Join(root, ldupdate.CompatDir, "libcuda.so"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so links to libcuda.so.9, which is no library here",
 		},
 		{
 			description: "compat link that is neither a SONAME nor a development link",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				symlink(t, "libcuda.so.560.35.03", filepath.Join(root, CompatDir, "libcuda.so.560"))
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				testimage.Symlink(t, "libcuda.so.560.35.03", filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so.560 links to libcuda.so.560.35.03 but is neither its SONAME nor its development link",
 		},
 		{
 			description: "compat SONAME link to another library",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
-				writeLib(t, filepath.Join(root, CompatDir, "libnvidia-nvvm.so.560.35.03"), "libnvidia-nvvm.so.4")
-				symlink(t, "libnvidia-nvvm.so.560.35.03", filepath.Join(root, CompatDir, "libcuda.so.1"))
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libnvidia-nvvm.so.560.35.03"), "libnvidia-nvvm.so.4")
+				testimage.Symlink(t, "libnvidia-nvvm.so.560.35.03", filepath.Join(root, ldupdate.CompatDir, "libcuda.so.1"))
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so.1 does not link to libcuda.so.560.35.03, the library with that SONAME",
 		},
 		{
 			description: "compat library whose SONAME names another library",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libnvidia-nvvm.so.4")
-				writeLib(t, filepath.Join(root, CompatDir, "libnvidia-nvvm.so.4"), "libnvidia-other.so.4")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libnvidia-nvvm.so.4")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libnvidia-nvvm.so.4"), "libnvidia-other.so.4")
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: libcuda.so.560.35.03 has the SONAME libnvidia-nvvm.so.4, the name of another library",
 		},
 		{
 			description: "compat directory too large",
 			opts:        small,
 			image: func(t *testing.T, root, _ string) {
-				writeLib(t, filepath.Join(root, CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
+				writeLib(t, filepath.Join(root, ldupdate.CompatDir, "libcuda.so.560.35.03"), "libcuda.so.1")
 				for i := range 64 {
-					if err := os.WriteFile(filepath.Join(root, CompatDir, fmt.Sprintf("README%d", i)), nil, 0o644); err != nil {
+					if err := os.WriteFile(filepath.Join(root, ldupdate.CompatDir, fmt.Sprintf("README%d", i)), nil, 0o644); err != nil {
 						t.Fatal(err)
 					}
 				}
 			},
-			wantMethod: MethodLDConfig,
+			wantMethod: ldupdate.MethodLDConfig,
 			wantReason: "/usr/local/cuda/compat: more than 64 entries",
 		},
 		{
@@ -504,7 +484,7 @@ func TestLDCacheFallback(t *testing.T) {
 			image: func(t *testing.T, root, _ string) {
 				writeLib(t, filepath.Join(root, "lib/ld-musl-x86_64.so.1"), "ld-musl-x86_64.so.1")
 			},
-			wantMethod: MethodSkipped,
+			wantMethod: ldupdate.MethodSkipped,
 			wantReason: "the image has /lib/ld-musl-x86_64.so.1 and no /etc/ld.so.cache: musl's loader reads no cache",
 			check: func(t *testing.T, root, _ string) {
 				if _, err := os.Lstat(filepath.Join(root, "etc/ld.so.cache")); err == nil {
@@ -538,7 +518,7 @@ func TestLDCacheFallback(t *testing.T) {
 			}
 			done := make(chan outcome, 1)
 			go func() {
-				res, err := UpdateLDCache(root, LDCacheOptions{LDConfig: hostLDConfig, Libraries: paths, DriverVersion: driverVer, Deadline: 10 * time.Second})
+				res, err := UpdateLDCache(root, LDCacheOptions{Options: ldupdate.Options{LDConfig: hostLDConfig, Libraries: libraries(paths, nil), DriverVersion: driverVer}, Deadline: 10 * time.Second})
 				done <- outcome{res, err}
 			}()
 			var o outcome
@@ -566,7 +546,7 @@ func TestLDCacheFallback(t *testing.T) {
 			if after := hostTree(t, host); after != before {
 				t.Errorf("the host directory changed:\nbefore\n%s\nafter\n%s", before, after)
 			}
-			if tc.wantMethod != MethodSkipped {
+			if tc.wantMethod != ldupdate.MethodSkipped {
 				found := false
 				for _, e := range readCache(t, root).Entries {
 					found = found || e.Name == "libcuda.so.1"
@@ -599,7 +579,7 @@ func TestUpdateLDCacheMessages(t *testing.T) {
 				if err := os.Remove(filepath.Join(root, "etc/ld.so.cache")); err != nil {
 					t.Fatal(err)
 				}
-				mkfifo(t, filepath.Join(root, "etc/ld.so.cache"))
+				testimage.Mkfifo(t, filepath.Join(root, "etc/ld.so.cache"))
 			},
 			want: "gpu-hook: loader cache: ran /sbin/ldconfig over the whole image (slower) because the image's /etc/ld.so.cache is not a regular file\n"},
 		{description: "musl", opts: testimage.Options{NoConfig: true, NoCache: true},

@@ -2,40 +2,24 @@ package hook
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moby/sys/reexec"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
+	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
 
-// TestMain lets the test binary play gpu-hook's sandbox: RunLDConfig re-executes
+// TestMain lets the test binary play gpu-hook's sandbox: runLDConfig re-executes
 // /proc/self/exe, which in a test is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == SandboxCommand {
-		err := Sandbox(os.Args[2:])
-		fmt.Fprintln(os.Stderr, Message(err))
-		os.Exit(1)
+	if reexec.Init() {
+		return
 	}
 	os.Exit(m.Run())
-}
-
-func TestDevLinkName(t *testing.T) {
-	testCases := []struct{ description, in, want string }{
-		{"versioned", "libcuda.so.550.54.15", "libcuda.so"},
-		{"soname", "libGLX_nvidia.so.0", "libGLX_nvidia.so"},
-		{"no version", "libcuda.so", ""},
-		{"not a library", "nvidia-smi", ""},
-		{"leading .so.", ".so.1", ""},
-	}
-	for _, tc := range testCases {
-		t.Run(tc.description, func(t *testing.T) {
-			if got := DevLinkName(tc.in); got != tc.want {
-				t.Errorf("DevLinkName(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
 }
 
 func TestContainerRoot(t *testing.T) {
@@ -64,7 +48,7 @@ func TestContainerRoot(t *testing.T) {
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			write(tc.spec)
-			got, err := ContainerRoot(strings.NewReader(tc.state))
+			got, _, err := ContainerRoot(strings.NewReader(tc.state))
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
@@ -75,23 +59,6 @@ func TestContainerRoot(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
-	}
-}
-
-func buildLib(t *testing.T, path, soname string) {
-	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("SKIPPED: gcc not installed")
-	}
-	src := filepath.Join(t.TempDir(), "s.c")
-	if err := os.WriteFile(src, []byte("int f(void){return 1;}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,"+soname, "-o", path, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, out)
 	}
 }
 
@@ -106,14 +73,14 @@ func TestUpdateLDCache(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir() // no /etc: the hook must create it inside the root
 	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
-	buildLib(t, filepath.Join(root, lib), "libcuda.so.1")
+	testimage.BuildLib(t, filepath.Join(root, lib), "libcuda.so.1")
 	// The image already ships its own dev link for libnvidia-ml: it must be left alone.
 	ml := "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
-	buildLib(t, filepath.Join(root, ml), "libnvidia-ml.so.1")
+	testimage.BuildLib(t, filepath.Join(root, ml), "libnvidia-ml.so.1")
 	if err := os.Symlink("image-choice", filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{lib, ml}}); err != nil {
+	if _, err := UpdateLDCache(root, LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{lib, ml}, nil)}}); err != nil {
 		t.Fatal(err)
 	}
 	checks := []struct{ link, want string }{
@@ -150,7 +117,7 @@ func TestUpdateLDCacheConfined(t *testing.T) {
 			if err := os.Symlink(target, filepath.Join(root, "usr/lib/x86_64-linux-gnu")); err != nil {
 				t.Fatal(err)
 			}
-			_, err := UpdateLDCache(root, LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}})
+			_, err := UpdateLDCache(root, LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}, nil)}})
 			entries, _ := os.ReadDir(host)
 			if len(entries) != 0 {
 				t.Fatalf("hook wrote to the host through an image symlink: %v (err %v)", entries, err)
@@ -168,10 +135,10 @@ func TestUpdateLDCacheErrors(t *testing.T) {
 		opts        LDCacheOptions
 		wantErr     string
 	}{
-		{"relative ldconfig", LDCacheOptions{LDConfig: "ldconfig"}, `update the container's loader cache: ldconfig path "ldconfig" is not absolute`},
-		{"relative library", LDCacheOptions{LDConfig: "/sbin/ldconfig", Libraries: []string{"lib/x.so.1"}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
+		{"relative ldconfig", LDCacheOptions{Options: ldupdate.Options{LDConfig: "ldconfig"}}, `update the container's loader cache: ldconfig path "ldconfig" is not absolute`},
+		{"relative library", LDCacheOptions{Options: ldupdate.Options{LDConfig: "/sbin/ldconfig", Libraries: libraries([]string{"lib/x.so.1"}, nil)}}, `update ldcache: library path "lib/x.so.1" is not absolute`},
 		// Refused before anything is done, though the common case runs no ldconfig.
-		{"dynamic ldconfig", LDCacheOptions{LDConfig: "/bin/true"},
+		{"dynamic ldconfig", LDCacheOptions{Options: ldupdate.Options{LDConfig: "/bin/true"}},
 			"update the container's loader cache: hook.ldconfig /bin/true is dynamically linked: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig"},
 	}
 	for _, tc := range testCases {

@@ -3,13 +3,15 @@ package hook
 import (
 	"bytes"
 	"errors"
-	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
@@ -102,16 +104,12 @@ func listing(t *testing.T, root string) []testimage.CacheLine {
 // in-process, and still does when it cannot: ldconfig over the image, sandboxed.
 func updateWithLDConfig(t *testing.T, root string, opts LDCacheOptions) {
 	t.Helper()
-	w, err := newCacheWriter(root, confined.DefaultLimits(DefaultDeadline), opts)
+	r := openRoot(t, root)
+	in, _, err := ldupdate.Prepare(r, opts.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.root.Close()
-	p, err := w.prepare(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.runLDConfig(opts.LDConfig, p, DefaultDeadline); err != nil {
+	if _, _, err := runLDConfig(r, opts.LDConfig, in, DefaultDeadline); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -154,8 +152,8 @@ func TestLDCacheEquivalence(t *testing.T) {
 			}
 			rootA, _ := buildRoot(t, tc.opts)
 			rootB, img := buildRoot(t, tc.opts)
-			opts := LDCacheOptions{LDConfig: hostLDConfig, DriverVersion: driverVer}
-			opts.Libraries = inject(t, rootA, libs)
+			opts := LDCacheOptions{Options: ldupdate.Options{LDConfig: hostLDConfig, DriverVersion: driverVer}}
+			opts.Libraries = libraries(inject(t, rootA, libs), nil)
 			inject(t, rootB, libs)
 
 			updateWithLDConfig(t, rootA, opts)
@@ -163,7 +161,7 @@ func TestLDCacheEquivalence(t *testing.T) {
 			optsB := opts
 			optsB.LDConfig = failingLDConfig(t)
 			res, err := UpdateLDCache(rootB, optsB)
-			if err != nil || res.Method != MethodInProcess {
+			if err != nil || res.Method != ldupdate.MethodInProcess {
 				t.Fatalf("UpdateLDCache = %+v, %v; want it done in-process", res, err)
 			}
 
@@ -186,7 +184,7 @@ func TestLDCacheEquivalence(t *testing.T) {
 				}
 				want := path.Join(l.dir, l.soname)
 				if tc.opts.CompatVersion == "560.35.03" && l.arch == testimage.AMD64 && slices.Contains(compatSonames, l.soname) {
-					want = CompatDir + "/" + l.soname // the compat package's libraries come first
+					want = ldupdate.CompatDir + "/" + l.soname // the compat package's libraries come first
 				}
 				if got := first[l.soname+" ("+desc+")"]; got != want {
 					t.Errorf("%s (%s) is found at %q, want %q", l.soname, desc, got, want)
@@ -201,7 +199,7 @@ func TestLDCacheEquivalence(t *testing.T) {
 				}
 			}
 			for _, l := range img.Libraries {
-				if l.Hwcaps != "" || strings.HasPrefix(l.File, CompatDir) {
+				if l.Hwcaps != "" || strings.HasPrefix(l.File, ldupdate.CompatDir) {
 					continue
 				}
 				desc := "libc6,x86-64"
@@ -213,8 +211,8 @@ func TestLDCacheEquivalence(t *testing.T) {
 				}
 			}
 			c := readCache(t, rootB)
-			if c.Generator != CacheGenerator() {
-				t.Errorf("generator = %q, want %q", c.Generator, CacheGenerator())
+			if c.Generator != ldupdate.CacheGenerator() {
+				t.Errorf("generator = %q, want %q", c.Generator, ldupdate.CacheGenerator())
 			}
 		})
 	}
@@ -224,24 +222,44 @@ func TestLDCacheEquivalence(t *testing.T) {
 // which has no such applet.
 func failingLDConfig(t *testing.T) string {
 	t.Helper()
-	if _, err := StaticLDConfig("/bin/busybox"); err != nil {
+	if _, err := ldupdate.StaticLDConfig("/bin/busybox"); err != nil {
 		t.Skipf("SKIP: a static busybox is needed to stand in for ldconfig (apt-get install busybox-static): %v", err)
 	}
-	if _, err := runLDConfig(t.TempDir(), "/bin/busybox", nil, nil); err == nil {
+	if _, _, err := runLDConfig(openRoot(t, t.TempDir()), "/bin/busybox", ldupdate.LDConfigInput{}, DefaultDeadline); err == nil {
 		t.Fatal("busybox run as ldconfig succeeded: it cannot show that no ldconfig ran")
 	}
 	return "/bin/busybox"
 }
 
-// runLDConfig runs ldconfig over root in the sandbox, as the hook does where it must, for
-// the injected libraries libs (container paths) and the directories dirs.
-func runLDConfig(root, ldconfig string, libs, dirs []string) (string, error) {
-	w, err := newCacheWriter(root, confined.DefaultLimits(DefaultDeadline), LDCacheOptions{})
+// openRoot opens root for one update with the default limits, closed at cleanup.
+func openRoot(t testing.TB, root string) *confined.Root {
+	t.Helper()
+	r, err := confined.Open(root, confined.DefaultLimits(DefaultDeadline))
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
-	defer w.root.Close()
-	return w.runLDConfig(ldconfig, ldPlan{libs: libs, dirs: dirs}, DefaultDeadline)
+	t.Cleanup(r.Close)
+	return r
+}
+
+// libraries are the injected libraries at the container paths paths; source, when not nil,
+// names each one's host file (an update at create).
+func libraries(paths []string, source func(string) string) []ldupdate.Library {
+	out := make([]ldupdate.Library, len(paths))
+	for i, p := range paths {
+		out[i] = ldupdate.Library{Path: p}
+		if source != nil {
+			out[i].Source = source(p)
+		}
+	}
+	return out
+}
+
+// atCreate updates root's loader cache as gpu-runtime does at create, reading the libraries
+// at their host files.
+func atCreate(t testing.TB, root string, o ldupdate.Options) (ldupdate.Result, error) {
+	t.Helper()
+	return ldupdate.Update(openRoot(t, root), o)
 }
 
 // readCache parses root's cache with ldcache, its path resolved inside root.
@@ -282,24 +300,22 @@ func TestLDCacheAtCreateEquivalence(t *testing.T) {
 			rootHook, _ := buildRoot(t, tc.opts)
 			rootCreate, _ := buildRoot(t, tc.opts)
 			host := t.TempDir()
-			opts := LDCacheOptions{LDConfig: failingLDConfig(t), DriverVersion: driverVer, Sources: map[string]string{}}
-			opts.Libraries = inject(t, rootHook, driverLibs)
+			paths := inject(t, rootHook, driverLibs)
 			inject(t, host, driverLibs)
-			for _, l := range opts.Libraries {
-				opts.Sources[l] = filepath.Join(host, l)
-			}
+			opts := ldupdate.Options{LDConfig: failingLDConfig(t), DriverVersion: driverVer,
+				Libraries: libraries(paths, func(p string) string { return filepath.Join(host, p) })}
 
-			if res, err := UpdateLDCacheAtCreate(rootCreate, opts); err != nil || res.Method != MethodInProcess {
-				t.Fatalf("UpdateLDCacheAtCreate = %+v, %v; want it done in-process", res, err)
+			if res, err := atCreate(t, rootCreate, opts); err != nil || res.Method != ldupdate.MethodInProcess {
+				t.Fatalf("the update at create = %+v, %v; want it done in-process", res, err)
 			}
 			inject(t, rootCreate, driverLibs) // the mounts, after the create
-			hookOpts := opts
-			hookOpts.Sources = nil
-			if res, err := UpdateLDCache(rootHook, hookOpts); err != nil || res.Method != MethodInProcess {
+			hookOpts := LDCacheOptions{Options: opts}
+			hookOpts.Libraries = libraries(paths, nil)
+			if res, err := UpdateLDCache(rootHook, hookOpts); err != nil || res.Method != ldupdate.MethodInProcess {
 				t.Fatalf("UpdateLDCache = %+v, %v; want it done in-process", res, err)
 			}
 
-			for _, f := range []string{"etc/ld.so.cache", strings.TrimPrefix(CompatConf, "/")} {
+			for _, f := range []string{"etc/ld.so.cache", strings.TrimPrefix(ldupdate.CompatConf, "/")} {
 				a, errA := os.ReadFile(filepath.Join(rootHook, f))
 				b, errB := os.ReadFile(filepath.Join(rootCreate, f))
 				if !bytes.Equal(a, b) || (errA == nil) != (errB == nil) {
@@ -307,7 +323,7 @@ func TestLDCacheAtCreateEquivalence(t *testing.T) {
 				}
 			}
 			for _, l := range driverLibs {
-				for _, name := range []string{l.soname, DevLinkName(l.file)} {
+				for _, name := range []string{l.soname, ldupdate.DevLinkName(l.file)} {
 					a, errA := os.Readlink(filepath.Join(rootHook, l.dir, name))
 					b, errB := os.Readlink(filepath.Join(rootCreate, l.dir, name))
 					if a != b || (errA == nil) != (errB == nil) {
@@ -329,8 +345,7 @@ func TestLDCacheAtCreateErrors(t *testing.T) {
 		sources     map[string]string
 		want        string
 	}{
-		{"no sources", nil, "update the loader cache at create: no host files for the libraries"},
-		{"no host file for the library", map[string]string{}, `injected library ` + lib + `: no host file to read it from ("")`},
+		{"a host file that is not absolute", map[string]string{lib: "relative"}, `injected library ` + lib + `: no host file to read it from ("relative")`},
 		{"a FIFO as the host file", map[string]string{lib: "fifo"}, ""},
 	} {
 		t.Run(tc.description, func(t *testing.T) {
@@ -344,46 +359,13 @@ func TestLDCacheAtCreateErrors(t *testing.T) {
 				sources = map[string]string{lib: fifo}
 				want = "injected library " + lib + ": " + fifo + ": not a regular file"
 			}
-			res, err := UpdateLDCacheAtCreate(root, LDCacheOptions{LDConfig: hostLDConfig, Libraries: []string{lib}, Sources: sources})
-			if err == nil && res.Method == MethodLDConfig {
+			res, err := atCreate(t, root, ldupdate.Options{LDConfig: hostLDConfig, Libraries: libraries([]string{lib}, func(p string) string { return sources[p] })})
+			if err == nil && res.Method == ldupdate.MethodLDConfig {
 				err = errors.New(res.Reason)
 			}
 			if err == nil || err.Error() != want {
 				t.Errorf("error %v, want %q", err, want)
 			}
 		})
-	}
-}
-
-// TestLoaderPaths: the configured directories count only for an image without a cache (the
-// update scans them then); with one, the configuration is not even read.
-func TestLoaderPaths(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("/opt/vendor/lib\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	libs := []string{libDir64 + "/libcuda.so.550.54.15"}
-	want := []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir, libDir64}
-	for _, cache := range []bool{false, true} {
-		if cache {
-			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), []byte("x"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, err := LoaderPaths(root, libs, confined.DefaultLimits(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range want {
-			if !slices.Contains(got, p) {
-				t.Errorf("cache %v: %q missing from %q", cache, p, got)
-			}
-		}
-		if slices.Contains(got, "/opt/vendor/lib") == cache {
-			t.Errorf("cache %v: the configured /opt/vendor/lib listed %v, want %v: %q", cache, cache, !cache, got)
-		}
 	}
 }

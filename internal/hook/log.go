@@ -8,10 +8,9 @@ import (
 	"time"
 )
 
-// runcLog appends gpu-hook's lines to the log file the engine gave the low-level runtime
-// (runc's --log), in its format (--log-format): runc keeps a hook's output only when the hook
+// runcLog appends gpu-hook's lines, as logrus writes them, to the low-level runtime's log file
+// in its format (runc's --log, --log-format): runc keeps a hook's output only when the hook
 // fails, so a line saying, for example, that ldconfig ran and why would otherwise be lost.
-// The lines are logrus's, as runc and gpu-runtime write them.
 type runcLog struct {
 	path, format string
 	now          func() time.Time

@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A driver that exposes MIG capabilities through /proc (no nvidia-caps device major) grants
-// a MIG device by its access files under /proc/driver/nvidia/capabilities; every procfs shows
-// all of them. The runtime refuses spec mounts under /proc, so gpu-hook (createContainer, in
-// the container's mount namespace before pivot_root) covers the container's capabilities
-// directory with a tmpfs holding read-only bind mounts of the granted access files only.
+// A driver that exposes MIG capabilities through /proc (no nvidia-caps device major) grants a
+// MIG device by its access files under /proc/driver/nvidia/capabilities, which every procfs
+// shows. The runtime refuses spec mounts under /proc, so gpu-hook (createContainer, before
+// pivot_root) covers the container's directory with a tmpfs holding read-only bind mounts of
+// the granted access files only.
 
 // CapabilitiesDir is where the driver lists its capabilities.
 const CapabilitiesDir = "/proc/driver/nvidia/capabilities"
@@ -35,9 +35,8 @@ const (
 )
 
 // ProcCaps makes the MIG capabilities caps (e.g. "gpu0/mig/gi1/access") the only ones the
-// container sees: a tmpfs over <root>/proc/driver/nvidia/capabilities (once; a later call
-// adds to it), each access file bind-mounted read-only from the host's procRoot. Paths in
-// the container are resolved inside root.
+// container sees: a tmpfs over its CapabilitiesDir (once; a later call adds to it), each
+// access file bind-mounted read-only from the host's procRoot, all resolved inside root.
 func ProcCaps(root, procRoot string, caps []string) error {
 	for _, c := range caps {
 		if !capName().MatchString(c) {

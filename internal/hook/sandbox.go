@@ -2,12 +2,10 @@ package hook
 
 import (
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -17,9 +15,11 @@ import (
 	"time"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"github.com/moby/sys/reexec"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 )
 
 // The host's ldconfig runs against a container root that the image controls. Run as
@@ -28,25 +28,28 @@ import (
 // is the host's "/", so an image linking a library directory, ldconfig's aux cache, an
 // ld.so.conf entry or a SONAME through /proc/1/root made ldconfig write on the host.
 //
-// So ldconfig runs in a sandbox where no path can leave the root, nor reach another mount
-// inside it: gpu-hook re-executes itself (SandboxCommand) in new mount and PID namespaces;
-// the child bind-mounts the root's own mount onto the root, not recursively — the
-// container's volumes, its /proc, /dev and /sys and every other mount under the root are
-// not there at all, so ldconfig cannot write a link or a cache into a volume, nor read one —
-// then mounts back over their mount targets only the injected libraries (handed over as
-// file descriptors, opened by the parent inside the root), mounts a fresh procfs of the new
-// PID namespace at <root>/proc (there /proc/1 is ldconfig itself, rooted in the container
-// root), pivots into the root and unmounts the old one, then executes a sealed in-memory
-// copy of the host's ldconfig (which must be a static executable: a dynamic one would run
-// the image's loader). ldconfig reads a loader configuration gpu-hook built from confined
-// reads (flattenLDSOConf), passed as a file descriptor, and ignores the image's aux cache
-// (it could be a FIFO). Whatever else might block ldconfig (a FIFO among the libraries) is
-// bounded: gpu-hook kills the sandbox at its deadline, and the sandbox dies with gpu-hook.
-// ldconfig's output names the image's paths and quotes its configuration: it goes to the
-// low-level runtime's log (LDCacheResult.LDConfigOutput), never into an error message.
+// So gpu-hook re-executes itself (SandboxCommand) in new mount and PID namespaces, where the
+// child bind-mounts the root's own mount onto the root, not recursively: the container's
+// volumes, /proc, /dev, /sys and every other mount under the root are not there for ldconfig
+// to write into or read. It mounts back only the injected libraries (descriptors the parent
+// opened inside the root) and a procfs of the new PID namespace (where /proc/1 is ldconfig,
+// rooted in the container root), pivots into the root, and executes a sealed in-memory copy
+// of the host's ldconfig (static: a dynamic one would run the image's loader). ldconfig reads
+// the configuration ReadConfig built, passed as a descriptor, and ignores the image's aux
+// cache (it could be a FIFO); gpu-hook kills the sandbox at its deadline, and the sandbox
+// dies with gpu-hook. ldconfig's output names the image's paths and quotes its
+// configuration: it goes to the low-level runtime's log, never into an error message.
 
-// SandboxCommand is the internal subcommand gpu-hook re-executes itself with.
-const SandboxCommand = "__ldconfig-in-root"
+// SandboxCommand is the name gpu-hook re-executes itself under (moby/sys/reexec: argv[0]).
+const SandboxCommand = "gpu-hook-ldconfig-sandbox"
+
+func init() {
+	reexec.Register(SandboxCommand, func() {
+		err := Sandbox(os.Args[1:])
+		fmt.Fprintln(os.Stderr, Message(err))
+		os.Exit(1)
+	})
+}
 
 // File descriptors the sandbox receives.
 const (
@@ -55,42 +58,44 @@ const (
 	sandboxLibraryFD  = 5 // the first injected library; the others follow
 )
 
-// ErrLDConfig marks a failed or timed-out ldconfig run.
-var ErrLDConfig = errors.New("update the container's loader cache")
-
 // maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
-// runLDConfig runs the host's ldconfig over the root in the sandbox described above: it
-// creates the SONAME links of the libraries in p's directories (and every directory the
-// image's configuration names) and writes the root's /etc/ld.so.cache. The root's deadline
-// bounds the run; deadline is the whole update's length, for the message. ldconfig's
-// output, if any, is returned apart from the error.
-func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Duration) (output string, err error) {
+// runLDConfig runs the host's ldconfig over the root in the sandbox: it makes the SONAME links
+// of the libraries in in's directories (and every directory the image configures) and writes
+// the root's /etc/ld.so.cache, before the root's deadline; deadline is the whole update's
+// length, for the message. It returns ldconfig's output apart from the error, and warnings
+// about the image's loader configuration.
+func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput, deadline time.Duration) (output string, warnings []string, err error) {
 	bin, err := sealedExecutable(ldconfig)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", nil, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
 	defer bin.Close()
-	conf, err := flattenLDSOConf(w.root)
-	w.warnings = append(w.warnings, conf.warnings...)
+	conf, err := ldupdate.ReadConfig(root)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", conf.Warnings, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
-	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf.bytes()))
+	output, err = sandbox(root, ldconfig, bin, conf.Bytes(), in, deadline)
+	return output, conf.Warnings, err
+}
+
+// sandbox runs the sealed ldconfig bin with the flattened configuration conf in the sandbox.
+func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in ldupdate.LDConfigInput, deadline time.Duration) (output string, err error) {
+	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 	}
 	defer confFile.Close()
 	files := []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
-	args := []string{SandboxCommand, w.root.Path()}
-	for _, lib := range p.libs {
-		// Wherever the low-level runtime mounted it: a link in the image at its path
-		// resolves, inside the root, to where the runtime made its mount target. One that
-		// resolves to no file is not there for ldconfig either.
-		h, err := w.root.Lookup(lib)
+	args := []string{SandboxCommand, root.Path()}
+	for _, lib := range in.Libraries {
+		// Wherever the low-level runtime mounted it: a link in the image at its path resolves,
+		// in the root, to the runtime's mount target. One resolving to no file is not there
+		// for ldconfig either.
+		h, err := root.Lookup(lib)
 		if errors.Is(err, confined.ErrBudget) {
-			return "", fmt.Errorf("%w: %w", ErrLDConfig, err)
+			return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
 		}
 		if err != nil {
 			continue
@@ -101,9 +106,8 @@ func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Durat
 			args = append(args, lib)
 		}
 	}
-	cmd := exec.Command("/proc/self/exe", append(append(args, "--"), p.dirs...)...)
-	cmd.Args[0] = "gpu-hook"
-	cmd.Env = LDConfigEnv
+	cmd := reexec.Command(append(append(args, "--"), in.Dirs...)...)
+	cmd.Env = ldconfigEnv
 	cmd.ExtraFiles = files
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -116,12 +120,12 @@ func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Durat
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ErrLDConfig, err)
+		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ldupdate.ErrLDConfig, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	left := deadline
-	if d := w.root.Deadline(); !d.IsZero() {
+	if d := root.Deadline(); !d.IsZero() {
 		left = time.Until(d)
 	}
 	timer := time.NewTimer(max(left, 0))
@@ -133,17 +137,17 @@ func (w *cacheWriter) runLDConfig(ldconfig string, p ldPlan, deadline time.Durat
 		_ = cmd.Process.Kill()
 		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
 		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries",
-			ErrLDConfig, ldconfig, deadline)
+			ldupdate.ErrLDConfig, ldconfig, deadline)
 	}
 	if err != nil {
-		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ErrLDConfig, ldconfig, err)
+		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ldupdate.ErrLDConfig, ldconfig, err)
 	}
 	return strings.TrimSpace(out.String()), nil
 }
 
-// Sandbox is the child side: run by runLDConfig with the container root, the injected
-// libraries' container paths (their files are descriptors sandboxLibraryFD, ...), "--" and
-// the library directories, in new mount and PID namespaces. It only returns on error.
+// Sandbox is the child side, in new mount and PID namespaces: its arguments are the container
+// root, the injected libraries' container paths (their files are descriptors
+// sandboxLibraryFD, ...), "--" and the library directories. It only returns on error.
 func Sandbox(args []string) error {
 	sep := slices.Index(args, "--")
 	if sep < 1 || !filepath.IsAbs(args[0]) {
@@ -157,12 +161,11 @@ func Sandbox(args []string) error {
 		return err
 	}
 	argv := append([]string{"ldconfig", "-i", "-f", "/proc/self/fd/" + strconv.Itoa(sandboxConfFD), "-C", "/etc/ld.so.cache"}, dirs...)
-	return fmt.Errorf("exec ldconfig: %w", unix.Exec("/proc/self/fd/"+strconv.Itoa(sandboxLDConfigFD), argv, LDConfigEnv))
+	return fmt.Errorf("exec ldconfig: %w", unix.Exec("/proc/self/fd/"+strconv.Itoa(sandboxLDConfigFD), argv, ldconfigEnv))
 }
 
 // enterRoot makes the root's own mount the process's "/", with only the injected libraries
-// (descriptors sandboxLibraryFD, ... for the container paths libs) mounted back into it and
-// a procfs of the sandbox's own.
+// libs mounted back into it and a procfs of the sandbox's own.
 func enterRoot(root string, libs []string) error {
 	root, err := filepath.EvalSymlinks(root) // the engine's path
 	if err != nil {
@@ -217,9 +220,9 @@ func enterRoot(root string, libs []string) error {
 	return nil
 }
 
-// openLibraries opens the injected libraries (container paths) in the root as this mount
-// namespace has it, before anything is mounted over the root, each checked to be the file
-// the parent handed over (descriptors sandboxLibraryFD, ...).
+// openLibraries opens the injected libraries in the root as this mount namespace has it,
+// before anything is mounted over the root, each checked to be the file the parent handed
+// over.
 func openLibraries(root string, libs []string) ([]*os.File, error) {
 	rootHandle, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) //nolint:gosec // G703: the container root gpu-hook passed itself, absolute and resolved
 	if err != nil {
@@ -247,9 +250,9 @@ func openLibraries(root string, libs []string) ([]*os.File, error) {
 	return out, nil
 }
 
-// mountLibrary binds the injected library src over its mount target at lib (container path)
-// in the root: the empty regular file the low-level runtime made there. The bind copies the
-// source mount's flags: read-only, as the runtime mounted it.
+// mountLibrary binds the injected library src over its mount target at lib in the root, the
+// empty regular file the low-level runtime made there. The bind copies the source mount's
+// flags: read-only, as the runtime mounted it.
 func mountLibrary(root *os.File, lib string, src *os.File) error {
 	h, err := pathrs.OpenatInRoot(root, lib)
 	if err != nil {
@@ -265,8 +268,8 @@ func mountLibrary(root *os.File, lib string, src *os.File) error {
 	return nil
 }
 
-// mountProc mounts a procfs of the current PID namespace at /proc in the root, resolved
-// inside the root (created if the image has none).
+// mountProc mounts a procfs of the current PID namespace at /proc in the root, created if
+// the image has none.
 func mountProc(root *os.File) error {
 	h, err := pathrs.MkdirAllHandle(root, "/proc", 0o555)
 	if err != nil {
@@ -286,11 +289,13 @@ func isRegular(h *os.File) bool {
 	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
-// sealedExecutable returns a sealed in-memory copy of the static executable at p (a file of
-// the host, trusted), or of p.real when p is a wrapper script and p.real is static (Ubuntu's
-// /sbin/ldconfig is a script around /sbin/ldconfig.real).
+// ldconfigEnv is the whole environment ldconfig runs with.
+var ldconfigEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// sealedExecutable returns a sealed in-memory copy of the host's static executable p, or
+// p.real where p is a wrapper script (Ubuntu's /sbin/ldconfig, around /sbin/ldconfig.real).
 func sealedExecutable(p string) (*os.File, error) {
-	p, err := StaticLDConfig(p)
+	p, err := ldupdate.StaticLDConfig(p)
 	if err != nil {
 		return nil, err
 	}
@@ -300,59 +305,6 @@ func sealedExecutable(p string) (*os.File, error) {
 	}
 	defer f.Close()
 	return sealedMemfd(filepath.Base(p), f)
-}
-
-// StaticLDConfig returns the static executable to run for the configured ldconfig p: p, or
-// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
-func StaticLDConfig(p string) (string, error) {
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
-	}
-	reason := staticExecutable(p)
-	if reason != nil {
-		if staticExecutable(p+".real") != nil {
-			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
-		}
-		p += ".real"
-	}
-	return p, nil
-}
-
-// staticExecutable says why p is not a static ELF executable, or nil.
-func staticExecutable(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var magic [4]byte
-	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != elf.ELFMAG {
-		if string(magic[:2]) == "#!" {
-			return errors.New("is a script")
-		}
-		return errors.New("is not an ELF executable")
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	ef, err := readELF(f, st.Size())
-	var progs []elfProg
-	if err == nil {
-		progs, err = ef.progs()
-	}
-	if err != nil {
-		return fmt.Errorf("is not a readable ELF file (%w)", err)
-	}
-	for _, prog := range progs {
-		if prog.typ == elf.PT_INTERP {
-			return errors.New("is dynamically linked")
-		}
-	}
-	if ef.typ != elf.ET_EXEC && ef.typ != elf.ET_DYN {
-		return errors.New("is not an executable")
-	}
-	return nil
 }
 
 // sealedMemfd copies r into an anonymous memory file that can no longer change.

@@ -1,7 +1,9 @@
-// Package hook implements gpu-hook's subcommands, run by the low-level runtime as OCI hooks.
-// Everything under the container's root is attacker-controlled: every path the hook touches
-// there is resolved inside the root (openat2 RESOLVE_IN_ROOT through filepath-securejoin), and
-// the only program it runs is the host's ldconfig, chrooted into the container root.
+// Package hook is gpu-hook: what must still run in the low-level runtime's lifecycle, after
+// its mounts, where gpu-runtime could not do it at create: update-ldcache (internal/ldupdate,
+// or where that cannot be done in-process, the host's static ldconfig in a sandbox that sees
+// only the container root's own mount) and proc-caps (the MIG capabilities of a driver's
+// /proc interface). Everything under the container's root is the image's: it is reached only
+// through internal/confined.
 package hook
 
 import (
@@ -15,19 +17,19 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 // ErrState marks unusable hook input.
 var ErrState = errors.New("bad hook input")
 
-// MaxState bounds the container state read from stdin. The state carries the spec's
-// annotations, which engines do not bound tightly (a Kubernetes pod may hold 256 KiB of them,
-// a runc spec more): the limit is far above any real state and only stops a runaway writer.
+// MaxState bounds the container state read from stdin. It carries the spec's annotations,
+// which engines bound loosely (a Kubernetes pod may hold 256 KiB, a runc spec more): the limit
+// is far above any real state and only stops a runaway writer.
 const MaxState = 64 << 20
 
-// Bundle reads the OCI state from r (what the runtime writes to a hook's stdin), whole, and
-// returns the container's bundle directory.
+// Bundle reads the OCI state from r, a hook's stdin, and returns the container's bundle.
 func Bundle(r io.Reader) (string, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxState+1))
 	if err != nil {
@@ -51,38 +53,32 @@ func Bundle(r io.Reader) (string, error) {
 	return filepath.Clean(state.Bundle), nil
 }
 
-// ContainerRoot reads the OCI state from r (what the runtime writes to a hook's stdin) and
-// returns the container's root filesystem path from <bundle>/config.json.
-func ContainerRoot(r io.Reader) (string, error) {
+// ContainerRoot reads the OCI state from r, a hook's stdin, and returns the container's root
+// filesystem path from <bundle>/config.json, and the user its image files are read as (nil
+// with a user namespace, where the hook already acts as the container's root).
+func ContainerRoot(r io.Reader) (string, *confined.Cred, error) {
 	bundle, err := Bundle(r)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	var spec struct {
-		Root *specs.Root `json:"root"`
+	data, err := os.ReadFile(oci.ConfigPath(bundle))
+	if err != nil {
+		return "", nil, fmt.Errorf("read spec of bundle %s: %w", bundle, err)
 	}
-	if err := readBundleSpec(bundle, &spec); err != nil {
-		return "", err
+	var spec struct { // only the members the hook needs
+		Root    *specs.Root    `json:"root"`
+		Process *specs.Process `json:"process"`
+		Linux   *specs.Linux   `json:"linux"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return "", nil, fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
+		return "", nil, fmt.Errorf("%w: spec of bundle %s has no root.path", ErrState, bundle)
 	}
 	root := spec.Root.Path
 	if !filepath.IsAbs(root) {
 		root = filepath.Join(bundle, root)
 	}
-	return filepath.Clean(root), nil
-}
-
-// readBundleSpec decodes <bundle>/config.json into v, which names only the members the
-// hook needs.
-func readBundleSpec(bundle string, v any) error {
-	data, err := os.ReadFile(oci.ConfigPath(bundle))
-	if err != nil {
-		return fmt.Errorf("read spec of bundle %s: %w", bundle, err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decode spec of bundle %s: %w", bundle, err)
-	}
-	return nil
+	return filepath.Clean(root), confined.UserOf(spec.Process, spec.Linux), nil
 }

@@ -2,7 +2,7 @@ package ldcache
 
 import (
 	"bytes"
-	"debug/elf"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,36 +16,31 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// Cache is an ld.so.cache as the dynamic linker reads it. ParseCache returns
-// one, Add extends it and Encode writes it.
-//
-// Entries are in the order ldconfig writes them (see Add): glibc's loader
-// binary-searches them, so Encode refuses entries out of that order.
+// Cache is an ld.so.cache as the dynamic linker reads it. Its entries are in the order
+// ldconfig writes them (see Add): the loader binary-searches them, so Encode refuses others.
 type Cache struct {
 	// Entries are the libraries, in file order.
 	Entries []Entry
-	// GlibcHwcaps are the names of the glibc-hwcaps subdirectories (such
-	// as "x86-64-v3") that entries with the HwcapExtension bit refer to by
-	// index, sorted as strcmp sorts them, as the loader requires.
+	// GlibcHwcaps are the names of the glibc-hwcaps subdirectories (such as "x86-64-v3") that
+	// entries with the HwcapExtension bit refer to by index, sorted as strcmp sorts them, as
+	// the loader requires.
 	GlibcHwcaps []string
-	// Generator says what wrote the cache, e.g. "ldconfig (Debian GLIBC
-	// 2.36-9+deb12u14) stable release version 2.36". Only ldconfig -p
-	// shows it; the loader ignores it.
+	// Generator says what wrote the cache, e.g. "ldconfig (Debian GLIBC 2.36-9+deb12u14)
+	// stable release version 2.36". Only ldconfig -p shows it; the loader ignores it.
 	Generator string
 }
 
-// HwcapExtension is the bit of Entry.Hwcap (DL_CACHE_HWCAP_EXTENSION in
-// glibc's dl-cache.h) that marks an entry in a glibc-hwcaps subdirectory.
-// The lower 32 bits of such an entry index Cache.GlibcHwcaps, and bits 32
-// to 41 hold the ISA level it needs.
+// HwcapExtension is the bit of Entry.Hwcap (DL_CACHE_HWCAP_EXTENSION in glibc's dl-cache.h)
+// that marks an entry in a glibc-hwcaps subdirectory. The lower 32 bits of such an entry index
+// Cache.GlibcHwcaps, and bits 32 to 41 hold the ISA level it needs.
 const HwcapExtension uint64 = 1 << 62
 
-// hwcapISALevelMask is DL_CACHE_HWCAP_ISA_LEVEL_MASK: the ISA-level bits of
-// the upper half of Entry.Hwcap, which dl_cache_hwcap_extension ignores.
+// hwcapISALevelMask is DL_CACHE_HWCAP_ISA_LEVEL_MASK: the ISA-level bits of the upper half of
+// Entry.Hwcap, which dl_cache_hwcap_extension ignores.
 const hwcapISALevelMask = 1<<10 - 1
 
-// Extension directory layout (struct cache_extension and struct
-// cache_extension_section in dl-cache.h).
+// Extension directory layout (struct cache_extension and struct cache_extension_section in
+// dl-cache.h).
 const (
 	extensionMagic       = 0xeaa42174 // (uint32_t) -358342284
 	extensionHeaderSize  = 8          // uint32 magic, count
@@ -55,21 +50,19 @@ const (
 	tagGlibcHwcaps = 1 // cache_extension_tag_glibc_hwcaps: uint32 string offsets
 )
 
-// isExtension reports whether hwcap marks a glibc-hwcaps entry, as
-// dl_cache_hwcap_extension does: only the extension bit is set in the upper
-// half, ignoring the ISA-level bits.
+// isExtension reports whether hwcap marks a glibc-hwcaps entry, as dl_cache_hwcap_extension
+// does: only the extension bit is set in the upper half, ignoring the ISA-level bits.
 func isExtension(hwcap uint64) bool {
 	return (hwcap>>32)&^hwcapISALevelMask == HwcapExtension>>32
 }
 
-// hwcapIndex returns the lower 32 bits of a glibc-hwcaps entry's hwcap: the index of its
-// subdirectory in GlibcHwcaps.
+// hwcapIndex returns a glibc-hwcaps entry's index in GlibcHwcaps, the lower half of hwcap.
 func hwcapIndex(hwcap uint64) uint32 {
 	return uint32(hwcap) //nolint:gosec // G115: the lower half is the index, by the format (dl-cache.h)
 }
 
-// HwcapsSubdirectory returns the name of the glibc-hwcaps subdirectory e is
-// in, and false if e is not a glibc-hwcaps entry of c.
+// HwcapsSubdirectory returns the name of the glibc-hwcaps subdirectory e is in, and false if e
+// is not a glibc-hwcaps entry of c.
 func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 	if !isExtension(e.Hwcap) {
 		return "", false
@@ -81,23 +74,18 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 	return c.GlibcHwcaps[i], true
 }
 
-// ParseCache parses the contents of an ld.so.cache file into a Cache that
-// Encode writes back unchanged. It reads every format Parse reads; from a
-// combined old+new cache it takes the new-format part, and an old-format
-// cache alone gives entries with no OS version or hwcap.
+// ParseCache parses the contents of an ld.so.cache file into a Cache that Encode writes back
+// unchanged. It reads every format Parse reads (an old-format cache alone gives entries with
+// no OS version or hwcap), but more strictly: the cache must be one ldconfig could have
+// written, so that Add can extend it where ldconfig would. Entries out of ldconfig's order, a
+// malformed extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing
+// past them, or more than MaxSize bytes are errors wrapping ErrFormat; a caller that gets one
+// can fall back to running ldconfig.
 //
-// It is stricter than Parse, which lists what it can: the cache must be one
-// ldconfig could have written, so that Add can extend it where ldconfig
-// would. Entries out of ldconfig's order, a malformed extension directory,
-// unsorted glibc-hwcaps names or a glibc-hwcaps entry pointing past them
-// are errors. Inputs larger than MaxSize are refused. Errors wrap ErrFormat;
-// a caller that gets one can fall back to running ldconfig.
-//
-// In a combined cache (ldconfig -c compat) ldconfig writes the string
-// offsets of glibc-hwcaps names relative to the new-format part, where its
-// other offsets count from, while glibc 2.36's loader and ldconfig -p read
-// them relative to the start of the file and so never match them.
-// ParseCache reads them as ldconfig wrote them.
+// In a combined cache (ldconfig -c compat) ldconfig writes the string offsets of glibc-hwcaps
+// names relative to the new-format part, where its other offsets count from, while glibc
+// 2.36's loader and ldconfig -p read them relative to the start of the file and so never match
+// them. ParseCache reads them as ldconfig wrote them.
 func ParseCache(data []byte) (*Cache, error) {
 	if len(data) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, larger than %d", ErrFormat, len(data), MaxSize)
@@ -118,11 +106,10 @@ func ParseCache(data []byte) (*Cache, error) {
 	return c, nil
 }
 
-// parseExtensions reads the extension directory of the new-format part np
-// of the file data, following cache_extension_load in glibc's dl-cache.h:
-// its offsets count from the start of the file, and sections with unknown
-// tags are skipped. Where a tag repeats, the last section counts, as in
-// glibc. Unlike glibc, which ignores a directory or hwcaps section it finds
+// parseExtensions reads the extension directory of the new-format part np of the file data,
+// following cache_extension_load in glibc's dl-cache.h: its offsets count from the start of
+// the file, and sections with unknown tags are skipped. Where a tag repeats, the last section
+// counts, as in glibc. Unlike glibc, which ignores a directory or hwcaps section it finds
 // malformed, parseExtensions fails.
 func (c *Cache) parseExtensions(data []byte, np *newPart) error {
 	off := uint64(np.extOff)
@@ -176,8 +163,8 @@ func (c *Cache) parseExtensions(data []byte, np *newPart) error {
 	return checkHwcapsNames(c.GlibcHwcaps)
 }
 
-// checkHwcapsNames checks that names are sorted and distinct: the loader
-// merges them with its own sorted list of subdirectories to rank them.
+// checkHwcapsNames checks that names are sorted and distinct: the loader merges them with its
+// own sorted list of subdirectories to rank them.
 func checkHwcapsNames(names []string) error {
 	for i, name := range names {
 		if name == "" || strings.IndexByte(name, 0) >= 0 {
@@ -190,8 +177,8 @@ func checkHwcapsNames(names []string) error {
 	return nil
 }
 
-// checkEntries checks that every glibc-hwcaps entry names a subdirectory
-// and that the entries are in ldconfig's order.
+// checkEntries checks that every glibc-hwcaps entry names a subdirectory and that the entries
+// are in ldconfig's order.
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
 		if isExtension(e.Hwcap) && uint64(hwcapIndex(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
@@ -207,37 +194,27 @@ func (c *Cache) checkEntries() error {
 	return nil
 }
 
-// compare orders entries as compare in glibc's elf/cache.c (2.33 and
-// later) does: a result above 0 means e1 goes after e2. Keys sort in
-// descending _dl_cache_libcmp order, which the loader's binary search
-// expects; among equal keys, higher flags first, then glibc-hwcaps entries
-// (by subdirectory name) before the others, which the loader relies on
-// when it stops at the first plain entry after a glibc-hwcaps match, then
-// more hwcap bits, a higher hwcap and a higher OS version first.
+// compare orders entries as compare in glibc's elf/cache.c (2.33 and later) does: a result
+// above 0 means e1 goes after e2. Keys sort in descending _dl_cache_libcmp order, which the
+// loader's binary search expects; among equal keys, higher flags first, then glibc-hwcaps
+// entries (by subdirectory name) before the others, which the loader relies on when it stops
+// at the first plain entry after a glibc-hwcaps match, then more hwcap bits, a higher hwcap
+// and a higher OS version first. Entries must name existing glibc-hwcaps subdirectories
+// (checkEntries).
 func (c *Cache) compare(e1, e2 *Entry) int {
-	if res := libcmp(e2.Name, e1.Name, charSigned); res != 0 {
+	if res := cmp.Or(libcmp(e2.Name, e1.Name, charSigned), cmp.Compare(e2.Flags, e1.Flags)); res != 0 {
 		return res
 	}
-	switch {
-	case e1.Flags < e2.Flags:
-		return 1
-	case e1.Flags > e2.Flags:
-		return -1
-	}
-	h1, ext1 := c.hwcapsName(e1)
-	h2, ext2 := c.hwcapsName(e2)
-	switch {
-	case ext1 && !ext2:
-		return -1
-	case !ext1 && ext2:
-		return 1
-	case ext1 && ext2:
-		if res := strings.Compare(h1, h2); res != 0 {
-			return res
+	h1, ext1 := c.HwcapsSubdirectory(*e1)
+	h2, ext2 := c.HwcapsSubdirectory(*e2)
+	if ext1 != ext2 {
+		if ext1 {
+			return -1
 		}
+		return 1
 	}
-	// ldconfig's own struct keeps hwcap 0 for glibc-hwcaps entries, so only
-	// legacy hwcaps count here.
+	// ldconfig's own struct keeps hwcap 0 for glibc-hwcaps entries, so only legacy hwcaps
+	// count here.
 	var hw1, hw2 uint64
 	if !ext1 {
 		hw1 = e1.Hwcap
@@ -245,40 +222,18 @@ func (c *Cache) compare(e1, e2 *Entry) int {
 	if !ext2 {
 		hw2 = e2.Hwcap
 	}
-	b1, b2 := mathbits.OnesCount64(hw1), mathbits.OnesCount64(hw2)
-	switch {
-	case b2 > b1:
-		return 1
-	case b2 < b1:
-		return -1
-	case hw2 > hw1:
-		return 1
-	case hw2 < hw1:
-		return -1
-	case e2.OSVersion > e1.OSVersion:
-		return 1
-	case e2.OSVersion < e1.OSVersion:
-		return -1
-	}
-	return 0
+	return cmp.Or(
+		strings.Compare(h1, h2),
+		cmp.Compare(mathbits.OnesCount64(hw2), mathbits.OnesCount64(hw1)),
+		cmp.Compare(hw2, hw1),
+		cmp.Compare(e2.OSVersion, e1.OSVersion),
+	)
 }
 
-// hwcapsName returns the glibc-hwcaps subdirectory name of e, and whether e
-// is a glibc-hwcaps entry. An index past GlibcHwcaps (which checkEntries
-// rejects) compares as the empty name.
-func (c *Cache) hwcapsName(e *Entry) (string, bool) {
-	if !isExtension(e.Hwcap) {
-		return "", false
-	}
-	name, _ := c.HwcapsSubdirectory(*e)
-	return name, true
-}
-
-// libcmp is glibc's _dl_cache_libcmp: it compares like strcmp, except that
-// runs of digits compare by their numeric value and a digit sorts after any
-// other character. The arithmetic is C's on 32-bit int, wrapping as the
-// compiled loader does; charSigned says whether C's char is signed on the
-// target, which decides how bytes from 0x80 up compare.
+// libcmp is glibc's _dl_cache_libcmp: it compares like strcmp, except that runs of digits
+// compare by their numeric value and a digit sorts after any other character. The arithmetic
+// is C's on 32-bit int, wrapping as the compiled loader does; charSigned says whether C's char
+// is signed on the target, which decides how bytes from 0x80 up compare.
 func libcmp(s1, s2 string, charSigned bool) int {
 	// char returns s[i] as C's char, or the terminating NUL past the end.
 	char := func(s string, i int) int32 {
@@ -290,8 +245,8 @@ func libcmp(s1, s2 string, charSigned bool) int {
 		}
 		return int32(s[i])
 	}
-	// Skip the bytes both start with, back to the start of any run of
-	// digits they end in: up to there both compare equal.
+	// Skip the bytes both start with, back to the start of any run of digits they end in: up
+	// to there both compare equal.
 	k := 0
 	for k < len(s1) && k < len(s2) && s1[k] == s2[k] {
 		k++
@@ -331,9 +286,9 @@ func libcmp(s1, s2 string, charSigned bool) int {
 
 func isDigit(c int32) bool { return c >= '0' && c <= '9' }
 
-// charSigned says whether C's char is signed where this program runs, which
-// is where the loader that reads the cache runs: signed on x86 and
-// LoongArch, unsigned on Arm, POWER, s390x and RISC-V.
+// charSigned says whether C's char is signed where this program runs, which is where the
+// loader that reads the cache runs: signed on x86 and LoongArch, unsigned on Arm, POWER, s390x
+// and RISC-V.
 var charSigned = !slices.Contains([]string{"arm", "arm64", "ppc64", "ppc64le", "s390x", "riscv64"}, runtime.GOARCH)
 
 // Library is a library for Add to put in a cache.
@@ -342,25 +297,22 @@ type Library struct {
 	Path  string // absolute path of the SONAME link in the container
 	Flags int32  // the library's ABI, from FlagsFor
 
-	// First puts the library before the entries it ties with in
-	// ldconfig's order (same key, flags, hwcap and OS version), as if
-	// ldconfig had read its directory first, so the loader finds it
-	// before them. Otherwise it goes after them, as if its directory came
-	// last. Either way glibc-hwcaps entries for the same key stay in
-	// front, where ldconfig puts them; the loader prefers those when the
-	// CPU supports their subdirectory.
+	// First puts the library before the entries it ties with in ldconfig's order (same key,
+	// flags, hwcap and OS version), as if ldconfig had read its directory first, so the loader
+	// finds it before them. Otherwise it goes after them, as if its directory came last.
+	// Either way glibc-hwcaps entries for the same key stay in front, where ldconfig puts
+	// them; the loader prefers those when the CPU supports their subdirectory.
 	First bool
 }
 
-// Add puts libs into c where ldconfig would put them (see Library.First).
-// A library replaces an entry with the same name, flags and path and no
-// hwcap; a replaced entry that ties with the library keeps its place unless
-// the library asks to go first. Libraries are added in order, so of two
-// First libraries that tie, the later ends up in front. Every entry c had
-// is kept otherwise, glibc-hwcaps entries included.
+// Add puts libs into c where ldconfig would put them (see Library.First). A library replaces
+// an entry with the same name, flags and path and no hwcap; a replaced entry that ties with
+// the library keeps its place unless the library asks to go first. Libraries are added in
+// order, so of two First libraries that tie, the later ends up in front. Every entry c had is
+// kept otherwise, glibc-hwcaps entries included.
 //
-// Add checks every library before changing c, and reports every problem.
-// It fails without changing c if c's entries are not in ldconfig's order.
+// Add checks every library before changing c, and reports every problem. It fails without
+// changing c if c's entries are not in ldconfig's order.
 func (c *Cache) Add(libs ...Library) error {
 	var errs []error
 	for _, l := range libs {
@@ -397,8 +349,7 @@ func (l Library) check() error {
 
 // add inserts e into c's sorted entries; first says to go before ties.
 func (c *Cache) add(e Entry, first bool) {
-	// Entries whose key compares equal are contiguous; look for the one
-	// to replace among them.
+	// Entries whose key compares equal are contiguous; look for the one to replace among them.
 	lo := sort.Search(len(c.Entries), func(i int) bool { return libcmp(e.Name, c.Entries[i].Name, charSigned) >= 0 })
 	for i := lo; i < len(c.Entries) && libcmp(e.Name, c.Entries[i].Name, charSigned) == 0; i++ {
 		old := &c.Entries[i]
@@ -412,9 +363,8 @@ func (c *Cache) add(e Entry, first bool) {
 		c.Entries = slices.Delete(c.Entries, i, i+1)
 		break
 	}
-	// ldconfig's add_to_cache inserts before the first entry that sorts
-	// after the new one; going first means before the first that does not
-	// sort before it.
+	// ldconfig's add_to_cache inserts before the first entry that sorts after the new one;
+	// going first means before the first that does not sort before it.
 	at := sort.Search(len(c.Entries), func(i int) bool {
 		res := c.compare(&c.Entries[i], &e)
 		return res > 0 || first && res == 0
@@ -422,44 +372,45 @@ func (c *Cache) add(e Entry, first bool) {
 	c.Entries = slices.Insert(c.Entries, at, e)
 }
 
-// FlagsFor returns the cache flags ldconfig records for a glibc library of
-// the given word size (32 or 64) and ELF machine, as the readelflib.c of
-// each architecture in glibc's sysdeps sets them: FLAG_ELF_LIBC6 plus the
-// ABI. It fails where the flags depend on more than these two, such as the
-// float ABI of 32-bit Arm and RISC-V libraries, which is in the ELF
-// header's flags.
-func FlagsFor(bits int, machine elf.Machine) (int32, error) {
-	const flagELFLibc6 = 0x0003
+// FlagsFor returns the cache flags ldconfig records for a glibc library of the given word size
+// (32 or 64) and ELF machine, as the readelflib.c of each architecture in glibc's sysdeps sets
+// them: FLAG_ELF_LIBC6 plus the ABI. It fails where the flags depend on more than these two,
+// such as the float ABI of 32-bit Arm and RISC-V libraries, which is in the ELF header's
+// flags. machine is the ELF header's e_machine.
+func FlagsFor(bits int, machine uint16) (int32, error) {
+	// e_machine values (ELF gABI): debug/elf is not imported for five numbers, which would
+	// link its package initialisation into gpu-runtime.
+	const (
+		emI386, emPPC64, emS390, emX8664, emAArch64 = 3, 21, 22, 62, 183
+		flagELFLibc6                                = 0x0003
+	)
 	switch {
-	case bits == 64 && machine == elf.EM_X86_64:
+	case bits == 64 && machine == emX8664:
 		return flagX8664Lib64 | flagELFLibc6, nil
-	case bits == 32 && machine == elf.EM_X86_64: // x32
+	case bits == 32 && machine == emX8664: // x32
 		return flagX8664LibX32 | flagELFLibc6, nil
-	case bits == 32 && machine == elf.EM_386:
+	case bits == 32 && machine == emI386:
 		return flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_AARCH64:
+	case bits == 64 && machine == emAArch64:
 		return flagAArch64Lib64 | flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_PPC64:
+	case bits == 64 && machine == emPPC64:
 		return flagPowerPCLib64 | flagELFLibc6, nil
-	case bits == 64 && machine == elf.EM_S390:
+	case bits == 64 && machine == emS390:
 		return flagS390Lib64 | flagELFLibc6, nil
 	}
-	return 0, fmt.Errorf("find ld cache flags for %d-bit %v libraries: not supported", bits, machine)
+	return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
 }
 
-// Encode returns c as an ld.so.cache file in the "glibc-ld.so.cache1.1"
-// format that glibc 2.33 and later write by default (ldconfig -c new), in
-// this machine's byte order with the byte-order flag set, laid out byte for
-// byte as glibc 2.36's ldconfig lays out the same entries: its string
-// table with shared suffixes, then the extension directory with the
+// Encode returns c as an ld.so.cache file in the "glibc-ld.so.cache1.1" format that glibc 2.33
+// and later write by default (ldconfig -c new), in this machine's byte order with the
+// byte-order flag set, laid out byte for byte as glibc 2.36's ldconfig lays out the same
+// entries: its string table with shared suffixes, then the extension directory with the
 // generator and, if GlibcHwcaps is not empty, the glibc-hwcaps section.
 //
-// For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode
-// fails if an entry has an empty or NUL-holding name or path, GlibcHwcaps
-// is not sorted and distinct, an entry refers past GlibcHwcaps, the
-// entries are not in ldconfig's order, or the file would exceed MaxSize
-// (which a parsed cache can only reach if it was within half of MaxSize in
-// the old format, whose entries are half the size).
+// For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode fails if an entry
+// has an empty or NUL-holding name or path, GlibcHwcaps is not sorted and distinct, an entry
+// refers past GlibcHwcaps, the entries are not in ldconfig's order, or the file would exceed
+// MaxSize (which only a parsed old-format cache of over half of MaxSize can).
 func (c *Cache) Encode() ([]byte, error) {
 	return c.encode(binary.NativeEndian, nativeEndianFlag)
 }
@@ -547,9 +498,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	return b, nil
 }
 
-// off32 returns v, a count, offset or size in an encoded cache, as the format's uint32.
-// encode checks that the whole file is at most MaxSize bytes before it writes any of them,
-// and newStringTable works on strings Encode bounded the same way.
+// off32 returns v, a count, offset or size in an encoded cache, as the format's uint32: encode
+// bounds the file, and the strings given to newStringTable, by MaxSize first.
 func off32[T int | uint64](v T) uint32 {
 	return uint32(v)
 }
@@ -557,20 +507,19 @@ func off32[T int | uint64](v T) uint32 {
 // stringTable is the string table of an encoded cache.
 type stringTable struct {
 	data []byte // the NUL-terminated strings
-	// offsets are where each string starts in data: entry i's name at
-	// 2i, its path at 2i+1, then the glibc-hwcaps names.
+	// offsets are where each string starts in data: entry i's name at 2i, its path at 2i+1,
+	// then the glibc-hwcaps names.
 	offsets []uint32
 }
 
 func (st stringTable) name(i int) uint32 { return st.offsets[2*i] }
 func (st stringTable) path(i int) uint32 { return st.offsets[2*i+1] }
 
-// newStringTable lays out every key, path and glibc-hwcaps name of c as
-// glibc's stringtable_finalize (elf/stringtable.c) does: distinct strings
-// sorted by their bytes from the last, higher first and a string before
-// its own suffixes, and a string that ends the one sorting just before it
-// sharing that one's tail. That order is the descending byte order of the
-// reversed strings, which is how they are sorted here.
+// newStringTable lays out every key, path and glibc-hwcaps name of c as glibc's
+// stringtable_finalize (elf/stringtable.c) does: distinct strings sorted by their bytes from
+// the last, higher first and a string before its own suffixes, and a string that ends the one
+// sorting just before it sharing that one's tail. That order is the descending byte order of
+// the reversed strings, which is how they are sorted here.
 func newStringTable(c *Cache) stringTable {
 	n := 2*len(c.Entries) + len(c.GlibcHwcaps)
 	str := func(slot int) string {
@@ -598,13 +547,13 @@ func newStringTable(c *Cache) stringTable {
 		at += len(s)
 	}
 	reversed := buf
-	// An item is one string: where its reversal is in reversed, and which
-	// string it is. Items hold no pointers, which keeps sorting them free
-	// of the garbage collector's write barriers.
+	// An item is one string: where its reversal is in reversed, and which string it is. Items
+	// hold no pointers, which keeps sorting them free of the garbage collector's write
+	// barriers.
 	type item struct {
-		// head is the first 8 bytes of the reversed string, big-endian
-		// and zero-padded (strings hold no NUL): heads that differ order
-		// their strings, equal heads need the rest compared.
+		// head is the first 8 bytes of the reversed string, big-endian and zero-padded
+		// (strings hold no NUL): heads that differ order their strings, equal heads need the
+		// rest compared.
 		head     uint64
 		off, len uint32
 		slot     uint32
@@ -619,8 +568,8 @@ func newStringTable(c *Cache) stringTable {
 		items[slot] = item{head: binary.BigEndian.Uint64(head[:]), off: off32(at), len: off32(l), slot: off32(slot)}
 		at += l
 	}
-	// Sort descending: by head with a radix sort (stable, a byte at a
-	// time from the last), then each run of equal heads by the rest.
+	// Sort descending: by head with a radix sort (stable, a byte at a time from the last),
+	// then each run of equal heads by the rest.
 	tmp := make([]item, n)
 	for shift := 0; shift < 64; shift += 8 {
 		var start [256]int
@@ -654,8 +603,8 @@ func newStringTable(c *Cache) stringTable {
 	own := make([]uint32, 0, n) // the slots of strings that are no other's tail
 	for j, it := range items {
 		if j > 0 {
-			// A repeat of the string before it, or its tail (then it
-			// sorts right after it, as the reversed string's prefix).
+			// A repeat of the string before it, or its tail (then it sorts right after it, as
+			// the reversed string's prefix).
 			prev := items[j-1]
 			if bytes.HasPrefix(rev(prev), rev(it)) {
 				offsets[it.slot] = offsets[prev.slot] + prev.len - it.len

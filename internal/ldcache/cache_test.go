@@ -481,13 +481,13 @@ func TestFlagsFor(t *testing.T) {
 		{description: "aarch64", bits: 64, machine: elf.EM_AARCH64, want: 0x0a03},
 		{description: "ppc64le", bits: 64, machine: elf.EM_PPC64, want: 0x0503},
 		{description: "s390x", bits: 64, machine: elf.EM_S390, want: 0x0403},
-		{description: "32-bit arm depends on the float ABI", bits: 32, machine: elf.EM_ARM, wantErr: "find ld cache flags for 32-bit EM_ARM libraries: not supported"},
-		{description: "riscv depends on the float ABI", bits: 64, machine: elf.EM_RISCV, wantErr: "find ld cache flags for 64-bit EM_RISCV libraries: not supported"},
-		{description: "64-bit i386 does not exist", bits: 64, machine: elf.EM_386, wantErr: "find ld cache flags for 64-bit EM_386 libraries: not supported"},
+		{description: "32-bit arm depends on the float ABI", bits: 32, machine: elf.EM_ARM, wantErr: "find ld cache flags for 32-bit libraries of ELF machine 40: not supported"},
+		{description: "riscv depends on the float ABI", bits: 64, machine: elf.EM_RISCV, wantErr: "find ld cache flags for 64-bit libraries of ELF machine 243: not supported"},
+		{description: "64-bit i386 does not exist", bits: 64, machine: elf.EM_386, wantErr: "find ld cache flags for 64-bit libraries of ELF machine 3: not supported"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, err := FlagsFor(tc.bits, tc.machine)
+			got, err := FlagsFor(tc.bits, uint16(tc.machine))
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Errorf("FlagsFor = %#x, %v; want error %s", got, err, tc.wantErr)

@@ -94,7 +94,7 @@ var driverLibs = []driverLib{
 // the libraries to Add for them.
 func injectDriver(t testing.TB, root, dir string) []Library {
 	t.Helper()
-	flags, err := FlagsFor(64, elf.EM_X86_64)
+	flags, err := FlagsFor(64, uint16(elf.EM_X86_64))
 	if err != nil {
 		t.Fatal(err)
 	}

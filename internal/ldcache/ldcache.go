@@ -1,29 +1,22 @@
-// Package ldcache reads and writes glibc's dynamic linker cache
-// (/etc/ld.so.cache).
+// Package ldcache reads and writes glibc's dynamic linker cache (/etc/ld.so.cache).
 //
-// Parse and Load list the libraries a cache records. ParseCache reads a
-// cache into a Cache, which keeps everything the dynamic linker uses (every
-// entry's flags, key, path, OS version and hwcap in file order, and the
-// glibc-hwcaps subdirectory names); Add puts libraries into it where
-// ldconfig would, and Encode writes it in the format ldconfig writes, so
-// that a container's cache can be extended without running ldconfig.
-// Encode lays a cache out byte for byte as glibc 2.36's ldconfig does, so a
-// cache ldconfig wrote comes back unchanged, and glibc's loader finds in
-// what Encode writes what it would find in ldconfig's cache of the same
-// entries.
+// Parse and Load list the libraries a cache records. ParseCache reads a cache into a Cache,
+// which keeps everything the loader uses (each entry's flags, key, path, OS version and hwcap
+// in file order, and the glibc-hwcaps subdirectory names); Add puts libraries in where
+// ldconfig would, and Encode lays the cache out byte for byte as glibc 2.36's ldconfig does. A
+// container's cache can so be extended without running ldconfig: a cache ldconfig wrote comes
+// back unchanged, and the loader finds in it what it would find in ldconfig's.
 //
-// It understands both formats ldconfig writes: the current
-// "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since glibc
-// 2.32 and what Debian 12 writes) and the historic "ld.so-1.7.0" format,
-// alone (ldconfig -c old) or followed by a new-format cache (ldconfig -c
-// compat). The layout follows glibc's sysdeps/generic/dl-cache.h (structures
-// and flag values), elf/cache.c (the writer) and elf/dl-cache.c (the reader,
-// _dl_load_cache_lookup).
+// Both formats ldconfig writes are read: "glibc-ld.so.cache1.1" (ldconfig -c new, the default
+// since glibc 2.32 and what Debian 12 writes) and the historic "ld.so-1.7.0", alone (-c old)
+// or followed by a new-format cache (-c compat). The layout follows glibc's
+// sysdeps/generic/dl-cache.h (structures and flag values), elf/cache.c (the writer) and
+// elf/dl-cache.c (the reader, _dl_load_cache_lookup).
 //
-// The cache may come from an untrusted root (a container image, a driver
-// container), so parsing is read-only and bounds-checked: a malformed cache
-// yields an error wrapping ErrFormat, never a panic, an out-of-range read or
-// an allocation out of proportion to the input.
+// The cache may come from an untrusted root (a container image, a driver container), so
+// parsing is read-only and bounds-checked: a malformed cache yields an error wrapping
+// ErrFormat, never a panic, an out-of-range read or an allocation out of proportion to the
+// input.
 package ldcache
 
 import (
@@ -39,13 +32,12 @@ import (
 // DefaultPath is where glibc's dynamic linker looks for its cache.
 const DefaultPath = "/etc/ld.so.cache"
 
-// MaxSize is the largest cache Load reads. Real caches are well under a
-// megabyte; the limit stops a hostile root from making Load read without
-// bound.
+// MaxSize is the largest cache read. Real caches are well under a megabyte; the limit stops a
+// hostile root from making Load read without bound.
 const MaxSize = 64 << 20
 
-// ErrFormat is wrapped by every error about a cache that is truncated,
-// malformed or in a format this package does not know.
+// ErrFormat is wrapped by every error about a cache that is truncated, malformed or in a
+// format this package does not know.
 var ErrFormat = errors.New("malformed ld.so.cache")
 
 // Entry is one library in the cache.
@@ -55,17 +47,15 @@ type Entry struct {
 	Flags int32  // raw flags (FLAG_* in glibc's sysdeps/generic/ldconfig.h)
 	Bits  int    // 64 or 32, from the ABI recorded in Flags; 0 if unknown
 
-	// OSVersion is the lowest kernel version the library declares it
-	// needs ((os << 24) | (major << 16) | (minor << 8) | patch), 0 for
-	// none. glibc 2.36's ldconfig always writes 0; older ones copied the
-	// library's ABI note. Always 0 in the old format.
+	// OSVersion is the lowest kernel version the library declares it needs ((os << 24) |
+	// (major << 16) | (minor << 8) | patch), 0 for none. glibc 2.36's ldconfig always writes
+	// 0; older ones copied the library's ABI note. Always 0 in the old format.
 	OSVersion uint32
-	// Hwcap is the hardware capability word. With the HwcapExtension bit
-	// (and only ISA-level bits besides it) in the upper half, the entry
-	// is in a glibc-hwcaps subdirectory and the lower 32 bits index
-	// Cache.GlibcHwcaps; otherwise non-zero bits name the legacy hwcaps
-	// subdirectory the library is in (for example bit 63 for "tls").
-	// Always 0 in the old format, which has no such field.
+	// Hwcap is the hardware capability word. With the HwcapExtension bit (and only ISA-level
+	// bits besides it) in the upper half, the entry is in a glibc-hwcaps subdirectory and the
+	// lower 32 bits index Cache.GlibcHwcaps; otherwise non-zero bits name the legacy hwcaps
+	// subdirectory the library is in (for example bit 63 for "tls"). Always 0 in the old
+	// format, which has no such field.
 	Hwcap uint64
 }
 
@@ -76,9 +66,9 @@ const (
 	oldHeaderSize = 16
 	oldEntrySize  = 12 // int32 flags; uint32 key, value
 
-	// struct cache_file_new: char magic[17]; char version[3]; uint32 nlibs;
-	// uint32 len_strings; uint8 flags; uint8 pad[3]; uint32 extension_offset;
-	// uint32 unused[3]; struct file_entry_new libs[].
+	// struct cache_file_new: char magic[17]; char version[3]; uint32 nlibs; uint32
+	// len_strings; uint8 flags; uint8 pad[3]; uint32 extension_offset; uint32 unused[3];
+	// struct file_entry_new libs[].
 	newMagic      = "glibc-ld.so.cache1.1"
 	newHeaderSize = 48
 	newEntrySize  = 24 // int32 flags; uint32 key, value; uint32 osversion; uint64 hwcap
@@ -89,11 +79,9 @@ const (
 	endianBig    = 3
 )
 
-// Load reads and parses the cache at path. A missing file returns an error
-// wrapping fs.ErrNotExist; a file that is not a regular file or is larger
-// than MaxSize returns an error wrapping ErrFormat. Load follows symbolic
-// links in path: to read a cache inside an untrusted root, open it safely
-// and pass its contents to Parse.
+// Load reads and parses the cache at path. A missing file is an error wrapping fs.ErrNotExist;
+// one not regular or larger than MaxSize, wrapping ErrFormat. Load follows symbolic links: to
+// read a cache inside an untrusted root, open it safely and pass its contents to Parse.
 func Load(path string) ([]Entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -122,10 +110,9 @@ func Load(path string) ([]Entry, error) {
 	return entries, nil
 }
 
-// Parse parses the contents of an ld.so.cache file and returns its entries
-// in file order, which is the order the dynamic linker searches them. For a
-// combined old+new cache the entries of the new-format part are returned, as
-// glibc does. Errors wrap ErrFormat.
+// Parse returns the entries of an ld.so.cache file in file order, the order the loader
+// searches them: those of the new-format part of a combined old+new cache, as glibc does.
+// Errors wrap ErrFormat.
 func Parse(data []byte) ([]Entry, error) {
 	entries, _, err := parse(data)
 	return entries, err
@@ -138,8 +125,8 @@ type newPart struct {
 	extOff uint32           // file offset of the extension directory; 0 for none
 }
 
-// parse parses a cache file and says where its new-format part is: nil for
-// a cache in the old format alone.
+// parse parses a cache file and says where its new-format part is: nil for a cache in the old
+// format alone.
 func parse(data []byte) ([]Entry, *newPart, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte(newMagic)):
@@ -151,24 +138,23 @@ func parse(data []byte) ([]Entry, *newPart, error) {
 	}
 }
 
-// parseOld parses a cache that starts with the old-format header. If a
-// new-format cache follows the old entries, that part is parsed instead,
-// as in glibc's _dl_load_cache_lookup.
+// parseOld parses a cache that starts with the old-format header. If a new-format cache
+// follows the old entries, that part is parsed instead, as in glibc's _dl_load_cache_lookup.
 func parseOld(data []byte) ([]Entry, *newPart, error) {
 	if len(data) < oldHeaderSize {
 		return nil, nil, fmt.Errorf("%w: old-format header truncated: %d bytes, want %d", ErrFormat, len(data), oldHeaderSize)
 	}
-	// The old format has no byte-order marker: ldconfig writes it in the
-	// native order. If the new part follows, its marker decides.
+	// The old format has no byte-order marker: ldconfig writes it in the native order. If the
+	// new part follows, its marker decides.
 	nlibs := uint64(binary.NativeEndian.Uint32(data[12:]))
 	end := oldHeaderSize + nlibs*oldEntrySize
 	if end > uint64(len(data)) {
 		return nil, nil, fmt.Errorf("%w: %d old-format entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 
-	// The new header is aligned to __alignof__(struct cache_file_new): 8
-	// where uint64_t is 8-aligned, 4 on i386. The old entries end 4-aligned,
-	// so try the 8-aligned offset, then the 4-aligned one.
+	// The new header is aligned to __alignof__(struct cache_file_new): 8 where uint64_t is
+	// 8-aligned, 4 on i386. The old entries end 4-aligned, so try the 8-aligned offset, then
+	// the 4-aligned one.
 	for _, off := range []uint64{(end + 7) &^ 7, end} {
 		if off+uint64(len(newMagic)) <= uint64(len(data)) && bytes.HasPrefix(data[off:], []byte(newMagic)) {
 			entries, np, err := parseNew(data[off:], off)
@@ -179,8 +165,8 @@ func parseOld(data []byte) ([]Entry, *newPart, error) {
 		}
 	}
 
-	// Old format alone: string offsets are relative to the end of the
-	// entries, and the string table runs to the end of the file.
+	// Old format alone: string offsets are relative to the end of the entries, and the string
+	// table runs to the end of the file.
 	strs := string(data[end:])
 	entries := make([]Entry, 0, nlibs)
 	for i := range nlibs {
@@ -194,8 +180,8 @@ func parseOld(data []byte) ([]Entry, *newPart, error) {
 	return entries, nil, nil
 }
 
-// parseNew parses a new-format cache starting at data[0], which is at
-// offset off in the file. String offsets are relative to data[0].
+// parseNew parses a new-format cache starting at data[0], which is at offset off in the file.
+// String offsets are relative to data[0].
 func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	if len(data) < newHeaderSize {
 		return nil, nil, fmt.Errorf("%w: header truncated: %d bytes, want %d", ErrFormat, len(data), newHeaderSize)
@@ -216,7 +202,11 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
 	entries := make([]Entry, 0, nlibs)
-	strs := tableString(data, nlibs)
+	// The entries' strings share one copy of data: converted once, not each allocated.
+	var strs string
+	if nlibs > 0 {
+		strs = string(data)
+	}
 	for i := range nlibs {
 		e := data[newHeaderSize+i*newEntrySize:]
 		entry, err := makeEntry(order, e, strs)
@@ -230,19 +220,8 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
 }
 
-// tableString returns data, a new-format cache with nlibs entries, as a
-// string to take the entries' strings from. It is converted once, so that
-// the strings share its memory rather than each being allocated. Without
-// entries it is not needed.
-func tableString(data []byte, nlibs uint64) string {
-	if nlibs == 0 {
-		return ""
-	}
-	return string(data)
-}
-
-// makeEntry decodes the flags, key and value fields common to both entry
-// layouts from e, resolving the string offsets in strs.
+// makeEntry decodes the flags, key and value fields common to both entry layouts from e,
+// resolving the string offsets in strs.
 func makeEntry(order binary.ByteOrder, e []byte, strs string) (Entry, error) {
 	flags := int32(order.Uint32(e[0:])) //nolint:gosec // G115: the field is C's int32_t flags, stored as its bits
 	name, err := cString(strs, order.Uint32(e[4:]))
@@ -272,9 +251,8 @@ func cString(strs string, off uint32) (string, error) {
 	return s[:n], nil
 }
 
-// Flag values from glibc's sysdeps/generic/ldconfig.h. The low byte is the
-// library type (FLAG_ELF, FLAG_ELF_LIBC6…), the next byte the ABI the
-// library requires.
+// Flag values from glibc's sysdeps/generic/ldconfig.h. The low byte is the library type
+// (FLAG_ELF, FLAG_ELF_LIBC6…), the next byte the ABI the library requires.
 const (
 	flagRequiredMask         = 0xff00
 	flagSparcLib64           = 0x0100
@@ -297,11 +275,10 @@ const (
 	flagLoongArchFloatDouble = 0x1200
 )
 
-// bits returns the word size of the ABI recorded in flags: 64 or 32, or 0
-// when the flags do not say. No required-ABI bits is the base ABI of every
-// multilib architecture ldconfig distinguishes (i386, 32-bit SPARC,
-// PowerPC, S/390 and MIPS o32), all 32-bit. RISC-V records only the float
-// ABI, the same for RV32 and RV64, so its word size is unknown.
+// bits returns the word size of the ABI recorded in flags: 64 or 32, or 0 when the flags do
+// not say. No required-ABI bits is the base ABI of every multilib architecture ldconfig
+// distinguishes (i386, 32-bit SPARC, PowerPC, S/390 and MIPS o32), all 32-bit. RISC-V records
+// only the float ABI, the same for RV32 and RV64, so its word size is unknown.
 func bits(flags int32) int {
 	switch flags & flagRequiredMask {
 	case 0, flagX8664LibX32, flagMIPS64LibN32, flagMIPS64LibN32NaN2008,

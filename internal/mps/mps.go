@@ -1,4 +1,4 @@
-// Package mps runs MPS shares (reference §11): one nvidia-cuda-mps-control daemon per share,
+// Package mps runs MPS shares: one nvidia-cuda-mps-control daemon per share,
 // with its own pipe and log directories and a private tmpfs as its /dev/shm, and the share's
 // defaults (active thread percentage, pinned memory limit) set through its control interface.
 // A container joins a share by having exactly that share's client view and tmpfs mounted
@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -170,13 +172,11 @@ func readPID(p string) (int, error) {
 	return pid, nil
 }
 
-// mounted reports whether dir is a mount point: on another device than its parent.
+// mounted reports whether dir is a mount point (moby/sys/mountinfo: by mount id, which a bind
+// mount of the same file system also has, unlike a device comparison).
 func mounted(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
+	m, err := mountinfo.Mounted(dir)
+	return err == nil && m
 }
 
 // Options are what Start needs besides the configuration.

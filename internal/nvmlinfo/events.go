@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -38,12 +39,12 @@ type Event struct {
 // ErrEventsNotSupported: no GPU of the host can report the events.
 var ErrEventsNotSupported = errors.New("NVML events not supported")
 
-// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of
-// a driver root (reference §12). One process may hold one at a time (go-nvml binds NVML
-// process-wide); Close releases NVML, so that a driver can be reloaded, and OpenEvents may
-// then be called again.
+// Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of a
+// driver root. One process may hold one at a time (go-nvml binds NVML process-wide); Close
+// releases NVML, so that a driver can be reloaded, and OpenEvents may then be called again.
 type Events struct {
 	lib      nvml.Interface
+	devs     device.Interface
 	set      nvml.EventSet
 	probe    *dl.DynamicLibrary
 	gpus     []discover.GPU // index and UUID, by NVML index
@@ -61,19 +62,16 @@ func OpenEvents(root string) (*Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Events{lib: lib, probe: probe}
+	e := &Events{lib: lib, devs: device.New(lib), probe: probe}
 	fail := func(err error) (*Events, error) {
 		e.Close()
 		return nil, err
 	}
-	set, ret := lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(lib, "create an event set", ret))
-	}
-	e.set = set
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(lib, "count devices", ret))
+	q := &queries{lib: lib}
+	e.set = get(q, "create an event set", lib.EventSetCreate)
+	count := get(q, "count devices", lib.DeviceGetCount)
+	if q.err != nil {
+		return fail(q.err)
 	}
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
@@ -86,7 +84,7 @@ func OpenEvents(root string) (*Events, error) {
 		}
 		supported, ret := dev.GetSupportedEventTypes()
 		if ret == nvml.SUCCESS && supported&watchedEvents != 0 {
-			ret = dev.RegisterEvents(watchedEvents&supported, set)
+			ret = dev.RegisterEvents(watchedEvents&supported, e.set)
 		} else if ret == nvml.SUCCESS {
 			ret = nvml.ERROR_NOT_SUPPORTED
 		}
@@ -143,37 +141,28 @@ func (e *Events) Wait(timeout time.Duration) (ev Event, ok bool, err error) {
 		}
 	}
 	if ev.GI != NoInstance {
-		ev.MIGDevices = migDevicesOf(data.Device, ev.GI, ev.CI)
+		ev.MIGDevices = migDevicesOf(e.devs, data.Device, ev.GI, ev.CI)
 	}
 	return ev, true, nil
 }
 
 // migDevicesOf returns the MIG devices of a GPU in GPU instance gi and, unless ci is
-// NoInstance, compute instance ci, as they are now.
-func migDevicesOf(gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
-	max, ret := gpu.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return nil
-	}
+// NoInstance, compute instance ci, as they are now. A device NVML cannot describe is left out;
+// a walk NVML fails gives the devices found before.
+func migDevicesOf(devs device.Interface, gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
 	var out []discover.MIGDevice
-	for i := 0; i < max; i++ {
-		mig, ret := gpu.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND {
-			break
-		}
-		if ret != nvml.SUCCESS {
-			continue
-		}
+	_ = visitMIGDevices(devs, gpu, -1, func(i int, mig device.MigDevice) error {
 		g, ret1 := mig.GetGpuInstanceId()
 		c, ret2 := mig.GetComputeInstanceId()
 		uuid, ret3 := mig.GetUUID()
 		if ret1 != nvml.SUCCESS || ret2 != nvml.SUCCESS || ret3 != nvml.SUCCESS {
-			continue
+			return nil
 		}
 		if g >= 0 && c >= 0 && int64(g) == int64(gi) && (ci == NoInstance || int64(c) == int64(ci)) {
 			out = append(out, discover.MIGDevice{Index: i, UUID: uuid, GI: g, CI: c})
 		}
-	}
+		return nil
+	})
 	return out
 }
 

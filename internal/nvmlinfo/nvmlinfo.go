@@ -7,10 +7,12 @@ package nvmlinfo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -71,24 +73,17 @@ func Query(root string) (discover.Driver, error) {
 	defer func() { _ = probe.Close() }()
 	defer func() { _ = lib.Shutdown() }() // nothing to do about a failed shutdown
 
-	d := discover.Driver{NVMLPath: libPath}
-	version, ret := lib.SystemGetDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get driver version", ret)
-	}
-	d.Version = version
-	cuda, ret := lib.SystemGetCudaDriverVersion()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "get CUDA driver version", ret)
+	q := &queries{lib: lib}
+	d := discover.Driver{NVMLPath: libPath, Version: get(q, "get driver version", lib.SystemGetDriverVersion)}
+	cuda := get(q, "get CUDA driver version", lib.SystemGetCudaDriverVersion)
+	count := get(q, "count devices", lib.DeviceGetCount)
+	if q.err != nil {
+		return discover.Driver{}, q.err
 	}
 	d.CUDAVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
-
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return discover.Driver{}, nvmlErr(lib, "count devices", ret)
-	}
+	devs := device.New(lib)
 	for i := 0; i < count; i++ {
-		gpu, err := queryGPU(lib, i)
+		gpu, err := queryGPU(lib, devs, i)
 		if err != nil {
 			return discover.Driver{}, err
 		}
@@ -124,34 +119,26 @@ func queryExcluded(lib nvml.Interface) ([]discover.ExcludedGPU, error) {
 	return out, nil
 }
 
-func queryGPU(lib nvml.Interface, i int) (discover.GPU, error) {
+func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, error) {
 	dev, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get GPU %d", i), ret)
 	}
-	g := discover.GPU{Index: i}
-	if g.UUID, ret = lib.DeviceGetUUID(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get UUID of GPU %d", i), ret)
+	q := &queries{lib: lib, of: fmt.Sprintf(" of GPU %d", i)}
+	g := discover.GPU{
+		Index: i,
+		UUID:  get(q, "get UUID", dev.GetUUID),
+		Minor: get(q, "get minor number", dev.GetMinorNumber),
+		Name:  get(q, "get name", dev.GetName),
+		Brand: BrandName(get(q, "get brand", dev.GetBrand)),
+		ComputeCapability: get(q, "get compute capability", func() (string, nvml.Return) {
+			major, minor, ret := dev.GetCudaComputeCapability()
+			return fmt.Sprintf("%d.%d", major, minor), ret
+		}),
 	}
-	if g.Minor, ret = lib.DeviceGetMinorNumber(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get minor number of GPU %d", i), ret)
-	}
-	if g.Name, ret = lib.DeviceGetName(dev); ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get name of GPU %d", i), ret)
-	}
-	brand, ret := lib.DeviceGetBrand(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get brand of GPU %d", i), ret)
-	}
-	g.Brand = BrandName(brand)
-	major, minor, ret := lib.DeviceGetCudaComputeCapability(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get compute capability of GPU %d", i), ret)
-	}
-	g.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	pci, ret := lib.DeviceGetPciInfo(dev)
-	if ret != nvml.SUCCESS {
-		return discover.GPU{}, nvmlErr(lib, fmt.Sprintf("get PCI info of GPU %d", i), ret)
+	pci := get(q, "get PCI info", dev.GetPciInfo)
+	if q.err != nil {
+		return discover.GPU{}, q.err
 	}
 	g.BusID = cString(pci.BusId[:])
 	// Persistence mode only informs (gpu-ctk doctor); a driver that cannot say is not an error.
@@ -161,16 +148,39 @@ func queryGPU(lib nvml.Interface, i int) (discover.GPU, error) {
 	case ret == nvml.SUCCESS:
 		g.Persistence = "disabled"
 	}
-	if err := queryMIG(lib, dev, &g); err != nil {
+	if err := queryMIG(lib, devs, dev, &g); err != nil {
 		return discover.GPU{}, err
 	}
 	return g, nil
 }
 
-// queryMIG reads a GPU's MIG mode and, in MIG mode, its MIG devices in NVML's enumeration
-// order (nvmlDeviceGetMigDeviceHandleByIndex up to the maximum, stopping at NOT_FOUND).
-// A GPU without MIG (NOT_SUPPORTED) is left as it is.
-func queryMIG(lib nvml.Interface, dev nvml.Device, g *discover.GPU) error {
+// queries keeps the first error of a run of NVML queries (get): the queries after it are
+// not asked.
+type queries struct {
+	lib nvml.Interface
+	of  string // what the queries are about, for the error: " of GPU 3"
+	err error
+}
+
+// get returns what query answers; the zero value when it fails ("<what><of>: <NVML's error>"),
+// or when a query of q failed before.
+func get[T any](q *queries, what string, query func() (T, nvml.Return)) T {
+	var zero T
+	if q.err != nil {
+		return zero
+	}
+	v, ret := query()
+	if ret != nvml.SUCCESS {
+		q.err = nvmlErr(q.lib, what+q.of, ret)
+		return zero
+	}
+	return v
+}
+
+// queryMIG reads a GPU's MIG mode and, in MIG mode, its MIG devices, which go-nvlib
+// enumerates and names. A GPU without MIG (NOT_SUPPORTED) is left as it is.
+func queryMIG(lib nvml.Interface, devs device.Interface, dev nvml.Device, g *discover.GPU) error {
+	// Read by hand: go-nvlib's IsMigCapable and IsMigEnabled do not report the pending mode.
 	current, pending, ret := dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
 		return nil
@@ -183,87 +193,73 @@ func queryMIG(lib nvml.Interface, dev nvml.Device, g *discover.GPU) error {
 	if !g.MIGCurrent {
 		return nil
 	}
-	max, ret := dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return nvmlErr(lib, fmt.Sprintf("get the MIG device count of GPU %d", g.Index), ret)
-	}
-	mem, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		return nvmlErr(lib, fmt.Sprintf("get memory of GPU %d", g.Index), ret)
-	}
-	for i := 0; i < max; i++ {
-		mig, ret := dev.GetMigDeviceHandleByIndex(i)
-		if ret == nvml.ERROR_NOT_FOUND {
-			break
-		}
-		if ret != nvml.SUCCESS {
-			return nvmlErr(lib, fmt.Sprintf("get MIG device %d:%d", g.Index, i), ret)
-		}
-		d, err := queryMIGDevice(lib, dev, mig, mem.Total)
+	return visitMIGDevices(devs, dev, g.Index, func(i int, mig device.MigDevice) error {
+		d, err := queryMIGDevice(lib, mig)
 		if err != nil {
 			return fmt.Errorf("MIG device %d:%d: %w", g.Index, i, err)
 		}
 		d.Index = i
 		g.MIGDevices = append(g.MIGDevices, d)
+		return nil
+	})
+}
+
+// visitMIGDevices calls visit with each MIG device of a GPU in MIG mode and its index, the I
+// of its "G:I" name, in NVML's order (go-nvlib's Device.VisitMigDevices). visit's error is
+// returned as it is; an error of the walk itself wraps discover.ErrNVML.
+func visitMIGDevices(devs device.Interface, gpu nvml.Device, gpuIndex int, visit func(int, device.MigDevice) error) error {
+	d, err := devs.NewDevice(gpu)
+	if err != nil {
+		return fmt.Errorf("%w: get MIG devices of GPU %d: %w", discover.ErrNVML, gpuIndex, err)
+	}
+	// Hand-written around go-nvlib's walk, for two things it does otherwise: it wraps visit's
+	// error as text (%v), losing discover.ErrNVML, so the error is kept here; and it goes on
+	// past an index NVML answers NOT_FOUND for, up to the maximum count, while the enumeration
+	// whose positions I counts ends there, so a device after such a gap ends the walk.
+	var visitErr error
+	next, ended := 0, false
+	err = d.VisitMigDevices(func(i int, mig device.MigDevice) error {
+		if i != next {
+			ended = true
+			return errEnumerationEnded
+		}
+		next++
+		visitErr = visit(i, mig)
+		return visitErr
+	})
+	switch {
+	case visitErr != nil:
+		return visitErr
+	case ended:
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: get MIG devices of GPU %d: %w", discover.ErrNVML, gpuIndex, err)
 	}
 	return nil
 }
 
-// queryMIGDevice reads one MIG device. Its profile name is derived as go-nvlib and NVIDIA's
-// tools name it: "<C>c.<G>g.<GB>gb" ("<G>g.<GB>gb" when the compute instance takes the
-// whole GPU instance), "+me" for the media-extension GPU instance profiles.
-func queryMIGDevice(lib nvml.Interface, parent, mig nvml.Device, parentMemory uint64) (discover.MIGDevice, error) {
-	var d discover.MIGDevice
-	var ret nvml.Return
-	if d.UUID, ret = mig.GetUUID(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get UUID", ret)
+// errEnumerationEnded stops go-nvlib's walk of MIG devices at the end of NVML's enumeration.
+var errEnumerationEnded = errors.New("end of NVML's MIG device enumeration")
+
+// queryMIGDevice reads one MIG device: its profile from go-nvlib (the name NVIDIA's tools
+// print), its ids, UUID and memory from NVML (go-nvlib has no getters of its own for them).
+func queryMIGDevice(lib nvml.Interface, mig device.MigDevice) (discover.MIGDevice, error) {
+	q := &queries{lib: lib}
+	d := discover.MIGDevice{
+		UUID:      get(q, "get UUID", mig.GetUUID),
+		GI:        get(q, "get GPU instance id", mig.GetGpuInstanceId),
+		CI:        get(q, "get compute instance id", mig.GetComputeInstanceId),
+		MemoryMiB: int(min(get(q, "get attributes", mig.GetAttributes).MemorySizeMB, math.MaxInt32)),
 	}
-	if d.GI, ret = mig.GetGpuInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get GPU instance id", ret)
+	if q.err != nil {
+		return d, q.err
 	}
-	if d.CI, ret = mig.GetComputeInstanceId(); ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get compute instance id", ret)
+	profile, err := mig.GetProfile()
+	if err != nil {
+		return d, fmt.Errorf("%w: get profile: %w", discover.ErrNVML, err)
 	}
-	attrs, ret := mig.GetAttributes()
-	if ret != nvml.SUCCESS {
-		return d, nvmlErr(lib, "get attributes", ret)
-	}
-	d.MemoryMiB = int(min(attrs.MemorySizeMB, math.MaxInt32))
-	me := false
-	if gi, ret := parent.GetGpuInstanceById(d.GI); ret == nvml.SUCCESS {
-		if info, ret := gi.GetInfo(); ret == nvml.SUCCESS {
-			for _, p := range []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1} {
-				if pi, ret := parent.GetGpuInstanceProfileInfo(p); ret == nvml.SUCCESS && pi.Id == info.ProfileId {
-					me = true
-				}
-			}
-		}
-	}
-	d.Profile = ProfileName(int(attrs.ComputeInstanceSliceCount), int(attrs.GpuInstanceSliceCount), MIGMemoryGB(parentMemory, attrs.MemorySizeMB), me)
+	d.Profile = profile.String()
 	return d, nil
-}
-
-// MIGMemoryGB is the GB figure of a MIG profile name: the device's share of the parent's
-// memory rounded up to eighths, times the parent's memory in whole GiB, rounded (go-nvlib's
-// getMigMemorySizeGB, what nvidia-smi prints).
-func MIGMemoryGB(parentTotalBytes, migMemoryMiB uint64) int {
-	const eighths = 8
-	fraction := float64(migMemoryMiB) * (1 << 20) / float64(parentTotalBytes)
-	fraction = math.Ceil(fraction*eighths) / eighths
-	totalGiB := float64((parentTotalBytes + (1 << 30) - 1) / (1 << 30))
-	return int(math.Round(fraction * totalGiB))
-}
-
-// ProfileName writes a MIG profile name from compute and GPU instance slice counts.
-func ProfileName(computeSlices, gpuSlices, gb int, mediaExtensions bool) string {
-	name := fmt.Sprintf("%dg.%dgb", gpuSlices, gb)
-	if computeSlices != gpuSlices {
-		name = fmt.Sprintf("%dc.%s", computeSlices, name)
-	}
-	if mediaExtensions {
-		name += "+me"
-	}
-	return name
 }
 
 func nvmlErr(lib nvml.Interface, what string, ret nvml.Return) error {

@@ -2,11 +2,16 @@ package nvmlinfo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -74,23 +79,109 @@ func TestQueryNVMLInitFailure(t *testing.T) {
 	}
 }
 
-func TestProfileName(t *testing.T) {
-	const a100 = 81920 << 20
+// mockGPU is a go-nvml mock of GPU 3 in MIG mode, for what the fake NVML, which behaves as
+// NVML documents, never does: fail, or leave a gap in the MIG device indexes. handles[i] is
+// what nvmlDeviceGetMigDeviceHandleByIndex answers for index i below the maximum count, 7
+// (NOT_FOUND past the slice); MIG device i is compute instance i%2 of GPU instance 1+i/2, and
+// its UUID query answers uuidRet.
+func mockGPU(handles []nvml.Return, uuidRet nvml.Return) (nvml.Interface, nvml.Device) {
+	lib := &mock.Interface{
+		ErrorStringFunc: func(r nvml.Return) string { return fmt.Sprintf("NVML error %d", int32(r)) },
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+		},
+	}
+	gpu := &mock.Device{
+		GetMigModeFunc:           func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS },
+		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
+		GetMigDeviceHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			if i >= len(handles) {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			if handles[i] != nvml.SUCCESS {
+				return nil, handles[i]
+			}
+			return &mock.Device{
+				IsMigDeviceHandleFunc:    func() (bool, nvml.Return) { return true, nvml.SUCCESS },
+				GetUUIDFunc:              func() (string, nvml.Return) { return fmt.Sprintf("MIG-%d", i), uuidRet },
+				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return 1 + i/2, nvml.SUCCESS },
+				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return i % 2, nvml.SUCCESS },
+			}, nvml.SUCCESS
+		},
+	}
+	return lib, gpu
+}
+
+func TestVisitMIGDevices(t *testing.T) {
+	const ok, notFound = nvml.SUCCESS, nvml.ERROR_NOT_FOUND
 	testCases := []struct {
-		c, g   int
-		memMiB uint64
-		me     bool
-		want   string
+		description string
+		handles     []nvml.Return
+		want        []int // the indexes visited
+		wantErr     string
 	}{
-		{1, 1, 9728, false, "1g.10gb"},
-		{1, 1, 9728, true, "1g.10gb+me"},
-		{3, 3, 40192, false, "3g.40gb"},
-		{1, 3, 40192, false, "1c.3g.40gb"},
-		{7, 7, 80896, false, "7g.80gb"},
+		{description: "every index up to the first NOT_FOUND", handles: []nvml.Return{ok, ok, ok}, want: []int{0, 1, 2}},
+		{description: "none", want: nil},
+		{description: "the enumeration ends at the first NOT_FOUND", handles: []nvml.Return{ok, notFound, ok, ok}, want: []int{0}},
+		{description: "a failed handle fails the walk", handles: []nvml.Return{ok, nvml.ERROR_UNKNOWN},
+			want: []int{0}, wantErr: "NVML query failed: get MIG devices of GPU 3: "},
 	}
 	for _, tc := range testCases {
-		if got := ProfileName(tc.c, tc.g, MIGMemoryGB(a100, tc.memMiB), tc.me); got != tc.want {
-			t.Errorf("%+v: %s", tc, got)
-		}
+		t.Run(tc.description, func(t *testing.T) {
+			lib, gpu := mockGPU(tc.handles, nvml.SUCCESS)
+			var got []int
+			err := visitMIGDevices(device.New(lib), gpu, 3, func(i int, _ device.MigDevice) error {
+				got = append(got, i)
+				return nil
+			})
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("visited %v, want %v", got, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("error = %v", err)
+			case tc.wantErr != "" && (!errors.Is(err, discover.ErrNVML) || !strings.HasPrefix(fmt.Sprint(err), tc.wantErr)):
+				t.Errorf("error = %v, want ErrNVML starting %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A MIG device NVML fails to describe fails the query with its "G:I" name and NVML's
+// error string, as an ErrNVML (go-nvlib, which walks the devices, would flatten it to text).
+func TestQueryMIGDeviceError(t *testing.T) {
+	lib, gpu := mockGPU([]nvml.Return{nvml.SUCCESS, nvml.SUCCESS}, nvml.ERROR_GPU_IS_LOST)
+	g := discover.GPU{Index: 3}
+	err := queryMIG(lib, device.New(lib), gpu, &g)
+	if want := "MIG device 3:0: NVML query failed: get UUID: NVML error 15"; !errors.Is(err, discover.ErrNVML) || fmt.Sprint(err) != want {
+		t.Errorf("error = %v, want ErrNVML %q", err, want)
+	}
+}
+
+func TestMIGDevicesOf(t *testing.T) {
+	const ok = nvml.SUCCESS
+	testCases := []struct {
+		description string
+		handles     []nvml.Return
+		gi, ci      uint32
+		want        []string // "<index> <UUID> <GI>/<CI>"
+	}{
+		{"a GPU instance", []nvml.Return{ok, ok, ok, ok}, 2, NoInstance, []string{"2 MIG-2 2/0", "3 MIG-3 2/1"}},
+		{"a compute instance", []nvml.Return{ok, ok, ok, ok}, 2, 1, []string{"3 MIG-3 2/1"}},
+		{"ids that name no MIG device", []nvml.Return{ok, ok}, 2, NoInstance, nil},
+		{"a failed walk keeps what it found", []nvml.Return{ok, ok, ok, nvml.ERROR_UNKNOWN}, 2, NoInstance, []string{"2 MIG-2 2/0"}},
+		{"past the end of the enumeration", []nvml.Return{ok, ok, nvml.ERROR_NOT_FOUND, ok}, 2, NoInstance, nil},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			lib, gpu := mockGPU(tc.handles, nvml.SUCCESS)
+			var got []string
+			for _, d := range migDevicesOf(device.New(lib), gpu, tc.gi, tc.ci) {
+				got = append(got, fmt.Sprintf("%d %s %d/%d", d.Index, d.UUID, d.GI, d.CI))
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("MIG devices = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

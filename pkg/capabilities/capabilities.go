@@ -6,6 +6,7 @@ package capabilities
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,7 +60,7 @@ func Parse(value string) (Set, error) {
 			continue
 		case tok == "all":
 			return Everything(), nil
-		case isKnown(Capability(tok)):
+		case slices.Contains(All, Capability(tok)):
 			s[Capability(tok)] = true
 		default:
 			unknown = append(unknown, tok)
@@ -73,15 +74,6 @@ func Parse(value string) (Set, error) {
 		return Default(), nil
 	}
 	return s, nil
-}
-
-func isKnown(c Capability) bool {
-	for _, k := range All {
-		if k == c {
-			return true
-		}
-	}
-	return false
 }
 
 func joinAll() string {

@@ -1,6 +1,9 @@
 package capabilities
 
-import "path"
+import (
+	"path"
+	"slices"
+)
 
 // Files names the driver files a capability brings. Libraries are SONAME prefixes
 // ("libcuda"): the file injected is "<prefix>.so.<driver version>". Binaries are file
@@ -16,9 +19,8 @@ type Files struct {
 	Required []string
 }
 
-// FilesOf returns what capability c injects (reference §3). Compat32 and Display have no
-// files of their own: compat32 selects the 32-bit variants of the other sets, display
-// implies graphics (see Set.Has).
+// FilesOf returns what capability c injects. Compat32 and Display have no files of their own:
+// compat32 selects the 32-bit variants of the other sets, display implies graphics (see Set.Has).
 func FilesOf(c Capability) Files {
 	for _, e := range table {
 		if e.capability == c {
@@ -28,9 +30,8 @@ func FilesOf(c Capability) Files {
 	return Files{}
 }
 
-// table is a list, not a map: a composite literal of constants is laid out by the linker,
-// while a map would be built by init code in every gpu-runtime process, start and delete
-// included.
+// table is a list, not a map: a composite literal of constants is laid out by the linker, while a
+// map would be built by init code in every gpu-runtime process, start and delete included.
 var table = [...]struct {
 	capability Capability
 	files      Files
@@ -83,17 +84,13 @@ var table = [...]struct {
 }
 
 // FileDirs returns the directory of every socket and config file in the table, relative to
-// the driver root, in table order without repeats: what discovery's cache must watch.
+// the driver root, in the order of All, repeats included: what discovery's cache must watch.
 func FileDirs() []string {
 	var out []string
-	seen := map[string]bool{}
 	for _, c := range All {
 		files := FilesOf(c)
-		for _, p := range append(append([]string(nil), files.Sockets...), files.Configs...) {
-			if d := path.Dir(p); !seen[d] {
-				seen[d] = true
-				out = append(out, d)
-			}
+		for _, p := range slices.Concat(files.Sockets, files.Configs) {
+			out = append(out, path.Dir(p))
 		}
 	}
 	return out

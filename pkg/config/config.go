@@ -1,14 +1,12 @@
 // Package config loads the gpu-runtime configuration file
 // (/etc/gpu-runtime/config.toml, or the file $GPU_RUNTIME_CONFIG names).
 //
-// It guarantees that a Config it returns is complete and valid: keys missing
-// from the file keep their defaults, every path is absolute and cleaned, and
-// the log level is one logrus knows. Problems are reported with the file
-// name: the first syntax error, redefinition or value of the wrong type with
-// go-toml's line and column (types in TOML's words, "an array of strings",
-// not Go's), else every bad value at once. Unknown keys are returned
-// as warnings rather than errors so that a newer config file still works with
-// an older runtime. The package only reads files.
+// A Config it returns is complete and valid: keys missing from the file keep their defaults,
+// every path is absolute and cleaned, and the log level is one logrus knows. Problems name the
+// file: the first syntax error, redefinition or value of the wrong type with go-toml's line and
+// column (types in TOML's words, "an array of strings", not Go's), else every bad value at
+// once. Unknown keys are warnings, not errors, so that a newer config file still works with an
+// older runtime. The package only reads files.
 package config
 
 import (
@@ -27,27 +25,25 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/sirupsen/logrus"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 const (
 	// DefaultPath is where the configuration file is installed.
 	DefaultPath = "/etc/gpu-runtime/config.toml"
-	// EnvPath is the environment variable that names another configuration
-	// file.
+	// EnvPath is the environment variable that names another configuration file.
 	EnvPath = "GPU_RUNTIME_CONFIG"
 )
 
-// ErrInvalid is wrapped by every error about the contents of a
-// configuration file: bad TOML, a value of the wrong type, a bad value.
-// Errors reading the file wrap the underlying fs error instead.
+// ErrInvalid is wrapped by every error about the contents of a configuration file (bad TOML,
+// a value of the wrong type, a bad value); errors reading it wrap the fs error instead.
 var ErrInvalid = errors.New("invalid configuration")
 
-// Config is the runtime's configuration. The toml tags are the keys of the
-// configuration file.
+// Config is the runtime's configuration; the toml tags are the file's keys.
 type Config struct {
 	Runtime   RuntimeConfig   `toml:"runtime"`
 	Driver    DriverConfig    `toml:"driver"`
@@ -59,8 +55,7 @@ type Config struct {
 	Health    HealthConfig    `toml:"health"`
 }
 
-// CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving them
-// may take.
+// CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving may take.
 type CDIConfig struct {
 	// SpecDirs are the directories of CDI specs, lowest precedence first (the CDI library's
 	// and the engines' defaults).
@@ -77,16 +72,18 @@ type CDIConfig struct {
 }
 
 // TimeoutDuration is CDI.Timeout parsed (validated by Load/Parse).
-func (c CDIConfig) TimeoutDuration() time.Duration {
-	t, _ := time.ParseDuration(c.Timeout)
-	return t
+func (c CDIConfig) TimeoutDuration() time.Duration { return duration(c.Timeout) }
+
+// duration is a duration that clean validated.
+func duration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
 }
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
 type RuntimeConfig struct {
-	// Runtimes lists low-level OCI runtimes to try in order; the first one
-	// found is used. An entry without a slash is looked up in PATH, an
-	// absolute path is used as is.
+	// Runtimes lists low-level OCI runtimes to try in order; the first one found is used. An
+	// entry without a slash is looked up in PATH, an absolute path is used as is.
 	Runtimes []string `toml:"runtimes"`
 	// LogFile is a file to log to besides runc's --log; "" means none.
 	LogFile string `toml:"log-file"`
@@ -96,8 +93,8 @@ type RuntimeConfig struct {
 
 // DriverConfig is the [driver] table: where the NVIDIA driver is installed.
 type DriverConfig struct {
-	// Root is where driver libraries, binaries and firmware live, e.g.
-	// /run/nvidia/driver for a containerized driver.
+	// Root is where driver libraries, binaries and firmware live, e.g. /run/nvidia/driver for
+	// a containerized driver.
 	Root string `toml:"root"`
 	// DevRoot is where the /dev/nvidia* device nodes live.
 	DevRoot string `toml:"dev-root"`
@@ -108,8 +105,7 @@ type DriverConfig struct {
 
 // HookConfig is the [hook] table: the prestart hook the runtime injects.
 type HookConfig struct {
-	// Path is the gpu-hook binary; "" means next to the gpu-runtime
-	// executable, then PATH.
+	// Path is the gpu-hook binary; "" means next to the gpu-runtime executable, then PATH.
 	Path string `toml:"path"`
 	// LDConfig is the host's ldconfig, run confined to the container root.
 	LDConfig string `toml:"ldconfig"`
@@ -125,8 +121,7 @@ type HookConfig struct {
 
 // TimeoutSeconds is Hook.Timeout in whole seconds, rounded up (validated by Load/Parse).
 func (h HookConfig) TimeoutSeconds() int {
-	d, _ := time.ParseDuration(h.Timeout)
-	return int((d + time.Second - 1) / time.Second)
+	return int((duration(h.Timeout) + time.Second - 1) / time.Second)
 }
 
 // DiscoveryConfig controls how the host is discovered on each create.
@@ -140,10 +135,7 @@ type DiscoveryConfig struct {
 }
 
 // TimeoutDuration is Discovery.Timeout parsed (validated by Load/Parse).
-func (d DiscoveryConfig) TimeoutDuration() time.Duration {
-	t, _ := time.ParseDuration(d.Timeout)
-	return t
-}
+func (d DiscoveryConfig) TimeoutDuration() time.Duration { return duration(d.Timeout) }
 
 // RequestConfig says which channels may request GPUs (multi-tenant hardening).
 type RequestConfig struct {
@@ -156,12 +148,11 @@ type RequestConfig struct {
 	AcceptDeviceListAsVolumeMounts bool `toml:"accept-device-list-as-volume-mounts"`
 }
 
-// logLevels are the accepted values of runtime.log-level, as logrus parses
-// them.
+// logLevels are the accepted values of runtime.log-level, as logrus parses them.
 var logLevels = []string{"panic", "fatal", "error", "warn", "warning", "info", "debug", "trace"}
 
-// Default returns the configuration used when there is no file, and the
-// value of every key a file leaves out.
+// Default returns the configuration used when there is no file, and the value of every key a
+// file leaves out.
 func Default() Config {
 	return Config{
 		Runtime: RuntimeConfig{
@@ -169,11 +160,7 @@ func Default() Config {
 			LogFile:  "",
 			LogLevel: "info",
 		},
-		Driver: DriverConfig{
-			Root:     "/",
-			DevRoot:  "/",
-			ProcRoot: "/",
-		},
+		Driver: DriverConfig{Root: "/", DevRoot: "/", ProcRoot: "/"},
 		Hook: HookConfig{
 			Path:            "",
 			LDConfig:        "/sbin/ldconfig",
@@ -194,30 +181,30 @@ func Default() Config {
 			AllowedKinds: []string{"nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu"},
 			Timeout:      "30s",
 		},
-		MPS: MPSConfig{
-			Root: "/run/gpu-runtime/mps",
+		MPS: MPSConfig{Root: "/run/gpu-runtime/mps"},
+		Health: HealthConfig{
+			File: "/run/gpu-runtime/health.csv",
+			All:  HealthAllSkip,
+			// The Xids NVIDIA's device plugin ignores: 13 (graphics engine exception), 31 (GPU
+			// memory page fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68
+			// (NVDEC0 exception) and 109 (context switch timeout), caused by the application,
+			// not by the GPU.
+			IgnoreXids: []int{13, 31, 43, 45, 68, 109},
 		},
-		Health: defaultHealth(),
 	}
 }
 
-// Path returns the configuration file to load: the value of $GPU_RUNTIME_CONFIG
-// if it is set and not empty, else DefaultPath. getenv is usually os.Getenv;
-// nil means os.Getenv.
+// Path returns the configuration file to load: the value of $GPU_RUNTIME_CONFIG if it is set
+// and not empty, else DefaultPath. getenv is usually os.Getenv.
 func Path(getenv func(string) string) string {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	if p := getenv(EnvPath); p != "" {
 		return p
 	}
 	return DefaultPath
 }
 
-// Load reads and parses the configuration file at path. A missing file is
-// not an error: Load returns Default(). Warnings (unknown keys) come back
-// separately for the caller to log; they do not stop the rest of the file
-// from applying.
+// Load reads and parses the configuration file at path; a missing file is Default(). Warnings
+// (unknown keys) come back for the caller to log; the rest of the file still applies.
 func Load(path string) (Config, []string, error) {
 	data, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -280,9 +267,6 @@ func fileType(m fs.FileMode) string {
 // default file, a file named explicitly must exist: a typo in the variable must not
 // silently mean defaults.
 func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	p := Path(getenv)
 	if getenv(EnvPath) != "" {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
@@ -299,9 +283,6 @@ func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 // diagnosis as the error, with Default(). Problems elsewhere in the file are create's to
 // report: they do not change which runtime a delete must reach.
 func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	p := Path(getenv)
 	data, err := readFile(p)
 	if errors.Is(err, fs.ErrNotExist) && getenv(EnvPath) == "" {
@@ -333,10 +314,9 @@ func parseRuntime(data []byte) (Config, bool) {
 	return cfg, true
 }
 
-// Parse parses the contents of a configuration file; name is the file's
-// name in messages. Keys the data leaves out keep their Default() values.
-// Errors wrap ErrInvalid; warnings name unknown keys that were ignored, and
-// come back even with an error about a bad value.
+// Parse parses the contents of a configuration file named name in messages. Keys it leaves
+// out keep their Default() values. Errors wrap ErrInvalid; warnings name the unknown keys
+// ignored, and come back even with an error about a bad value.
 func Parse(data []byte, name string) (Config, []string, error) {
 	cfg := Default()
 	var warnings []string
@@ -355,8 +335,8 @@ func Parse(data []byte, name string) (Config, []string, error) {
 	return cfg, warnings, nil
 }
 
-// decode decodes data into v; strict refuses keys v does not have (a
-// *toml.StrictMissingError that still decodes the known ones).
+// decode decodes data into v; strict refuses keys v does not have (a *toml.StrictMissingError
+// that still decodes the known ones).
 func decode(data []byte, v any, strict bool) error {
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	if strict {
@@ -365,9 +345,8 @@ func decode(data []byte, v any, strict bool) error {
 	return dec.Decode(v)
 }
 
-// Level returns the logrus level of Runtime.LogLevel. A Config from Load or
-// Parse always has a valid level; for any other, Level falls back to
-// logrus.InfoLevel.
+// Level returns the logrus level of Runtime.LogLevel, valid in a Config from Load or Parse;
+// for any other Config, logrus.InfoLevel when it is not a level.
 func (c Config) Level() logrus.Level {
 	l, err := logrus.ParseLevel(c.Runtime.LogLevel)
 	if err != nil {
@@ -376,8 +355,7 @@ func (c Config) Level() logrus.Level {
 	return l
 }
 
-// clean validates every value and cleans paths in place. It returns one
-// message per bad value.
+// clean validates every value and cleans paths in place: one message per bad value.
 func (c *Config) clean() []string {
 	var problems []string
 	bad := func(key string, value any, want string) {
@@ -397,7 +375,7 @@ func (c *Config) clean() []string {
 			bad(fmt.Sprintf("runtime.runtimes[%d]", i), r, "a name to look up in PATH or an absolute path")
 		}
 	}
-	if !isLevel(c.Runtime.LogLevel) {
+	if !slices.Contains(logLevels, c.Runtime.LogLevel) {
 		bad("runtime.log-level", c.Runtime.LogLevel, "one of "+strings.Join(logLevels, ", "))
 	}
 
@@ -449,37 +427,28 @@ func (c *Config) clean() []string {
 	return problems
 }
 
-func isLevel(s string) bool {
-	for _, l := range logLevels {
-		if s == l {
-			return true
-		}
-	}
-	return false
-}
-
 // formatValue writes a value as it would appear in the file.
 func formatValue(v any) string {
 	switch v := v.(type) {
 	case []string:
-		q := make([]string, len(v))
-		for i, s := range v {
-			q[i] = strconv.Quote(s)
-		}
-		return "[" + strings.Join(q, ", ") + "]"
+		return array(v, strconv.Quote)
 	case []int:
-		q := make([]string, len(v))
-		for i, n := range v {
-			q[i] = strconv.Itoa(n)
-		}
-		return "[" + strings.Join(q, ", ") + "]"
+		return array(v, strconv.Itoa)
 	default:
 		return fmt.Sprintf("%q", v)
 	}
 }
 
-// configError is an error about a file's contents: it reads as msg and
-// wraps ErrInvalid and, if there is one, the go-toml error behind it.
+func array[T any](v []T, format func(T) string) string {
+	q := make([]string, len(v))
+	for i, e := range v {
+		q[i] = format(e)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// configError is an error about a file's contents: it reads as msg and wraps ErrInvalid and,
+// if there is one, the go-toml error behind it.
 type configError struct {
 	msg string
 	err error
@@ -498,9 +467,9 @@ func invalid(cause error, format string, args ...any) error {
 	return &configError{msg: fmt.Sprintf(format, args...), err: cause}
 }
 
-// decodeError reports go-toml's error with the line and column it gives. The
-// file not being TOML at all comes first, wherever it is; a value of the wrong
-// type is worded as the file spells it (go-toml's words name Go types).
+// decodeError reports go-toml's error with the line and column it gives. The file not being
+// TOML at all comes first, wherever it is; a value of the wrong type is worded as the file
+// spells it (go-toml's words name Go types).
 func decodeError(data []byte, name string, err error) error {
 	var doc map[string]any
 	if syntax := toml.Unmarshal(data, &doc); syntax != nil {
@@ -518,8 +487,8 @@ func decodeError(data []byte, name string, err error) error {
 	return invalid(err, "parse config %s: line %d, column %d: %s", name, line, col, msg)
 }
 
-// unknownKeyWarnings turns go-toml's strict-mode report into one warning
-// per unknown key. Keys inside an unknown table are not repeated.
+// unknownKeyWarnings turns go-toml's strict-mode report into one warning per unknown key;
+// keys inside an unknown table are not repeated.
 func unknownKeyWarnings(name string, strict *toml.StrictMissingError) []string {
 	var warnings, seen []string
 next:
@@ -548,22 +517,11 @@ const (
 	kindInts
 )
 
-func (k valueKind) String() string {
-	switch k {
-	case kindTable:
-		return "a table"
-	case kindString:
-		return "a string"
-	case kindBool:
-		return "a boolean"
-	case kindInt:
-		return "an integer"
-	case kindInts:
-		return "an array of integers"
-	default:
-		return "an array of strings"
-	}
-}
+// kindNames are the kinds in TOML's words.
+var kindNames = [...]string{kindTable: "a table", kindString: "a string", kindStrings: "an array of strings",
+	kindBool: "a boolean", kindInt: "an integer", kindInts: "an array of integers"}
+
+func (k valueKind) String() string { return kindNames[k] }
 
 // kindOf is the kind of a Config field's type.
 func kindOf(t reflect.Type) valueKind {
@@ -584,10 +542,9 @@ func kindOf(t reflect.Type) valueKind {
 	}
 }
 
-// field finds the Config field at key as go-toml matches keys to fields (its toml
-// tag, ignoring case; any name below a map). It returns the field's
-// type and the key as Config spells it; n < len(key) when key goes on below a
-// value, a table where the file may not have one.
+// field finds the Config field at key as go-toml matches keys to fields (its toml tag, ignoring
+// case; any name below a map). It returns the field's type and the key as Config spells it; n <
+// len(key) when key goes on below a value, a table where the file may not have one.
 func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
 	t = reflect.TypeFor[Config]()
 	for n = 0; n < len(key); n++ {
@@ -614,10 +571,9 @@ func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
 	return t, spelled, n, true
 }
 
-// typeMismatch words go-toml's error at key, when it is about a value of the wrong
-// type, as "<key> must be <kind>, not <kind>"; doc is the file decoded as TOML. Below
-// an inline table it names the first wrong key in sorted order, which is go-toml's
-// where the table has one.
+// typeMismatch words go-toml's error at key, when it is about a value of the wrong type, as
+// "<key> must be <kind>, not <kind>"; doc is the file decoded as TOML. Below an inline table
+// it names the first wrong key in sorted order, which is go-toml's where the table has one.
 func typeMismatch(doc map[string]any, key []string) (string, bool) {
 	t, spelled, n, ok := field(key)
 	if !ok || doc == nil {
@@ -645,8 +601,8 @@ func typeMismatch(doc map[string]any, key []string) (string, bool) {
 	return fmt.Sprintf("%s must be %s, not %s", quote.TOMLKey(spelled...), want, got), true
 }
 
-// mismatch names the TOML type of v, a value go-toml decoded into an any, when it
-// is not want; "" when it is (or v is nil: nothing there).
+// mismatch names the TOML type of v, a value go-toml decoded into an any, when it is not
+// want; "" when it is (or v is nil: nothing there).
 func mismatch(v any, want valueKind) string {
 	var got valueKind
 	switch v := v.(type) {

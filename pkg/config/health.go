@@ -23,21 +23,6 @@ const (
 	HealthAllFail = "fail"
 )
 
-// DefaultIgnoreXids are the Xids NVIDIA's device plugin ignores: 13 (graphics engine
-// exception), 31 (GPU memory page fault), 43 (GPU stopped processing), 45 (preemptive
-// cleanup), 68 (NVDEC0 exception) and 109 (context switch timeout) — caused by the
-// application, not by the GPU.
-var DefaultIgnoreXids = []int{13, 31, 43, 45, 68, 109}
-
-// defaultHealth is the [health] table's defaults.
-func defaultHealth() HealthConfig {
-	return HealthConfig{
-		File:       "/run/gpu-runtime/health.csv",
-		All:        HealthAllSkip,
-		IgnoreXids: slices.Clone(DefaultIgnoreXids),
-	}
-}
-
 // clean validates the [health] table.
 func (h *HealthConfig) clean(bad func(key string, value any, want string)) {
 	if h.All != HealthAllSkip && h.All != HealthAllFail {

@@ -2,9 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,14 +54,7 @@ func (m MPSConfig) ClientDir(share string) string { return filepath.Join(m.Root,
 func (m MPSConfig) PIDFile(share string) string { return filepath.Join(m.Root, share, "daemon.pid") }
 
 // ShareNames lists the configured shares, sorted.
-func (m MPSConfig) ShareNames() []string {
-	names := make([]string, 0, len(m.Shares))
-	for n := range m.Shares {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func (m MPSConfig) ShareNames() []string { return slices.Sorted(maps.Keys(m.Shares)) }
 
 // shareNameRE: a share's name is a directory name under Root and a volume-mount path element.
 var shareNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
@@ -82,7 +76,7 @@ func MPSMemoryLimit(s string) (string, bool) {
 	return m[1] + m[2][:1], true
 }
 
-// cleanMPS validates the shares; one problem per bad key, naming the share.
+// clean validates the shares: one problem per bad key, naming the share.
 func (m *MPSConfig) clean(bad func(key string, value any, want string)) {
 	if _, ok := m.Shares[m.Share]; m.Share != "" && !ok {
 		bad("mps.share", m.Share, "one of the shares of [mps.shares]")

@@ -1,14 +1,15 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Keys lists every key of the configuration, "section.name", in file order.
@@ -110,32 +111,26 @@ func setLine(data []byte, section, field, line string) []byte {
 		end := i + valueLines(rest, lines[i+1:])
 		if strings.Trim(strings.TrimSpace(k), `"'`) == field {
 			indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " \t"))]
-			newLines := append(append(append([]string(nil), lines[:i]...), indent+line+"\n"), lines[end+1:]...)
-			return []byte(strings.Join(newLines, ""))
+			return []byte(strings.Join(slices.Replace(lines, i, end+1, indent+line+"\n"), ""))
 		}
 		lastKey, i = end, end
 	}
-	switch {
-	case lastKey >= 0:
-		return []byte(strings.Join(append(append(append([]string(nil), lines[:lastKey+1]...), line+"\n"), lines[lastKey+1:]...), ""))
-	case sectionLine >= 0:
-		return []byte(strings.Join(append(append(append([]string(nil), lines[:sectionLine+1]...), line+"\n"), lines[sectionLine+1:]...), ""))
+	after := lastKey
+	if after < 0 {
+		after = sectionLine
 	}
-	var b bytes.Buffer
-	b.WriteString(strings.Join(lines, ""))
-	if b.Len() > 0 {
-		if !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
-			b.WriteByte('\n')
-		}
-		b.WriteByte('\n')
+	if after >= 0 {
+		return []byte(strings.Join(slices.Insert(lines, after+1, line+"\n"), ""))
 	}
-	b.WriteString("[" + section + "]\n" + line + "\n")
-	return b.Bytes()
+	text := strings.Join(lines, "")
+	if text != "" {
+		text = strings.TrimSuffix(text, "\n") + "\n\n" // a blank line before the new section
+	}
+	return []byte(text + "[" + section + "]\n" + line + "\n")
 }
 
-// valueLines counts the lines after the key's line that its value continues on: a
-// multi-line array goes on until its brackets balance (brackets in strings and comments
-// do not count).
+// valueLines counts the lines after the key's line that its value continues on: a multi-line array
+// goes on until its brackets balance (brackets in strings and comments do not count).
 func valueLines(rest string, after []string) int {
 	depth := bracketDepth(rest)
 	n := 0

@@ -109,7 +109,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	caps, err := ReadMIGCaps(procRoot(opts), driver.GPUs)
+	caps, err := ReadMIGCaps(orRoot(opts.ProcRoot), driver.GPUs)
 	if err != nil {
 		return res, err
 	}
@@ -162,15 +162,14 @@ func queryWithTimeout(opts Options) (Driver, error) {
 	return d, err
 }
 
-// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver
-// root's ld.so.cache (which fingerprint always stamps first), each as "<label> <path>":
-// every path the NVML library may be loaded from (a driver upgrade replaces it) and every
-// directory a discovered or discoverable file lives in — library, binary, socket and config
-// directories and each firmware version directory — so that a file added to or removed from
-// any of them changes a directory's stamp. The NVML paths and library directories come from
-// the ld.so.cache, so while its stamp is unchanged so is this list, except for firmware
-// version directories, whose parent is stamped too: the cache keeps the list and a hit needs
-// no ld.so.cache parse.
+// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver root's
+// ld.so.cache (which fingerprint always stamps first), each as "<label> <path>": every path the
+// NVML library may be loaded from (a driver upgrade replaces it) and every directory a discovered
+// or discoverable file lives in — library, binary, socket and config directories and each firmware
+// version directory — so that a file added to or removed from any of them changes a directory's
+// stamp. The NVML paths and library directories come from the ld.so.cache, so while its stamp is
+// unchanged so is this list, except for firmware version directories, whose parent is stamped too:
+// the cache keeps the list and a hit needs no ld.so.cache parse.
 func fingerprintInputs(opts Options) []string {
 	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
 	var inputs []string
@@ -187,7 +186,7 @@ func fingerprintInputs(opts Options) []string {
 			}
 		}
 	}
-	// The 32- and 64-bit lists share some directories: each is stamped once.
+	// The lists share some directories (32- and 64-bit, sockets and configs): each is stamped once.
 	for _, d := range dedupe(slices.Concat(dirs64, dirs32, binDirs, firmwareDirs, firmware, capabilities.FileDirs())) {
 		inputs = append(inputs, "dir "+inRootLexical(opts.DriverRoot, d))
 	}
@@ -227,7 +226,7 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	_, _ = fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
 	// The driver's view of GPUs and MIG instances, where /proc has it: a MIG
 	// reconfiguration changes the capabilities tree (and the caps nodes above).
-	pr := procRoot(opts)
+	pr := orRoot(opts.ProcRoot)
 	stamp("version " + filepath.Join(pr, "proc/driver/nvidia/version"))
 	stamp("mig-minors " + filepath.Join(pr, ProcMIGMinors))
 	_, _ = fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
@@ -235,12 +234,12 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// procRoot is where the driver's /proc files are read: "/" unless set.
-func procRoot(opts Options) string {
-	if opts.ProcRoot == "" {
+// orRoot is a proc root as set, "/" when unset.
+func orRoot(procRoot string) string {
+	if procRoot == "" {
 		return "/"
 	}
-	return opts.ProcRoot
+	return procRoot
 }
 
 // listTree lists the entry names under dir, depth levels deep.
@@ -303,13 +302,8 @@ var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu
 
 // migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.
 func migFlags(g GPU) string {
-	b := []byte("000")
-	for i, v := range []bool{g.MIGCapable, g.MIGCurrent, g.MIGPending} {
-		if v {
-			b[i] = '1'
-		}
-	}
-	return string(b)
+	digit := map[bool]string{false: "0", true: "1"}
+	return digit[g.MIGCapable] + digit[g.MIGCurrent] + digit[g.MIGPending]
 }
 
 func encodeCache(c cacheFile) ([]byte, error) {

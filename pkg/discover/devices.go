@@ -46,35 +46,32 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 	if err != nil {
 		return dn, fmt.Errorf("read device directory %s: %w", devDir, err)
 	}
+	add := func(p string) {
+		node, err := StatDeviceNode(devRoot, p)
+		switch {
+		case err == nil:
+			dn.Nodes[p] = node
+		case !errors.Is(err, fs.ErrNotExist):
+			dn.Invalid[p] = err
+		}
+	}
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), "nvidia") {
 			continue
 		}
 		containerPath := path.Join("/dev", e.Name())
-		if e.IsDir() && strings.HasPrefix(e.Name(), "nvidia-caps") {
-			// /dev/nvidia-caps/nvidia-capN and /dev/nvidia-caps-imex-channels/channelN.
-			sub, err := os.ReadDir(filepath.Join(devDir, e.Name()))
-			if err != nil {
-				return dn, fmt.Errorf("read device directory %s: %w", filepath.Join(devDir, e.Name()), err)
-			}
-			for _, s := range sub {
-				p := path.Join(containerPath, s.Name())
-				if node, err := StatDeviceNode(devRoot, p); err == nil {
-					dn.Nodes[p] = node
-				} else if !errors.Is(err, fs.ErrNotExist) {
-					dn.Invalid[p] = err
-				}
-			}
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "nvidia-caps") {
+			add(containerPath)
 			continue
 		}
-		node, err := StatDeviceNode(devRoot, containerPath)
+		// /dev/nvidia-caps/nvidia-capN and /dev/nvidia-caps-imex-channels/channelN.
+		sub, err := os.ReadDir(filepath.Join(devDir, e.Name()))
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				dn.Invalid[containerPath] = err
-			}
-			continue
+			return dn, fmt.Errorf("read device directory %s: %w", filepath.Join(devDir, e.Name()), err)
 		}
-		dn.Nodes[containerPath] = node
+		for _, s := range sub {
+			add(path.Join(containerPath, s.Name()))
+		}
 	}
 	return dn, nil
 }

@@ -32,7 +32,7 @@ type GPU struct {
 	Health *Health `json:"health,omitempty"`
 }
 
-// MIGEnabled reports whether the GPU is in MIG mode, current and pending (reference §9): then
+// MIGEnabled reports whether the GPU is in MIG mode, current and pending: then
 // its MIG devices are what can be used, and the GPU itself cannot be used whole.
 func (g GPU) MIGEnabled() bool { return g.MIGCurrent && g.MIGPending }
 

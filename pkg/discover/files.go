@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
@@ -94,7 +95,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 		}
 		for _, bin := range set.Binaries {
 			for _, dir := range binDirs {
-				if f, ok := findRegular(root, path.Join(dir, bin), KindBinary); ok {
+				if f, ok := find(root, path.Join(dir, bin), KindBinary, 0); ok {
 					f.Capability = c
 					files = append(files, f)
 					break
@@ -102,13 +103,13 @@ func FindDriverFiles(root, version string) ([]File, error) {
 			}
 		}
 		for _, sock := range set.Sockets {
-			if f, ok := find(root, sock, KindSocket, fs.ModeSocket); ok && !hasHostPath(files, f.HostPath) {
+			if f, ok := find(root, sock, KindSocket, fs.ModeSocket); ok && !slices.ContainsFunc(files, func(g File) bool { return g.HostPath == f.HostPath }) {
 				f.Capability = c // the var/run and run forms of one socket: the first found
 				files = append(files, f)
 			}
 		}
 		for _, cfg := range set.Configs {
-			if f, ok := findRegular(root, cfg, KindConfig); ok {
+			if f, ok := find(root, cfg, KindConfig, 0); ok {
 				f.Capability = c
 				files = append(files, f)
 			}
@@ -122,7 +123,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 		}
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), "gsp") && strings.HasSuffix(e.Name(), ".bin") {
-				if f, ok := findRegular(root, path.Join(fwDir, e.Name()), KindFirmware); ok {
+				if f, ok := find(root, path.Join(fwDir, e.Name()), KindFirmware, 0); ok {
 					files = append(files, f)
 				}
 			}
@@ -135,15 +136,6 @@ func FindDriverFiles(root, version string) ([]File, error) {
 // firmwareVersionDir is where a driver version's GSP firmware lives under a firmware dir.
 func firmwareVersionDir(dir, version string) string { return path.Join(dir, version) }
 
-func hasHostPath(files []File, hostPath string) bool {
-	for _, f := range files {
-		if f.HostPath == hostPath {
-			return true
-		}
-	}
-	return false
-}
-
 // libSearchDirs returns the root-relative directories to search, 64-bit and 32-bit: those
 // the root's ld.so.cache names for driver libraries first, then the standard ones, each
 // followed by its vdpau/ subdirectory.
@@ -151,7 +143,7 @@ func libSearchDirs(entries []ldcache.Entry) (dirs64, dirs32 []string) {
 	var cache64, cache32 []string
 	prefixes := capabilities.LibraryPrefixes()
 	for _, e := range entries {
-		if !hasDriverPrefix(e.Name, prefixes) {
+		if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(e.Name, p+".so") }) {
 			continue
 		}
 		dir := path.Dir(e.Path)
@@ -162,15 +154,6 @@ func libSearchDirs(entries []ldcache.Entry) (dirs64, dirs32 []string) {
 		}
 	}
 	return withVDPAU(dedupe(append(cache64, libDirs64...))), withVDPAU(dedupe(append(cache32, libDirs32...)))
-}
-
-func hasDriverPrefix(name string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(name, p+".so") {
-			return true
-		}
-	}
-	return false
 }
 
 func withVDPAU(dirs []string) []string {
@@ -195,7 +178,7 @@ func dedupe(in []string) []string {
 }
 
 func findLibrary(root, dir, name string) (File, bool) {
-	f, ok := findRegular(root, path.Join(dir, name), KindLibrary)
+	f, ok := find(root, path.Join(dir, name), KindLibrary, 0)
 	if !ok {
 		return File{}, false
 	}
@@ -205,10 +188,6 @@ func findLibrary(root, dir, name string) (File, bool) {
 	}
 	f.Bits = bits
 	return f, true
-}
-
-func findRegular(root, p string, kind Kind) (File, bool) {
-	return find(root, p, kind, 0)
 }
 
 // find looks up root-relative path p, resolving symlinks inside root, and checks the

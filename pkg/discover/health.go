@@ -22,8 +22,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
-// Health says why a device must not be given to containers (reference §12). A nil *Health
-// means nothing says the device is unhealthy.
+// Health says why a device must not be given to containers; nil: nothing says it is unhealthy.
 //
 // Three signals count, none of them needing NVML: the driver's /proc entry of a GPU that
 // discovery knows is gone (HealthGone), the driver says it excluded the GPU (HealthExcluded),
@@ -52,12 +51,10 @@ const (
 
 // String describes h for messages: the reason, since when, and where it was read.
 func (h Health) String() string {
-	switch h.Signal {
-	case HealthRecorded:
-		return fmt.Sprintf("%s since %s (recorded in %s)", h.Reason, h.Since.UTC().Format(time.RFC3339), h.Source)
-	default:
+	if h.Signal != HealthRecorded {
 		return h.Reason
 	}
+	return fmt.Sprintf("%s since %s (recorded in %s)", h.Reason, h.Since.UTC().Format(time.RFC3339), h.Source)
 }
 
 // Fix says how the device comes back into service.
@@ -132,14 +129,10 @@ type HealthOptions struct {
 // file per GPU and the health file, and never NVML. Problems that leave a signal unread
 // (an untrusted or corrupt health file) come back as warnings: such a file is ignored.
 func ReadHealth(gpus []GPU, opts HealthOptions) []string {
-	procRoot := opts.ProcRoot
-	if procRoot == "" {
-		procRoot = "/"
-	}
 	// Each GPU's entry is opened relative to the gpus directory: shorter lookups than whole
 	// paths, and without the directory (the driver not loaded, or another proc root)
 	// nothing is known of any GPU, at the cost of this one call.
-	gpusDir := filepath.Join(procRoot, ProcGPUs)
+	gpusDir := filepath.Join(orRoot(opts.ProcRoot), ProcGPUs)
 	dir, err := unix.Open(gpusDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		defer func() { _ = unix.Close(dir) }()
@@ -256,7 +249,7 @@ var ErrHealthFormat = errors.New("not a health file")
 // them: "GPU-" or "MIG-" (in any case, as NVIDIA_VISIBLE_DEVICES matches them) and then
 // letters, digits and dashes.
 func ValidHealthUUID(s string) bool {
-	if len(s) <= 4 || len(s) > 96 || !(hasPrefixFold(s, "GPU-") || hasPrefixFold(s, "MIG-")) {
+	if len(s) <= 4 || len(s) > 96 || !(strings.EqualFold(s[:4], "GPU-") || strings.EqualFold(s[:4], "MIG-")) {
 		return false
 	}
 	for _, r := range s[4:] {
@@ -265,10 +258,6 @@ func ValidHealthUUID(s string) bool {
 		}
 	}
 	return true
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // ValidHealthReason says what is wrong with a reason, or "" when it is good: one line of
@@ -363,10 +352,9 @@ func quoteShort(s string) string {
 	return s
 }
 
-// ReadHealthFile reads the health file at p if it can be trusted — a regular file, not a
-// symlink, owned by root (the user gpu-runtime runs as) with mode 0600, read without
-// blocking — and is one. A missing file is an error wrapping fs.ErrNotExist; any other error
-// says why the file is ignored.
+// ReadHealthFile reads the health file at p if it passes trustedfile's rule (root's own, mode
+// 0600) and is one. A missing file is an error wrapping fs.ErrNotExist; any other error says
+// why the file is ignored.
 func ReadHealthFile(p string) ([]HealthRecord, error) {
 	data, err := trustedfile.Read(p, trustedfile.Rule{What: "health file", Mode: 0o600, Max: maxHealthSize})
 	if err != nil {
@@ -396,13 +384,9 @@ func UpdateHealthFile(p string, update func([]HealthRecord) ([]HealthRecord, err
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock health file %s: %w", p, err)
 	}
-	records, err := ReadHealthFile(p)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		records = nil
-	case err != nil:
+	records, err := ReadHealthFile(p) // none on any error
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		warning = err.Error() + "; it is replaced"
-		records = nil
 	}
 	next, err := update(records)
 	if err != nil {

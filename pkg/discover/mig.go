@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// The driver's /proc files about MIG capabilities (reference §9), relative to the proc root.
+// The driver's /proc files about MIG capabilities, relative to the proc root.
 const (
 	ProcDevices      = "proc/devices"
 	ProcMIGMinors    = "proc/driver/nvidia-caps/mig-minors"
@@ -69,24 +69,21 @@ func ReadMIGCaps(procRoot string, gpus []GPU) (MIGCaps, error) {
 		}
 		return accessMinor(file)
 	}
-	if caps.Config, err = minor("mig/config"); err != nil {
-		return caps, err
+	set := func(dst *int, name string) { // until the first error
+		if err == nil {
+			*dst, err = minor(name)
+		}
 	}
-	if caps.Monitor, err = minor("mig/monitor"); err != nil {
-		return caps, err
-	}
+	set(&caps.Config, "mig/config")
+	set(&caps.Monitor, "mig/monitor")
 	for i := range gpus {
 		for j := range gpus[i].MIGDevices {
 			d := &gpus[i].MIGDevices[j]
-			if d.GICap, err = minor(CapPath(gpus[i].Minor, d.GI, -1)); err != nil {
-				return caps, err
-			}
-			if d.CICap, err = minor(CapPath(gpus[i].Minor, d.GI, d.CI)); err != nil {
-				return caps, err
-			}
+			set(&d.GICap, CapPath(gpus[i].Minor, d.GI, -1))
+			set(&d.CICap, CapPath(gpus[i].Minor, d.GI, d.CI))
 		}
 	}
-	return caps, nil
+	return caps, err
 }
 
 // charMajor returns the major of the character device driver named name in /proc/devices,
@@ -114,11 +111,11 @@ func charMajor(file, name string) (int, error) {
 			continue
 		}
 		fields := strings.Fields(text)
-		if len(fields) != 2 {
-			return 0, fmt.Errorf("%w: %s line %d: %q is not \"<major> <name>\"", ErrProcFormat, file, line, text)
+		major := -1
+		if len(fields) == 2 {
+			major, err = strconv.Atoi(fields[0])
 		}
-		major, err := strconv.Atoi(fields[0])
-		if err != nil || major < 0 {
+		if major < 0 || err != nil {
 			return 0, fmt.Errorf("%w: %s line %d: %q is not \"<major> <name>\"", ErrProcFormat, file, line, text)
 		}
 		if inChar && fields[1] == name {

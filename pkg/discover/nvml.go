@@ -51,9 +51,8 @@ func nvmlCandidates(root string, entries []ldcache.Entry) []string {
 	return dedupe(out)
 }
 
-// FindNVML returns the first loadable libnvidia-ml.so.1 (symlinks resolved inside the
-// root), looked for in the driver root's ld.so.cache entries, then the standard library
-// directories.
+// FindNVML returns the first loadable libnvidia-ml.so.1 (symlinks resolved inside the root),
+// looked for in the driver root's ld.so.cache entries, then the standard library directories.
 func FindNVML(root string) (string, error) {
 	candidates := nvmlCandidates(root, rootLDCache(root))
 	var tried []string

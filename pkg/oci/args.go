@@ -51,9 +51,8 @@ var createValueFlags = map[string]bool{
 }
 
 // ModifiesSpec reports whether the subcommand creates a container from the bundle's spec:
-// create, run, and restore, which recreates a checkpointed container from the bundle's spec
-// (the engine's, without the GPU edits: CRIU needs the same device nodes and mounts the
-// checkpointed container had, so gpu-runtime injects them as on create).
+// create, run, and restore (the engine's spec, without the GPU edits: CRIU needs the device
+// nodes and mounts the checkpointed container had, so gpu-runtime injects them as on create).
 func (inv Invocation) ModifiesSpec() bool {
 	return inv.Command == "create" || inv.Command == "run" || inv.Command == "restore"
 }

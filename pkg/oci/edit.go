@@ -2,8 +2,10 @@ package oci
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -23,11 +25,16 @@ func Apply(s *specs.Spec, opts ...SpecOpt) error {
 	return nil
 }
 
-// WithDevices adds each device node of ds and its cgroup allow rule together, in turn, in one
-// pass over the spec's lists (a GPU container gets a dozen nodes). An existing node at the same
-// path (compared cleaned) and an identical rule are replaced. The rule names type, major and
-// minor explicitly: a wildcard rule is never produced.
-func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
+// Device is a device node to add and the access its cgroup rule allows ("" for "rwm").
+type Device struct {
+	specs.LinuxDevice
+	Access string
+}
+
+// WithDevices adds each device node of ds with its cgroup allow rule, in one pass over the
+// spec's lists, replacing a node at the same (cleaned) path and an identical rule. The rule
+// names type, major and minor: never a wildcard.
+func WithDevices(ds ...Device) SpecOpt {
 	return func(s *specs.Spec) error {
 		if len(ds) == 0 {
 			return nil
@@ -35,6 +42,7 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 		rules := make([]specs.LinuxDeviceCgroup, len(ds))
 		paths := make([]string, len(ds))
 		ruleKeys := make([]string, len(ds))
+		nodes := make([]specs.LinuxDevice, len(ds))
 		for i, d := range ds {
 			if d.Path == "" || !filepath.IsAbs(d.Path) {
 				return fmt.Errorf("add device %q: path must be absolute", d.Path)
@@ -42,9 +50,13 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 			if d.Type != "c" && d.Type != "b" {
 				return fmt.Errorf("add device %s: type %q is not c or b", d.Path, d.Type)
 			}
+			access := d.Access
+			if access == "" {
+				access = "rwm"
+			}
 			major, minor := d.Major, d.Minor
-			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm"}
-			paths[i], ruleKeys[i] = filepath.Clean(d.Path), ruleKey(rules[i])
+			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: access}
+			paths[i], ruleKeys[i], nodes[i] = filepath.Clean(d.Path), ruleKey(rules[i]), d.LinuxDevice
 		}
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -54,7 +66,7 @@ func WithDevices(ds ...specs.LinuxDevice) SpecOpt {
 		}
 		// Paths compare cleaned: an existing /dev//nvidia1 is the node at /dev/nvidia1, and
 		// left beside ours it would decide what the container's /dev/nvidia1 is.
-		s.Linux.Devices = replaceAll(s.Linux.Devices, ds, paths, func(d specs.LinuxDevice) string { return filepath.Clean(d.Path) })
+		s.Linux.Devices = replaceAll(s.Linux.Devices, nodes, paths, func(d specs.LinuxDevice) string { return filepath.Clean(d.Path) })
 		s.Linux.Resources.Devices = replaceAll(s.Linux.Resources.Devices, rules, ruleKeys, ruleKey)
 		return nil
 	}
@@ -98,7 +110,7 @@ func WithMounts(ms ...specs.Mount) SpecOpt {
 	return func(s *specs.Spec) error {
 		keys := make([]string, len(ms))
 		for i, m := range ms {
-			if !filepath.IsAbs(m.Destination) || !filepath.IsAbs(m.Source) {
+			if !filepath.IsAbs(m.Destination) || (m.Type == "bind" || m.Type == "") && !filepath.IsAbs(m.Source) {
 				return fmt.Errorf("add mount %s -> %s: source and destination must be absolute", m.Source, m.Destination)
 			}
 			keys[i] = filepath.Clean(m.Destination)
@@ -111,7 +123,7 @@ func WithMounts(ms ...specs.Mount) SpecOpt {
 	}
 }
 
-// Hook stages gpu-runtime writes.
+// Hook stages gpu-runtime writes, in the order of hookLists.
 const (
 	StagePrestart        = "prestart"
 	StageCreateRuntime   = "createRuntime"
@@ -121,26 +133,15 @@ const (
 	StagePoststop        = "poststop"
 )
 
-func stageList(h *specs.Hooks, stage string) (*[]specs.Hook, error) {
-	switch stage {
-	case StagePrestart:
-		return &h.Prestart, nil //nolint:staticcheck // prestart is deprecated but still what engines use
-	case StageCreateRuntime:
-		return &h.CreateRuntime, nil
-	case StageCreateContainer:
-		return &h.CreateContainer, nil
-	case StageStartContainer:
-		return &h.StartContainer, nil
-	case StagePoststart:
-		return &h.Poststart, nil
-	case StagePoststop:
-		return &h.Poststop, nil
-	}
-	return nil, fmt.Errorf("unknown hook stage %q", stage)
+var stages = []string{StagePrestart, StageCreateRuntime, StageCreateContainer, StageStartContainer, StagePoststart, StagePoststop}
+
+// hookLists returns every stage's list of h, in the order of stages.
+func hookLists(h *specs.Hooks) []*[]specs.Hook {
+	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
 }
 
-// WithHook adds a hook to a stage, replacing hooks of that stage with the same path and
-// first argument after argv[0] (the hook's subcommand). The hook must have an absolute path
+// WithHook adds a hook to a stage unless an identical one is there: two different hooks of
+// one program (a CDI spec's, one per device) both stay. The hook must have an absolute path
 // and a non-empty env: a hook without env inherits the container's environment.
 func WithHook(stage string, h specs.Hook) SpecOpt {
 	return func(s *specs.Spec) error {
@@ -150,29 +151,19 @@ func WithHook(stage string, h specs.Hook) SpecOpt {
 		if len(h.Env) == 0 {
 			return fmt.Errorf("add %s hook %s: env must not be empty", stage, h.Path)
 		}
+		i := slices.Index(stages, stage)
+		if i < 0 {
+			return fmt.Errorf("unknown hook stage %q", stage)
+		}
 		if s.Hooks == nil {
 			s.Hooks = &specs.Hooks{}
 		}
-		list, err := stageList(s.Hooks, stage)
-		if err != nil {
-			return err
+		list := hookLists(s.Hooks)[i]
+		if !slices.ContainsFunc(*list, func(e specs.Hook) bool { return reflect.DeepEqual(e, h) }) {
+			*list = append(*list, h)
 		}
-		kept := (*list)[:0:0]
-		for _, existing := range *list {
-			if !(existing.Path == h.Path && subcommand(existing) == subcommand(h)) {
-				kept = append(kept, existing)
-			}
-		}
-		*list = append(kept, h)
 		return nil
 	}
-}
-
-func subcommand(h specs.Hook) string {
-	if len(h.Args) > 1 {
-		return h.Args[1]
-	}
-	return ""
 }
 
 // WithoutHooksNamed removes, from every stage, hooks whose executable's base name (path or
@@ -183,16 +174,10 @@ func WithoutHooksNamed(name string) SpecOpt {
 			return nil
 		}
 		for _, list := range hookLists(s.Hooks) {
-			kept := (*list)[:0:0]
-			for _, h := range *list {
-				if !hookNamed(h, name) {
-					kept = append(kept, h)
-				}
+			*list = slices.DeleteFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
+			if len(*list) == 0 {
+				*list = nil
 			}
-			if len(kept) == 0 {
-				kept = nil
-			}
-			*list = kept
 		}
 		if reflect.ValueOf(*s.Hooks).IsZero() {
 			s.Hooks = nil
@@ -201,35 +186,27 @@ func WithoutHooksNamed(name string) SpecOpt {
 	}
 }
 
-// hookLists returns every stage's list of h.
-func hookLists(h *specs.Hooks) []*[]specs.Hook {
-	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
-}
-
 // HasHookNamed reports whether any stage of s runs an executable called name.
 func HasHookNamed(s *specs.Spec, name string) bool {
 	if s.Hooks == nil {
 		return false
 	}
-	for _, list := range hookLists(s.Hooks) {
-		for _, h := range *list {
-			if hookNamed(h, name) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(hookLists(s.Hooks), func(list *[]specs.Hook) bool {
+		return slices.ContainsFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
+	})
 }
 
 // hookNamed reports whether a hook runs an executable called name.
 func hookNamed(h specs.Hook, name string) bool {
-	if filepath.Base(h.Path) == name {
-		return true
-	}
-	return len(h.Args) > 0 && filepath.Base(h.Args[0]) == name
+	return filepath.Base(h.Path) == name || len(h.Args) > 0 && filepath.Base(h.Args[0]) == name
 }
 
-// WithEnv sets process environment variables ("KEY=value"), replacing existing entries.
+// envKey is the name of a "KEY=value" entry.
+func envKey(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return k
+}
+
 // WithoutEnv removes the container's variables of each name; a name ending in "*" is a prefix
 // ("CUDA_MPS_*").
 func WithoutEnv(names ...string) SpecOpt {
@@ -237,25 +214,18 @@ func WithoutEnv(names ...string) SpecOpt {
 		if s.Process == nil || len(names) == 0 {
 			return nil
 		}
-		env := s.Process.Env[:0:0]
-		for _, e := range s.Process.Env {
-			k, _, _ := strings.Cut(e, "=")
-			drop := false
-			for _, n := range names {
-				if prefix, isPrefix := strings.CutSuffix(n, "*"); isPrefix && strings.HasPrefix(k, prefix) || k == n {
-					drop = true
-					break
-				}
-			}
-			if !drop {
-				env = append(env, e)
-			}
-		}
-		s.Process.Env = env
+		s.Process.Env = slices.DeleteFunc(s.Process.Env, func(e string) bool {
+			k := envKey(e)
+			return slices.ContainsFunc(names, func(n string) bool {
+				prefix, isPrefix := strings.CutSuffix(n, "*")
+				return isPrefix && strings.HasPrefix(k, prefix) || k == n
+			})
+		})
 		return nil
 	}
 }
 
+// WithEnv sets process environment variables ("KEY=value"), replacing existing entries.
 func WithEnv(kvs ...string) SpecOpt {
 	return func(s *specs.Spec) error {
 		if s.Process == nil {
@@ -266,14 +236,35 @@ func WithEnv(kvs ...string) SpecOpt {
 			if !ok || key == "" {
 				return fmt.Errorf("set env %q: want KEY=value", kv)
 			}
-			env := s.Process.Env[:0:0]
-			for _, e := range s.Process.Env {
-				if k, _, _ := strings.Cut(e, "="); k != key {
-					env = append(env, e)
-				}
-			}
-			s.Process.Env = append(env, kv)
+			s.Process.Env = append(slices.DeleteFunc(s.Process.Env, func(e string) bool { return envKey(e) == key }), kv)
 		}
+		return nil
+	}
+}
+
+// WithAdditionalGIDs adds groups to the process's additional groups, each once; 0 is skipped,
+// as the CDI library skips it (the process's primary group is its own).
+func WithAdditionalGIDs(gids ...uint32) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		for _, g := range gids {
+			if g != 0 && !slices.Contains(s.Process.User.AdditionalGids, g) {
+				s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, g)
+			}
+		}
+		return nil
+	}
+}
+
+// WithAnnotations sets annotations in the spec.
+func WithAnnotations(a map[string]string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		maps.Copy(s.Annotations, a)
 		return nil
 	}
 }

@@ -76,7 +76,11 @@ func TestBatchEditsMatchOneAtATime(t *testing.T) {
 			modelAddMount(&want, m)
 		}
 		got := normalize(base)
-		if err := Apply(&got, WithDevices(ds...), WithMounts(ms...)); err != nil {
+		devs := make([]Device, len(ds))
+		for i, d := range ds {
+			devs[i] = Device{LinuxDevice: d}
+		}
+		if err := Apply(&got, WithDevices(devs...), WithMounts(ms...)); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(normalize(got), normalize(want)) {
@@ -93,7 +97,7 @@ func TestWithDeviceReplacesUncleanPath(t *testing.T) {
 		{Path: "/dev//nvidia1", Type: "c", Major: 1, Minor: 3},
 		{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229},
 	}}}
-	if err := Apply(s, WithDevices(specs.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1})); err != nil {
+	if err := Apply(s, WithDevices(Device{LinuxDevice: specs.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}})); err != nil {
 		t.Fatal(err)
 	}
 	want := []specs.LinuxDevice{{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229}, {Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}
@@ -108,8 +112,8 @@ func TestBatchEditErrors(t *testing.T) {
 		opt         SpecOpt
 		want        string
 	}{
-		{"relative device path", WithDevices(specs.LinuxDevice{Path: "/dev/ok", Type: "c"}, specs.LinuxDevice{Path: "dev/x", Type: "c"}), `add device "dev/x": path must be absolute`},
-		{"bad device type", WithDevices(specs.LinuxDevice{Path: "/dev/x", Type: "p"}), `add device /dev/x: type "p" is not c or b`},
+		{"relative device path", WithDevices(Device{LinuxDevice: specs.LinuxDevice{Path: "/dev/ok", Type: "c"}}, Device{LinuxDevice: specs.LinuxDevice{Path: "dev/x", Type: "c"}}), `add device "dev/x": path must be absolute`},
+		{"bad device type", WithDevices(Device{LinuxDevice: specs.LinuxDevice{Path: "/dev/x", Type: "p"}}), `add device /dev/x: type "p" is not c or b`},
 		{"relative mount source", WithMounts(specs.Mount{Destination: "/a", Source: "a"}), `add mount a -> /a: source and destination must be absolute`},
 	}
 	for _, tc := range testCases {

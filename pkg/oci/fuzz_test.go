@@ -149,10 +149,10 @@ func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error 
 			}
 		}
 	case '{':
-		var fields map[string]reflect.Type
+		var fields *fieldTable
 		var elem reflect.Type
 		if typ != nil && typ.Kind() == reflect.Struct {
-			fields = jsonFields(typ)
+			fields = fieldsOf(typ)
 		} else if typ != nil && typ.Kind() == reflect.Map {
 			elem = typ.Elem()
 		}
@@ -167,11 +167,12 @@ func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error 
 			seen[key] = true
 			valueType := elem
 			if fields != nil {
-				if name, ft, known := field(fields, key); known {
+				if i := fields.lookup([]byte(key)); i >= 0 {
+					name := fields.names[i]
 					if prev, dup := named[name]; dup {
 						return fmt.Errorf("%s: %w: %q and %q name the same field", path, errAmbiguous, prev, key)
 					}
-					named[name], valueType = key, ft
+					named[name], valueType = key, fields.types[i]
 				}
 			}
 			if err := referenceCheckKeys(dec, valueType, path+"."+key); err != nil {

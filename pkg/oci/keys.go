@@ -2,9 +2,11 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,14 +14,13 @@ import (
 )
 
 // checkKeys refuses, at every object level of the JSON value raw, what Go's decoder (runc's)
-// would merge into one field: a key that appears twice, or two keys that name one field of
-// typ, differing only in case. Keys typ does not know are carried over as read and their
-// values not looked into. path names raw in errors ("mounts").
+// would merge into one field: a key that appears twice, or two keys naming one field of typ
+// (differing only in case). Values of keys typ does not know are not looked into. path names
+// raw in errors ("mounts").
 //
-// It is a small scanner over the bytes rather than a walk with json.Decoder.Token, which
-// allocates for every token: on the runc default spec that walk tripled the allocations of a
-// whole spec decode. It does not validate JSON; malformed input is left for the decoder that
-// runs next to report.
+// It is a small scanner over the bytes, not a walk with json.Decoder.Token, which allocates
+// for every token: that walk triples the allocations of a whole spec decode (runc's default
+// spec). It does not validate JSON: the decoder that runs next reports malformed input.
 func checkKeys(raw []byte, typ reflect.Type, path string) error {
 	c := keyChecker{data: raw, base: path}
 	return c.value(typ)
@@ -38,9 +39,7 @@ type pathSegment struct {
 }
 
 func (c *keyChecker) value(typ reflect.Type) error {
-	for typ != nil && typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
+	typ = deref(typ)
 	c.space()
 	if c.i >= len(c.data) {
 		return nil
@@ -49,7 +48,11 @@ func (c *keyChecker) value(typ reflect.Type) error {
 	case '{':
 		return c.object(typ)
 	case '[':
-		return c.array(typ)
+		var elem reflect.Type
+		if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
+			elem = typ.Elem()
+		}
+		return c.list(']', func(index int) error { return c.at(pathSegment{index: index}, elem) })
 	case '"':
 		_, c.i, _ = scanString(c.data, c.i)
 	default: // a number, true, false or null
@@ -60,27 +63,30 @@ func (c *keyChecker) value(typ reflect.Type) error {
 	return nil
 }
 
-func (c *keyChecker) array(typ reflect.Type) error {
-	var elem reflect.Type
-	if typ != nil && (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array) {
-		elem = typ.Elem()
-	}
-	c.i++ // [
+// at scans a value of type typ at seg, the next segment of the path.
+func (c *keyChecker) at(seg pathSegment, typ reflect.Type) error {
+	c.path = append(c.path, seg)
+	err := c.value(typ)
+	c.path = c.path[:len(c.path)-1]
+	return err
+}
+
+// list scans the elements of an array or the members of an object, each with elem, up to
+// the closing bracket.
+func (c *keyChecker) list(closing byte, elem func(index int) error) error {
+	c.i++ // the opening bracket
 	for index := 0; ; index++ {
 		c.space()
-		if c.i >= len(c.data) || c.data[c.i] == ']' {
+		if c.i >= len(c.data) || c.data[c.i] == closing {
 			c.i++
 			return nil
 		}
-		c.path = append(c.path, pathSegment{index: index})
-		err := c.value(elem)
-		c.path = c.path[:len(c.path)-1]
-		if err != nil {
+		if err := elem(index); err != nil {
 			return err
 		}
 		c.space()
 		if c.i >= len(c.data) || c.data[c.i] != ',' {
-			c.i++
+			c.i++ // the closing bracket, or malformed input left to the decoder
 			return nil
 		}
 		c.i++
@@ -98,21 +104,15 @@ func (c *keyChecker) object(typ reflect.Type) error {
 			elem = typ.Elem()
 		}
 	}
-	var seenBuf, namedBuf [16][]byte
+	var seenBuf, namedBuf [16][]byte // no allocation for up to 16 keys and fields
 	seen := seenBuf[:0]
-	named := namedBuf[:0] // the key that named each field, by field index
-	if fields != nil && len(fields.names) > len(namedBuf) {
-		named = make([][]byte, 0, len(fields.names))
-	}
+	var named [][]byte // the key that named each field, by field index
 	if fields != nil {
-		named = named[:len(fields.names)]
+		named = append(namedBuf[:0], make([][]byte, len(fields.names))...)
 	}
-	c.i++ // {
-	for {
-		c.space()
-		if c.i >= len(c.data) || c.data[c.i] != '"' {
-			c.i++ // the closing brace, or malformed input left to the decoder
-			return nil
+	return c.list('}', func(int) error {
+		if c.data[c.i] != '"' {
+			return nil // malformed input, left to the decoder
 		}
 		key, end, escaped := scanString(c.data, c.i)
 		c.i = end
@@ -122,40 +122,24 @@ func (c *keyChecker) object(typ reflect.Type) error {
 				key = []byte(s)
 			}
 		}
-		for _, k := range seen {
-			if bytes.Equal(k, key) {
-				return c.errorf("%q appears twice", key)
-			}
+		if slices.ContainsFunc(seen, func(k []byte) bool { return bytes.Equal(k, key) }) {
+			return c.errorf("%q appears twice", key)
 		}
 		seen = append(seen, key)
 		valueType := elem
-		if fields != nil {
-			if fi := fields.lookup(key); fi >= 0 {
-				if prev := named[fi]; prev != nil {
-					return c.errorf("%q and %q name the same field", prev, key)
-				}
-				named[fi], valueType = key, fields.types[fi]
+		if fi := fields.lookup(key); fi >= 0 {
+			if prev := named[fi]; prev != nil {
+				return c.errorf("%q and %q name the same field", prev, key)
 			}
+			named[fi], valueType = key, fields.types[fi]
 		}
 		c.space()
 		if c.i >= len(c.data) || c.data[c.i] != ':' {
 			return nil
 		}
 		c.i++
-		c.path = append(c.path, pathSegment{key: key, index: -1})
-		err := c.value(valueType)
-		c.path = c.path[:len(c.path)-1]
-		if err != nil {
-			return err
-		}
-		c.space()
-		if c.i < len(c.data) && c.data[c.i] == ',' {
-			c.i++
-			continue
-		}
-		c.i++
-		return nil
-	}
+		return c.at(pathSegment{key: key, index: -1}, valueType)
+	})
 }
 
 func (c *keyChecker) space() {
@@ -194,52 +178,11 @@ func scanString(data []byte, i int) (content []byte, end int, escaped bool) {
 	return data[start:], len(data), escaped
 }
 
-// fieldTable is the JSON field names of a struct type and their types (see jsonFields).
+// fieldTable is the JSON names of a struct type's fields (embedded structs flattened) and
+// their types.
 type fieldTable struct {
 	names []string
 	types []reflect.Type
-}
-
-// lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
-// equal under case folding. -1 when none.
-func (t *fieldTable) lookup(key []byte) int {
-	for i, n := range t.names {
-		if string(key) == n {
-			return i
-		}
-	}
-	ascii := true
-	for _, b := range key {
-		if b >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	for i, n := range t.names {
-		if ascii && asciiEqualFold(key, n) || !ascii && strings.EqualFold(string(key), n) {
-			return i
-		}
-	}
-	return -1
-}
-
-func asciiEqualFold(a []byte, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 var fieldTables sync.Map // reflect.Type → *fieldTable
@@ -249,10 +192,45 @@ func fieldsOf(typ reflect.Type) *fieldTable {
 		return t.(*fieldTable)
 	}
 	t := &fieldTable{}
-	for name, ft := range jsonFields(typ) {
-		t.names = append(t.names, name)
-		t.types = append(t.types, ft)
-	}
+	t.add(typ)
 	fieldTables.Store(typ, t)
 	return t
+}
+
+func (t *fieldTable) add(typ reflect.Type) {
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if et := deref(f.Type); f.Anonymous && name == "" && et.Kind() == reflect.Struct {
+			t.add(et)
+			continue
+		}
+		if f.IsExported() {
+			t.names = append(t.names, cmp.Or(name, f.Name))
+			t.types = append(t.types, f.Type)
+		}
+	}
+}
+
+// lookup finds the field a key decodes into as Go's decoder does: the exact name, else one
+// equal under case folding. -1 when none (or t is nil).
+func (t *fieldTable) lookup(key []byte) int {
+	if t == nil {
+		return -1
+	}
+	if i := slices.Index(t.names, string(key)); i >= 0 {
+		return i
+	}
+	return slices.IndexFunc(t.names, func(n string) bool { return bytes.EqualFold(key, []byte(n)) })
+}
+
+// deref is typ without its pointers.
+func deref(typ reflect.Type) reflect.Type {
+	for typ != nil && typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	return typ
 }

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,22 +21,18 @@ import (
 
 // SpecFile is a bundle's config.json, read so that it can be written back without losing
 // anything. Only the members gpu-runtime reads or edits are decoded (see Spec); every other
-// member is kept as the original bytes and written back unchanged, byte for byte. That keeps
-// fields this runtime-spec version does not know, numbers as written, and the cost of a
-// create independent of the parts of the spec GPU injection never touches (a seccomp
-// profile is most of a docker spec).
+// member is written back byte for byte as read. That keeps fields this runtime-spec version
+// does not know, numbers as written, and the cost of a create independent of the parts GPU
+// injection never touches (a seccomp profile is most of a docker spec).
 type SpecFile struct {
 	Path string
-	// Spec is a partial view of the file: only process.env, process.capabilities, mounts,
-	// hooks, linux.devices and linux.resources.devices are decoded; everything else is zero
-	// here whatever the file says. Edits may change those members (and create the objects
+	// Spec is a partial view of the file: only the members of topMembers and below are
+	// decoded, everything else is zero. Edits may change them (and create the objects
 	// holding them); Encode refuses a view in which anything else was set.
 	Spec *specs.Spec
-	// Raw is the file as read.
-	Raw  []byte
+	Raw  []byte // the file as read
 	mode fs.FileMode
-	// The JSON objects on the way to the decoded members, member name → original bytes;
-	// nil where the file has no such object.
+	// The objects on the way to the decoded members; nil where the file has none.
 	top, process, linux, resources *jsonobject.Object
 	// unknown lists the decoded members whose original holds keys this runtime-spec version
 	// does not know; Encode merges those keys back in.
@@ -71,7 +68,7 @@ func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 // would merge into one: editing or keeping only one of them would change what runc reads.
 var errAmbiguous = errors.New("ambiguous members")
 
-// The members decoded at each level, with the objects on the way to them.
+// The members decoded at each level (the view), with the objects on the way to them.
 var (
 	topMembers       = []string{"process", "mounts", "hooks", "linux", "annotations"}
 	processMembers   = []string{"env", "capabilities", "user"}
@@ -147,8 +144,7 @@ func (f *SpecFile) Root() (*specs.Root, error) {
 	return r, nil
 }
 
-// object decodes the member path (dot-separated) of parent as a JSON object whose members
-// named decoded are read by gpu-runtime; nil when absent or null.
+// object is decodeObject for the member path (dot-separated) of parent; nil when absent.
 func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobject.Object, error) {
 	raw, ok := parent.Get(leaf(path))
 	if !ok {
@@ -161,24 +157,19 @@ func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobje
 // one that differs from a member of decoded only in case, is refused with errAmbiguous: Go's
 // JSON decoder (runc's) would merge them.
 func decodeObject(data []byte, path string, decoded []string) (*jsonobject.Object, error) {
-	at := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
-		}
-		if path == "" {
-			return err
-		}
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	o, err := jsonobject.Parse(data)
-	if err != nil {
-		return nil, at(err)
+	if err == nil {
+		if dup := o.Duplicate(decoded); dup != "" {
+			err = fmt.Errorf("%w: %s", errAmbiguous, dup)
+		}
+	} else if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
 	}
-	if dup := o.Duplicate(decoded); dup != "" {
-		return nil, at(fmt.Errorf("%w: %s", errAmbiguous, dup))
+	if err != nil && path != "" {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -213,29 +204,17 @@ func (f *SpecFile) member(parent *jsonobject.Object, path string, v any) error {
 	return nil
 }
 
-// Encode returns the edited spec as JSON: the decoded members as the view now holds them
-// (keys the original had that this runtime-spec version does not know merged back in),
-// everything else as it was read.
+// Encode returns the edited spec as JSON: the decoded members as the view holds them (with
+// the original's keys unknown to this runtime-spec version), everything else as read.
 func (f *SpecFile) Encode() ([]byte, error) {
 	if err := f.checkView(); err != nil {
 		return nil, err
 	}
 	s := f.Spec
-	top := f.top.Clone()
-	var p specs.Process
-	if s.Process != nil {
-		p = *s.Process
-	}
-	var l specs.Linux
-	var rules []specs.LinuxDeviceCgroup
-	if s.Linux != nil {
-		l = *s.Linux
-		if s.Linux.Resources != nil {
-			rules = s.Linux.Resources.Devices
-		}
-	}
+	p, l := cmp.Or(s.Process, &specs.Process{}), cmp.Or(s.Linux, &specs.Linux{})
+	rules := cmp.Or(l.Resources, &specs.LinuxResources{}).Devices
 	_, hadUser := f.process.Get("user")
-	process, linux, resources := f.process.Clone(), f.linux.Clone(), f.resources.Clone()
+	top, process, linux, resources := f.top.Clone(), f.process.Clone(), f.linux.Clone(), f.resources.Clone()
 	err := errors.Join(
 		f.put(process, "process.env", p.Env, len(p.Env) == 0),
 		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
@@ -374,30 +353,27 @@ func decodeNumbers(data []byte, v any) error {
 	return dec.Decode(v)
 }
 
-// keepUnknown copies into out every key of orig that typ does not know, recursing into
-// known nested objects. An element of a list is matched to the original element it came
-// from by its known fields (an edit may add, remove or reorder elements), so keys are never
-// carried from one element to another.
+// keepUnknown copies into out every key of orig that typ does not know, at every level. A
+// list element is matched to the original it came from by its known fields (an edit may add,
+// remove or reorder elements): keys never move from one element to another.
 func keepUnknown(orig, out any, typ reflect.Type) any {
-	for typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
-	switch typ.Kind() {
+	switch typ = deref(typ); typ.Kind() {
 	case reflect.Struct:
 		o, ok1 := orig.(map[string]any)
 		n, ok2 := out.(map[string]any)
 		if !ok1 || !ok2 {
 			return out
 		}
-		fields := jsonFields(typ)
+		fields := fieldsOf(typ)
 		for k, ov := range o {
-			name, ft, known := field(fields, k)
-			if !known {
+			i := fields.lookup([]byte(k))
+			if i < 0 {
 				n[k] = ov
 				continue
 			}
+			name := fields.names[i]
 			if nv, present := n[name]; present {
-				n[name] = keepUnknown(ov, nv, ft)
+				n[name] = keepUnknown(ov, nv, fields.types[i])
 			}
 		}
 		return n
@@ -407,26 +383,19 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 		if !ok1 || !ok2 {
 			return out
 		}
-		et := typ.Elem()
-		for et.Kind() == reflect.Pointer {
-			et = et.Elem()
-		}
+		et := deref(typ.Elem())
 		if et.Kind() != reflect.Struct && et.Kind() != reflect.Map && et.Kind() != reflect.Slice {
 			return out // no keys to keep
 		}
-		used := make([]bool, len(o))
-		origKeys := make([]string, len(o))
-		for i := range o {
-			origKeys[i] = knownForm(o[i], et)
+		unmatched := map[string][]any{} // the original elements by known form, in order
+		for _, ov := range o {
+			k := knownForm(ov, et)
+			unmatched[k] = append(unmatched[k], ov)
 		}
-		for j := range n {
-			key := knownForm(n[j], et)
-			for i := range o {
-				if !used[i] && origKeys[i] == key {
-					used[i] = true
-					n[j] = keepUnknown(o[i], n[j], et)
-					break
-				}
+		for j, nv := range n {
+			k := knownForm(nv, et)
+			if ovs := unmatched[k]; len(ovs) > 0 {
+				n[j], unmatched[k] = keepUnknown(ovs[0], nv, et), ovs[1:]
 			}
 		}
 		return n
@@ -462,51 +431,4 @@ func knownForm(v any, typ reflect.Type) string {
 		return ""
 	}
 	return string(data)
-}
-
-// field finds the struct field a JSON key decodes into: the exact name, else one equal to it
-// under case folding (Go's decoder, and so runc's, accepts both).
-func field(fields map[string]reflect.Type, key string) (string, reflect.Type, bool) {
-	if t, ok := fields[key]; ok {
-		return key, t, true
-	}
-	for name, t := range fields {
-		if strings.EqualFold(name, key) {
-			return name, t, true
-		}
-	}
-	return "", nil, false
-}
-
-// jsonFields maps the JSON names of a struct's fields (embedded structs flattened) to types.
-func jsonFields(typ reflect.Type) map[string]reflect.Type {
-	fields := map[string]reflect.Type{}
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		tag := f.Tag.Get("json")
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if f.Anonymous && name == "" {
-			et := f.Type
-			if et.Kind() == reflect.Pointer {
-				et = et.Elem()
-			}
-			if et.Kind() == reflect.Struct {
-				for k, v := range jsonFields(et) {
-					fields[k] = v
-				}
-				continue
-			}
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = f.Type
-	}
-	return fields
 }

@@ -17,8 +17,8 @@ import (
 func gpuEdits() []SpecOpt {
 	hookEnv := []string{"PATH=/usr/bin"}
 	return []SpecOpt{
-		WithDevices(specs.LinuxDevice{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}),
-		WithDevices(specs.LinuxDevice{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}),
+		WithDevices(Device{LinuxDevice: specs.LinuxDevice{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}}),
+		WithDevices(Device{LinuxDevice: specs.LinuxDevice{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}),
 		WithMounts(specs.Mount{Destination: "/usr/lib/libcuda.so.550.54.15", Source: "/usr/lib/libcuda.so.550.54.15", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
 		WithMounts(specs.Mount{Destination: "/usr/bin/nvidia-smi", Source: "/usr/bin/nvidia-smi", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}),
 		WithHook(StageCreateContainer, specs.Hook{Path: "/usr/bin/gpu-hook", Args: []string{"gpu-hook", "update-ldcache"}, Env: hookEnv}),

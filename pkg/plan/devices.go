@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,21 +14,18 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
-// Device is one thing a container can be given (reference §9): a whole GPU, or a MIG device
-// of a GPU in MIG mode. Its names are what NVIDIA_VISIBLE_DEVICES and CDI device entries
-// use; its edits (Edits) are what it adds to the edits every GPU container gets (Common).
+// Device is one thing a container can be given: a whole GPU, or a MIG device of a GPU in
+// MIG mode, named as NVIDIA_VISIBLE_DEVICES and CDI device entries name it.
 type Device struct {
 	// Index is "0" for a whole GPU, "0:1" for MIG device 1 of GPU 0; UUID "GPU-…" or "MIG-…".
 	Index string
 	UUID  string
 	// GPU is the whole GPU, or the MIG device's parent: its minor, arch and brand are the
-	// device's (NVIDIA_REQUIRE_* arch and brand of a MIG device are its parent's).
+	// device's (NVIDIA_REQUIRE_* too).
 	GPU discover.GPU
-	// MIG is the MIG device; nil for a whole GPU.
-	MIG *discover.MIGDevice
+	MIG *discover.MIGDevice // nil for a whole GPU
 }
 
-// IsMIG reports whether d is a MIG device.
 func (d Device) IsMIG() bool { return d.MIG != nil }
 
 // String describes d for messages: "0 (GPU-…)", "0:1 (MIG-…, 3g.40gb)".
@@ -50,28 +47,31 @@ func migDevice(g discover.GPU, m *discover.MIGDevice) Device {
 // Devices returns what NVIDIA_VISIBLE_DEVICES=all means: every GPU not in MIG mode and every
 // MIG device, in NVML order. A GPU in MIG mode is not itself a device (CUDA sees no device
 // through it alone).
-func Devices(gpus []discover.GPU) []Device {
+func Devices(gpus []discover.GPU) []Device { return allDevices(gpus, false) }
+
+// allDevices is Devices; for a MIG manager (whole), each GPU in MIG mode is also given whole,
+// before its MIG devices.
+func allDevices(gpus []discover.GPU, whole bool) []Device {
 	var out []Device
 	for _, g := range sortedGPUs(gpus) {
-		if !g.MIGEnabled() {
+		if whole || !g.MIGEnabled() {
 			out = append(out, wholeGPU(g))
-			continue
 		}
 		for i := range g.MIGDevices {
-			out = append(out, migDevice(g, &g.MIGDevices[i]))
+			if g.MIGEnabled() {
+				out = append(out, migDevice(g, &g.MIGDevices[i]))
+			}
 		}
 	}
 	return out
 }
 
 func sortedGPUs(gpus []discover.GPU) []discover.GPU {
-	sorted := append([]discover.GPU(nil), gpus...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
-	return sorted
+	return slices.SortedStableFunc(slices.Values(gpus), func(a, b discover.GPU) int { return a.Index - b.Index })
 }
 
-// Edits returns the edits device d adds: its GPU's device node and, for a MIG device, the
-// GPU instance and compute instance capabilities, each node with its cgroup rule.
+// Edits returns the edits device d adds to Common's: its GPU's device node and, for a MIG
+// device, its GPU and compute instance capabilities.
 func (d Device) Edits(host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
@@ -137,10 +137,8 @@ func DevicesOf(paths []string, host Host) []Device {
 const capNodeDir = "/dev/nvidia-caps"
 
 // capEdits grants a MIG capability (path relative to /proc/driver/nvidia/capabilities, as
-// mig-minors names it): its device node /dev/nvidia-caps/nvidia-cap<minor>, with the
-// nvidia-caps major, where the driver uses device nodes; else (the /proc interface) the
-// capability's access file, which only gpu-hook can make visible (runc refuses mounts under
-// /proc).
+// mig-minors names it): its node /dev/nvidia-caps/nvidia-cap<minor> where the driver uses
+// device nodes; else its /proc access file, which only gpu-hook can show (Edits.ProcCaps).
 func (h Host) capEdits(capPath string, minor int, why string) (edits.Edits, error) {
 	var e edits.Edits
 	if minor <= 0 {
@@ -171,28 +169,15 @@ func (h Host) capEdits(capPath string, minor int, why string) (edits.Edits, erro
 // ErrMIGEnabled marks a request for a GPU in MIG mode as a whole GPU.
 var ErrMIGEnabled = errors.New("GPU in MIG mode requested whole")
 
-// selectDevices resolves the request's device list against the host's GPUs and MIG devices.
-// With MIG config or monitor access (a MIG manager), a GPU in MIG mode may be given whole,
-// and "all" is every GPU whole plus every MIG device. A device the list names that is
-// unhealthy is an error (screenAll decides for "all").
+// selectDevices resolves the request's devices on the host. A MIG manager (MIG config or
+// monitor access) may get a GPU in MIG mode whole. A listed device that is unhealthy is an
+// error (screenAll decides for "all").
 func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 	gpus := drv.GPUs
 	manager := req.MIGConfig || req.MIGMonitor
 	switch req.Mode {
 	case request.AllGPUs:
-		if !manager {
-			return Devices(gpus), nil
-		}
-		var out []Device
-		for _, g := range sortedGPUs(gpus) {
-			out = append(out, wholeGPU(g))
-			for i := range g.MIGDevices {
-				if g.MIGEnabled() {
-					out = append(out, migDevice(g, &g.MIGDevices[i]))
-				}
-			}
-		}
-		return out, nil
+		return allDevices(gpus, manager), nil
 	case request.DeviceList:
 	default:
 		return nil, nil
@@ -242,15 +227,10 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, describeAllMIG(gpus))}, errs...)
 	}
 	if len(unknown) > 0 {
-		var err error
-		switch n, isCount := dockerCount(req); {
-		case isCount:
+		err := fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))
+		if n, isCount := dockerCount(req); isCount {
 			err = fmt.Errorf("%w: docker run --gpus %d asked for %d GPUs, and %s; use --gpus %d or fewer, --gpus all, or --gpus device=<index or UUID>",
 				ErrUnknownDevice, n, n, describe(gpus), len(gpus))
-		case req.DockerGPUs:
-			err = fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))
-		default:
-			err = fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), request.EnvVisibleDevices, describe(gpus))
 		}
 		errs = append([]error{err}, errs...)
 	}
@@ -285,59 +265,49 @@ func resolveToken(tok string, gpus []discover.GPU) (Device, error) {
 		}
 		gi, giErr := decimal(parts[1])
 		ci, ciErr := decimal(parts[2])
-		for _, g := range gpus {
-			if !strings.EqualFold(g.UUID, parts[0]) || giErr != nil || ciErr != nil {
-				continue
-			}
-			for i := range g.MIGDevices {
-				if m := &g.MIGDevices[i]; m.GI == gi && m.CI == ci && g.MIGEnabled() {
-					return migDevice(g, m), nil
-				}
-			}
+		if giErr != nil || ciErr != nil {
+			return Device{}, errUnknownMIG
 		}
-		return Device{}, errUnknownMIG
+		return findMIG(gpus, func(g discover.GPU, m *discover.MIGDevice) bool {
+			return strings.EqualFold(g.UUID, parts[0]) && m.GI == gi && m.CI == ci
+		})
 	case hasPrefixFold(tok, "MIG-"):
-		for _, g := range gpus {
-			for i := range g.MIGDevices {
-				if m := &g.MIGDevices[i]; strings.EqualFold(m.UUID, tok) && g.MIGEnabled() {
-					return migDevice(g, m), nil
-				}
-			}
-		}
-		return Device{}, errUnknownMIG
+		return findMIG(gpus, func(_ discover.GPU, m *discover.MIGDevice) bool { return strings.EqualFold(m.UUID, tok) })
 	case strings.Contains(tok, ":"):
 		gpuText, migText, _ := strings.Cut(tok, ":")
 		gi, err1 := decimal(gpuText)
 		mi, err2 := decimal(migText)
-		for _, g := range gpus {
-			if err1 != nil || err2 != nil || g.Index != gi || !g.MIGEnabled() {
-				continue
-			}
-			for i := range g.MIGDevices {
-				if g.MIGDevices[i].Index == mi {
-					return migDevice(g, &g.MIGDevices[i]), nil
-				}
-			}
+		if err1 != nil || err2 != nil {
+			return Device{}, errUnknownMIG
 		}
-		return Device{}, errUnknownMIG
+		return findMIG(gpus, func(g discover.GPU, m *discover.MIGDevice) bool { return g.Index == gi && m.Index == mi })
 	}
-	if idx, err := decimal(tok); err == nil {
-		for _, g := range gpus {
-			if g.Index == idx {
-				return wholeGPU(g), nil
-			}
+	idx, err := decimal(tok)
+	i := slices.IndexFunc(gpus, func(g discover.GPU) bool {
+		if err == nil {
+			return g.Index == idx
 		}
+		return strings.EqualFold(g.UUID, tok)
+	})
+	if i < 0 {
 		return Device{}, ErrUnknownDevice
 	}
-	for _, g := range gpus {
-		if strings.EqualFold(g.UUID, tok) {
-			return wholeGPU(g), nil
-		}
-	}
-	return Device{}, ErrUnknownDevice
+	return wholeGPU(gpus[i]), nil
 }
 
-// hasPrefixFold is strings.HasPrefix ignoring case: UUIDs are matched that way.
+// findMIG returns the first MIG device of a GPU in MIG mode that match accepts.
+func findMIG(gpus []discover.GPU, match func(discover.GPU, *discover.MIGDevice) bool) (Device, error) {
+	for _, g := range gpus {
+		for i := range g.MIGDevices {
+			if m := &g.MIGDevices[i]; g.MIGEnabled() && match(g, m) {
+				return migDevice(g, m), nil
+			}
+		}
+	}
+	return Device{}, errUnknownMIG
+}
+
+// hasPrefixFold is strings.HasPrefix ignoring case, as UUIDs are matched.
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
@@ -382,12 +352,9 @@ func describeMIG(g discover.GPU) string {
 // describeAllMIG lists every MIG device of the host, for an unknown MIG token.
 func describeAllMIG(gpus []discover.GPU) string {
 	var parts []string
-	for _, g := range sortedGPUs(gpus) {
-		if !g.MIGEnabled() {
-			continue
-		}
-		for i := range g.MIGDevices {
-			parts = append(parts, migDevice(g, &g.MIGDevices[i]).String())
+	for _, d := range Devices(gpus) {
+		if d.IsMIG() {
+			parts = append(parts, d.String())
 		}
 	}
 	if len(parts) == 0 {

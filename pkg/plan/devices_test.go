@@ -83,7 +83,7 @@ func TestBuildMIG(t *testing.T) {
 			if tc.host != nil {
 				tc.host(&h)
 			}
-			p, err := Build(req(t, append(tc.env, privileged...)...), h)
+			p, err := Build(req(t, append(tc.env, privileged...)...), h, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,13 +97,15 @@ func TestBuildMIG(t *testing.T) {
 				t.Errorf("proc caps = %v, want %v", p.Edits.ProcCaps, tc.wantCaps)
 			}
 			var procHook []string
-			for _, hk := range p.Edits.Hooks {
+			r := testRender
+			r.ProcRoot = "/procroot"
+			for _, hk := range p.Rendered(r).Hooks {
 				if hk.Args[1] == "proc-caps" {
 					procHook = hk.Args
 				}
 			}
 			if tc.wantCaps != nil {
-				want := []string{"gpu-hook", "proc-caps", "--proc-root", h.ProcRoot}
+				want := []string{"gpu-hook", "proc-caps", "--proc-root", "/procroot"}
 				for _, c := range tc.wantCaps {
 					want = append(want, "--cap", c)
 				}
@@ -124,22 +126,15 @@ func TestBuildMIG(t *testing.T) {
 	}
 }
 
-// TestBuildMIGRequirementHook: a requirement on arch or brand is checked against a MIG
-// device's parent, named by the device's index.
-func TestBuildMIGRequirementHook(t *testing.T) {
-	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_ARCH=arch>=8.0"), migHost())
-	if err != nil {
+// TestBuildMIGRequirements: a requirement on arch or brand is checked against a MIG device's
+// parent, named by the device's index.
+func TestBuildMIGRequirements(t *testing.T) {
+	if _, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_ARCH=arch>=8.0"), migHost(), nil); err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	for _, h := range p.Edits.Hooks {
-		if h.Stage == "prestart" {
-			args = h.Args
-		}
-	}
-	want := []string{"gpu-hook", "prestart", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "0:1,8.0,tesla", "--gpu", "1,9.0,nvidia"}
-	if !reflect.DeepEqual(args, want) {
-		t.Errorf("prestart args = %q\nwant %q", args, want)
+	_, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_ARCH=arch>=9.0"), migHost(), nil)
+	if want := "unsatisfied condition: arch>=9.0 (host: cuda 12.4, driver 550.54.15; GPU 0:1: arch 8.0, brand tesla; GPU 1: arch 9.0, brand nvidia)"; err == nil || err.Error() != want {
+		t.Errorf("error = %v\nwant    %s", err, want)
 	}
 }
 
@@ -181,7 +176,7 @@ func TestBuildMIGErrors(t *testing.T) {
 			if tc.host != nil {
 				tc.host(&h)
 			}
-			_, err := Build(req(t, tc.env...), h)
+			_, err := Build(req(t, tc.env...), h, nil)
 			if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
 				t.Fatalf("error =\n%v\nwant prefix\n%s", err, tc.wantErr)
 			}
@@ -204,8 +199,7 @@ func TestDevices(t *testing.T) {
 // modes and host paths, mounts with options, hooks with argv, env and timeout.
 func TestBuildMIGWholeEdits(t *testing.T) {
 	h := migHost()
-	h.HookTimeout = 30
-	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1", "NVIDIA_DRIVER_CAPABILITIES=utility"), h)
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0:1", "NVIDIA_DRIVER_CAPABILITIES=utility"), h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,10 +224,12 @@ func TestBuildMIGWholeEdits(t *testing.T) {
 		Hooks: []edits.Hook{{Stage: "createContainer", Path: "/opt/bin/gpu-hook", Env: HookEnv, Timeout: 30,
 			Args: []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig", "--driver-version", "550.54.15", "--timeout", "30",
 				"--library", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"},
-			Why: "loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (1); gpu-runtime makes them itself at create and leaves this hook out where it can (hook.ldcache-at-create)"}},
+			Why: "loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (1); gpu-runtime makes them itself at create where it can (hook.ldcache-at-create)"}},
 		RemoveHooks: []string{request.DockerHookName},
 	}
-	if !reflect.DeepEqual(p.Edits, want) {
-		t.Errorf("edits =\n%+v\nwant\n%+v", p.Edits, want)
+	r := testRender
+	r.HookTimeout = 30
+	if got := p.Rendered(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("edits =\n%+v\nwant\n%+v", got, want)
 	}
 }

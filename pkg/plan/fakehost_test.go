@@ -27,7 +27,7 @@ func TestBuildAgainstFakeRoots(t *testing.T) {
 	for _, g := range opts.GPUs {
 		gpus = append(gpus, discover.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
 	}
-	host := Host{Driver: discover.Driver{Version: opts.DriverVersion, GPUs: gpus}, Files: files, Devices: nodes, HookPath: "/usr/bin/gpu-hook", LDConfig: "/sbin/ldconfig"}
+	host := Host{Driver: discover.Driver{Version: opts.DriverVersion, GPUs: gpus}, Files: files, Devices: nodes}
 
 	testCases := []struct {
 		description string
@@ -41,7 +41,7 @@ func TestBuildAgainstFakeRoots(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			p, err := Build(req(t, tc.env...), host)
+			p, err := Build(req(t, tc.env...), host, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

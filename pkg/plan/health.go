@@ -27,25 +27,24 @@ func (d Device) Health() *discover.Health {
 	return nil
 }
 
-// healthText says why d is unhealthy: "GPU 1 (GPU-…): Xid 79 … since …", "MIG device 0:1
-// (MIG-…, 3g.40gb): its GPU 0 (GPU-…): gone: …". clear is the UUID the record is held
-// against (the GPU's for a MIG device of an unhealthy GPU).
-func healthText(d Device) (text string, h discover.Health, clear string) {
-	h = *d.Health()
+// healthText says why d is unhealthy ("GPU 1 (GPU-…): Xid 79 … since …", "MIG device 0:1
+// (MIG-…, 3g.40gb): its GPU 0 (GPU-…): gone: …") and how to fix it or clear the record.
+func healthText(d Device) (text, fix string) {
+	h := *d.Health()
 	what := "GPU " + d.String()
 	if d.IsMIG() {
 		what = "MIG device " + d.String()
-		if d.GPU.Health != nil {
-			return fmt.Sprintf("%s: its GPU %d (%s): %s", what, d.GPU.Index, d.GPU.UUID, h), h, d.GPU.UUID
+		if d.GPU.Health != nil { // the record is held against the GPU
+			return fmt.Sprintf("%s: its GPU %d (%s): %s", what, d.GPU.Index, d.GPU.UUID, h), h.Fix(d.GPU.UUID)
 		}
 	}
-	return what + ": " + h.String(), h, d.UUID
+	return what + ": " + h.String(), h.Fix(d.UUID)
 }
 
 // unhealthyToken is the error for a device a request names that is unhealthy.
 func unhealthyToken(req request.Request, tok string, d Device) error {
-	text, h, clear := healthText(d)
-	return fmt.Errorf("%w: %s in %s names %s; ask for another device, or %s", ErrUnhealthy, quote.Value(tok), requestedIn(req), text, h.Fix(clear))
+	text, fix := healthText(d)
+	return fmt.Errorf("%w: %s in %s names %s; ask for another device, or %s", ErrUnhealthy, quote.Value(tok), requestedIn(req), text, fix)
 }
 
 // requestedIn names where the device list came from, in the user's words.
@@ -59,8 +58,8 @@ func requestedIn(req request.Request) string {
 	return request.EnvVisibleDevices
 }
 
-// excludedToken says whether tok names a GPU the driver excludes (by UUID: it has no index),
-// and the error that says so.
+// excludedToken is the error for tok naming a GPU the driver excludes (by UUID: it has no
+// index); nil when it does not.
 func excludedToken(tok string, drv discover.Driver) error {
 	for _, x := range drv.Excluded {
 		if strings.EqualFold(x.UUID, tok) {
@@ -73,8 +72,7 @@ func excludedToken(tok string, drv discover.Driver) error {
 
 // screenAll applies the health policy to what NVIDIA_VISIBLE_DEVICES=all selected: unhealthy
 // devices are left out with a warning each (config.HealthAllSkip) or fail the create
-// (config.HealthAllFail). When every device is unhealthy the create fails either way: a container
-// that asked for every GPU and would get none is not what anyone wants from "all".
+// (config.HealthAllFail). When every device is unhealthy the create fails either way.
 func screenAll(req request.Request, devices []Device, policy string) ([]Device, []string, error) {
 	if req.Mode != request.AllGPUs {
 		return devices, nil, nil
@@ -90,9 +88,9 @@ func screenAll(req request.Request, devices []Device, policy string) ([]Device, 
 			healthy = append(healthy, d)
 			continue
 		}
-		text, h, clear := healthText(d)
+		text, fix := healthText(d)
 		problems = append(problems, text)
-		warnings = append(warnings, fmt.Sprintf("%s: unhealthy %s left out (%s)", what, text, h.Fix(clear)))
+		warnings = append(warnings, fmt.Sprintf("%s: unhealthy %s left out (%s)", what, text, fix))
 	}
 	switch {
 	case len(problems) == 0:
@@ -106,15 +104,14 @@ func screenAll(req request.Request, devices []Device, policy string) ([]Device, 
 	return healthy, warnings, nil
 }
 
-// CheckCDIHealth fails when the devices that CDI devices inject (DevicesOf their nodes)
-// include an unhealthy one. A CDI device's edits are applied as its spec says, so nothing can
-// be left out of it: nvidia.com/gpu=all fails too, whatever health.all says.
-func CheckCDIHealth(names []string, devices []Device) error {
+// checkCDIHealth fails when the devices that CDI devices inject include an unhealthy one. A
+// CDI device comes whole: nvidia.com/gpu=all fails too, whatever health.all says.
+func checkCDIHealth(names []string, devices []Device) error {
 	var problems []string
 	for _, d := range devices {
 		if d.Health() != nil {
-			text, h, clear := healthText(d)
-			problems = append(problems, text+" ("+h.Fix(clear)+")")
+			text, fix := healthText(d)
+			problems = append(problems, text+" ("+fix+")")
 		}
 	}
 	if len(problems) == 0 {

@@ -132,7 +132,7 @@ func TestBuildHealth(t *testing.T) {
 			}
 			r := req(t, append(tc.env, "NVIDIA_DRIVER_CAPABILITIES=utility")...)
 			r.DockerGPUs = tc.docker
-			p, err := Build(r, h)
+			p, err := Build(r, h, nil)
 			if tc.wantErr != "" {
 				if err == nil || !tc.docker && err.Error() != tc.wantErr || tc.docker && !strings.HasPrefix(err.Error(), tc.wantErr) {
 					t.Fatalf("error =\n%v\nwant\n%s", err, tc.wantErr)
@@ -172,14 +172,14 @@ func TestDeviceHealth(t *testing.T) {
 	}
 }
 
-func TestCheckCDIHealth(t *testing.T) {
+func TestCDIHealth(t *testing.T) {
 	h := healthHost()
-	if err := CheckCDIHealth([]string{"nvidia.com/gpu=all"}, Devices(h.Driver.GPUs)); err != nil {
+	if err := checkCDIHealth([]string{"nvidia.com/gpu=all"}, Devices(h.Driver.GPUs)); err != nil {
 		t.Errorf("healthy: %v", err)
 	}
 	h.Driver.GPUs[0].MIGDevices[2].Health = recorded("Xid 94: contained ECC error", 94)
 	h.Driver.GPUs[3].Health = recorded("Xid 79: GPU has fallen off the bus", 79)
-	err := CheckCDIHealth([]string{"nvidia.com/gpu=all"}, Devices(h.Driver.GPUs))
+	err := checkCDIHealth([]string{"nvidia.com/gpu=all"}, Devices(h.Driver.GPUs))
 	want := `unhealthy device: CDI devices "nvidia.com/gpu=all" give MIG device 0:2 (MIG-2222, 1g.10gb): Xid 94: contained ECC error since 2026-11-25T10:00:00Z (recorded in ` + healthFile + `) (` + clearFix + `MIG-2222); GPU 3 (GPU-dddd): ` + xid79 + ` (` + clearFix + `GPU-dddd); ask for other devices`
 	if err == nil || err.Error() != want || !errors.Is(err, ErrUnhealthy) {
 		t.Errorf("error =\n%v\nwant\n%s", err, want)

@@ -16,7 +16,7 @@ func TestDockerDeviceListBounded(t *testing.T) {
 	h.Driver.GPUs[1].Health = recorded("Xid 79: GPU has fallen off the bus", 79)
 	r := req(t, "NVIDIA_VISIBLE_DEVICES="+list, "NVIDIA_DRIVER_CAPABILITIES=utility")
 	r.DockerGPUs = true
-	_, err := Build(r, h)
+	_, err := Build(r, h, nil)
 	want := `unknown device "t0", "t1", "t2", "t3", "t4" and 99995 more in docker run --gpus device=` + cut + `: this host has GPUs 0 (GPU-aaaa, in MIG mode), 1 (GPU-bbbb), 2 (GPU-cccc), 3 (GPU-dddd)` + "\n" +
 		`unhealthy device: "1" in docker run --gpus device=` + cut + ` names GPU 1 (GPU-bbbb): ` + xid79 + `; ask for another device, or ` + clearFix + `GPU-bbbb`
 	if err == nil || err.Error() != want {

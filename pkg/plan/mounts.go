@@ -43,12 +43,3 @@ func fileWhy(f discover.File) string {
 	}
 	return fmt.Sprintf("%s: %s %s", by, f.Kind, f.ContainerPath)
 }
-
-// mountsFor maps mountFor over files, keeping their order.
-func mountsFor(files []discover.File) []edits.Mount {
-	out := make([]edits.Mount, 0, len(files))
-	for _, f := range files {
-		out = append(out, mountFor(f))
-	}
-	return out
-}

@@ -31,16 +31,14 @@ func mpsErrorf(format string, args ...any) error {
 // containers, and what their CUDA_MPS_PIPE_DIRECTORY says.
 const MPSPipeDir = "/tmp/nvidia-mps"
 
-// MPS is what the planner knows of MPS shares: their configuration, and which daemons run
-// (the runtime looks, for the share a request names).
+// MPS is the MPS shares' configuration, and which daemons run (of the share a request names).
 type MPS struct {
 	Config  config.MPSConfig
 	Running map[string]bool
 }
 
-// mpsDevices narrows a request for a share to the share's GPUs: "all" means them, a device
-// list must stay inside them. It checks the share exists, runs, and serves the container's
-// user.
+// mpsDevices narrows a request on a share to the share's GPUs (checkShare): "all" means
+// them, a device list must stay inside them.
 func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, error) {
 	members, err := checkShare(req, host)
 	if err != nil {
@@ -85,21 +83,18 @@ func isMember(d Device, members []Device) bool {
 	return slices.ContainsFunc(members, func(m Device) bool { return m.UUID == d.UUID })
 }
 
-// CDIDevice is a CDI device a request names, and the devices its nodes are (DevicesOf).
-type CDIDevice struct {
+// cdiDevices are a CDI device a request names, and the devices its nodes are (DevicesOf).
+type cdiDevices struct {
 	Name    string
 	Devices []Device
 }
 
-// ShareCDI holds the CDI devices of a request on an MPS share — asked for, or forced by the
-// runtime's mps.share — to what Build holds native devices to: the share exists, runs and
-// serves the container's user, and every GPU they bring is one of the share's. A CDI device
-// cannot be narrowed to the share's GPUs (its spec's edits come whole), so one that brings
-// another GPU (nvidia.com/gpu=all where the share has fewer GPUs than the host) is refused,
-// naming the device, the share and the fix. With shareEdits (no native devices: Build added
-// them otherwise), the share's edits are added to p. CDI devices that bring no GPU join no
-// share.
-func (p *Plan) ShareCDI(req request.Request, host Host, cdi []CDIDevice, shareEdits bool) error {
+// shareCDI holds the CDI devices of a request on an MPS share (asked for, or the runtime's
+// mps.share) to what native devices are held to: checkShare, and every GPU they bring is the
+// share's. A CDI device comes whole, so one that brings another GPU (nvidia.com/gpu=all where
+// the share has fewer GPUs) is refused. With shareEdits (no native devices, whose plan has
+// them), the share's edits are added. CDI devices that bring no GPU join no share.
+func (p *Plan) shareCDI(req request.Request, host Host, cdi []cdiDevices, shareEdits bool) error {
 	gpus := 0
 	for _, c := range cdi {
 		gpus += len(c.Devices)
@@ -167,9 +162,9 @@ func describeDevices(devices []Device) string {
 	return strings.Join(parts, ", ")
 }
 
-// mpsEdits connects a container to its share: only that share's client view (the control
-// socket of its daemon, read-only) and shared memory, and its own CUDA_MPS_* variables
-// removed — they can only lower the daemon's limits, and the share's are the administrator's.
+// mpsEdits connects a container to its share: only that share's client view (its daemon's
+// control socket, read-only) and shared memory; its own CUDA_MPS_* removed (they can only
+// lower the administrator's limits).
 func mpsEdits(name string, cfg config.MPSConfig) edits.Edits {
 	return edits.Edits{
 		UnsetEnv: []string{"CUDA_MPS_*"},
@@ -192,11 +187,7 @@ var mpsPrograms = []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
 // front end is how people change a daemon's defaults or end it. A tenant can bring its own
 // copy; what keeps the daemon's privileged socket out of reach is the client view.
 func withoutMPSPrograms(mounts []edits.Mount) []edits.Mount {
-	out := mounts[:0:0]
-	for _, m := range mounts {
-		if !slices.Contains(mpsPrograms, path.Base(m.ContainerPath)) {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(mounts), func(m edits.Mount) bool {
+		return slices.Contains(mpsPrograms, path.Base(m.ContainerPath))
+	})
 }

@@ -50,7 +50,7 @@ func TestMPSPlan(t *testing.T) {
 	for _, name := range []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"} {
 		h.Files = append(h.Files, discover.File{Kind: discover.KindBinary, Capability: capabilities.Compute, HostPath: "/drv/usr/bin/" + name, ContainerPath: "/usr/bin/" + name})
 	}
-	p, err := Build(mpsReq(t, 0, "NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=all"), h)
+	p, err := Build(mpsReq(t, 0, "NVIDIA_MPS_SHARE=large", "NVIDIA_VISIBLE_DEVICES=all"), h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +80,11 @@ func TestMPSPlan(t *testing.T) {
 		}
 	}
 	// Without a share, a compute container keeps them.
-	if p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0"), h); err != nil || !slices.ContainsFunc(p.Edits.Mounts, func(m edits.Mount) bool { return m.ContainerPath == "/usr/bin/nvidia-cuda-mps-control" }) {
+	if p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0"), h, nil); err != nil || !slices.ContainsFunc(p.Edits.Mounts, func(m edits.Mount) bool { return m.ContainerPath == "/usr/bin/nvidia-cuda-mps-control" }) {
 		t.Errorf("a container without a share lacks nvidia-cuda-mps-control: %v", err)
 	}
 	// A device list inside the share.
-	if p, err := Build(mpsReq(t, 1000, "NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"), mpsHost()); err != nil || len(p.Devices) != 1 {
+	if p, err := Build(mpsReq(t, 1000, "NVIDIA_MPS_SHARE=small", "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"), mpsHost(), nil); err != nil || len(p.Devices) != 1 {
 		t.Errorf("small with its GPU: %v, %v", p.Devices, err)
 	}
 }
@@ -119,7 +119,7 @@ func TestMPSPlanErrors(t *testing.T) {
 			if tc.host != nil {
 				tc.host(&h)
 			}
-			_, err := Build(mpsReq(t, tc.uid, tc.env...), h)
+			_, err := Build(mpsReq(t, tc.uid, tc.env...), h, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v\nwant %q", err, tc.want)
 			}
@@ -136,32 +136,32 @@ func TestMPSPlanErrors(t *testing.T) {
 func TestShareCDI(t *testing.T) {
 	h := mpsHost()
 	gpu0, gpu1 := wholeGPU(h.Driver.GPUs[0]), wholeGPU(h.Driver.GPUs[1])
-	all := CDIDevice{Name: "nvidia.com/gpu=all", Devices: []Device{gpu0, gpu1}}
-	first := CDIDevice{Name: "nvidia.com/gpu=0", Devices: []Device{gpu0}}
-	second := CDIDevice{Name: "nvidia.com/gpu=1", Devices: []Device{gpu1}}
-	imex := CDIDevice{Name: "nvidia.com/imex-channel=0"}
+	all := cdiDevices{Name: "nvidia.com/gpu=all", Devices: []Device{gpu0, gpu1}}
+	first := cdiDevices{Name: "nvidia.com/gpu=0", Devices: []Device{gpu0}}
+	second := cdiDevices{Name: "nvidia.com/gpu=1", Devices: []Device{gpu1}}
+	imex := cdiDevices{Name: "nvidia.com/imex-channel=0"}
 	testCases := []struct {
 		description string
 		share       string
 		uid         uint32
-		cdi         []CDIDevice
+		cdi         []cdiDevices
 		host        func(*Host)
 		shareEdits  bool
 		wantEdits   bool
 		want        string
 	}{
-		{description: "the share's GPU", share: "large", cdi: []CDIDevice{first}, shareEdits: true, wantEdits: true},
-		{description: "beside native devices, whose plan has the share's edits", share: "large", cdi: []CDIDevice{first}},
-		{description: "all the share's GPUs", share: "both", cdi: []CDIDevice{all}, shareEdits: true, wantEdits: true},
-		{description: "no GPU: no share", share: "gone", cdi: []CDIDevice{imex}, shareEdits: true},
-		{description: "every GPU of the host", share: "large", cdi: []CDIDevice{all, imex}, shareEdits: true,
+		{description: "the share's GPU", share: "large", cdi: []cdiDevices{first}, shareEdits: true, wantEdits: true},
+		{description: "beside native devices, whose plan has the share's edits", share: "large", cdi: []cdiDevices{first}},
+		{description: "all the share's GPUs", share: "both", cdi: []cdiDevices{all}, shareEdits: true, wantEdits: true},
+		{description: "no GPU: no share", share: "gone", cdi: []cdiDevices{imex}, shareEdits: true},
+		{description: "every GPU of the host", share: "large", cdi: []cdiDevices{all, imex}, shareEdits: true,
 			want: `CDI device "nvidia.com/gpu=all" gives GPU 1 (GPU-bbbb), not in MPS share "large", which has GPU 0 (GPU-aaaa): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`},
-		{description: "a share forced by mps.share", share: "large", cdi: []CDIDevice{first, second}, shareEdits: true,
+		{description: "a share forced by mps.share", share: "large", cdi: []cdiDevices{first, second}, shareEdits: true,
 			host: func(h *Host) { h.MPS.Config.Share = "large" },
 			want: `CDI device "nvidia.com/gpu=1" gives GPU 1 (GPU-bbbb), not in MPS share "large" (mps.share: every GPU container of this runtime joins it), which has GPU 0 (GPU-aaaa): a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or NVIDIA_VISIBLE_DEVICES=0)`},
-		{description: "a share not running", share: "large", cdi: []CDIDevice{first}, host: func(h *Host) { h.MPS.Running["large"] = false },
+		{description: "a share not running", share: "large", cdi: []cdiDevices{first}, host: func(h *Host) { h.MPS.Running["large"] = false },
 			want: `MPS share "large" is not running: start it with gpu-ctk mps start large`},
-		{description: "another user", share: "large", uid: 1000, cdi: []CDIDevice{first},
+		{description: "another user", share: "large", uid: 1000, cdi: []cdiDevices{first},
 			want: `MPS share "large" serves uid 0, and the container runs as uid 1000: MPS servers are per user; run the container as uid 0, or give it a share whose uid is 1000`},
 	}
 	for _, tc := range testCases {
@@ -171,7 +171,7 @@ func TestShareCDI(t *testing.T) {
 				tc.host(&h)
 			}
 			var p Plan
-			err := p.ShareCDI(request.Request{MPSShare: tc.share, UID: tc.uid}, h, tc.cdi, tc.shareEdits)
+			err := p.shareCDI(request.Request{MPSShare: tc.share, UID: tc.uid}, h, tc.cdi, tc.shareEdits)
 			if tc.want != "" {
 				if err == nil || err.Error() != tc.want || !errors.Is(err, ErrMPS) {
 					t.Errorf("error %v\nwant %s", err, tc.want)

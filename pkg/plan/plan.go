@@ -1,20 +1,23 @@
-// Package plan decides what to inject into one container: from a request (what the
-// container asked for) and a host (what discovery found) it builds one edits.Edits value.
-// Planning is pure: it does no I/O. It validates the whole plan — every requested GPU
-// resolved, every required device node and file present — and reports every problem at once.
+// Package plan decides what to inject into one container: from a request (by any channel),
+// a host (what discovery found) and the CDI devices the request names (resolved by the
+// caller) it builds one Plan — the devices, one edits.Edits value, and as data the intents
+// that must run in the low-level runtime's lifecycle (LoaderCache, ProcCaps), rendered as
+// hooks only when the spec is written (Rendered). Planning does no I/O. It validates the
+// whole plan — every device resolved and healthy, every node and file present, every
+// requirement met — and reports every problem at once.
 package plan
 
 import (
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
@@ -26,10 +29,12 @@ var (
 	ErrMissingLibrary = errors.New("missing driver library")
 )
 
-// LDCacheSubcommand is gpu-hook's subcommand that updates the container's loader cache: the
-// createContainer hook the plan adds for the injected libraries (gpu-runtime may do its work
-// at create and drop it).
-const LDCacheSubcommand = "update-ldcache"
+// HookName is the file name of gpu-hook; LDCacheSubcommand its subcommand that updates the
+// container's loader cache.
+const (
+	HookName          = "gpu-hook"
+	LDCacheSubcommand = "update-ldcache"
+)
 
 // SystemDirs are the program directories of a host, in the order of the PATH systemd gives
 // services: where gpu-runtime looks after PATH, and the PATH of every hook.
@@ -39,7 +44,7 @@ var SystemDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/us
 // env would inherit the container's environment (CVE-2025-23266).
 var HookEnv = []string{"PATH=" + strings.Join(SystemDirs, ":")}
 
-// Host is what the planner knows about the machine.
+// Host is what discovery found, nothing of how hooks are written (Render).
 type Host struct {
 	Driver  discover.Driver
 	Files   []discover.File
@@ -47,40 +52,85 @@ type Host struct {
 	// MIGCaps is how the driver exposes MIG capabilities; ProcRoot where its /proc is read.
 	MIGCaps  discover.MIGCaps
 	ProcRoot string
-	// HookPath is the absolute path of gpu-hook; LDConfig the host's ldconfig.
-	HookPath string
-	LDConfig string
-	// HookTimeout is every hook's timeout in seconds (0: none).
-	HookTimeout int
-	// HookLog and HookLogFormat are the low-level runtime's --log and --log-format of this
-	// create: the loader-cache hook appends what it notes there (runc drops a successful
-	// hook's stderr). Empty: no --log.
-	HookLog, HookLogFormat string
-	// MPS are the MPS shares (for a request that names one).
-	MPS MPS
+	MPS      MPS
 	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
 	// config.HealthAllSkip ("" too) or config.HealthAllFail. Each device's health is in Driver's GPUs.
 	UnhealthyAll string
 }
 
-// Plan is the outcome of planning.
+// Plan is every device the container gets, whatever named it, and everything to change in
+// its spec, as data: what must run in the low-level runtime's lifecycle is an intent
+// (LoaderCache, Edits.ProcCaps) until the spec is written (Rendered); requirements are
+// checked here, not by a hook.
 type Plan struct {
 	Edits edits.Edits
-	// Devices are the selected devices (whole GPUs and MIG devices), in request order.
-	Devices []Device
-	// Warnings are problems that do not stop the container (e.g. a missing optional node).
-	Warnings []string
+	// Devices are the selected devices (whole GPUs and MIG devices), in request order, then
+	// those the CDI devices give.
+	Devices     []Device
+	LoaderCache LoaderCache
+	Warnings    []string // problems that do not stop the container (a missing optional node)
 }
 
-// Build plans the injection for req on host: the edits of each selected device, then the
-// edits every GPU container gets (Common), then what the request adds (MIG config or
-// monitor access, IMEX channels, the requirement check).
-func Build(req request.Request, host Host) (Plan, error) {
+// LoaderCache is the intent to make the injected libraries loadable in the container: their
+// SONAME links, /etc/ld.so.cache entries and the CUDA forward-compatibility preference (for
+// DriverVersion, the host's). gpu-runtime does it at create where it can (Done: no hook);
+// otherwise it is the gpu-hook update-ldcache hook (Rendered).
+type LoaderCache struct {
+	Libraries     []Library
+	DriverVersion string
+	Done          bool
+}
+
+// Library is an injected library: its container path and the host file mounted there.
+type Library struct {
+	Path, Source string
+}
+
+// add adds a library once (by container path).
+func (l *LoaderCache) add(lib Library) {
+	if !slices.ContainsFunc(l.Libraries, func(x Library) bool { return x.Path == lib.Path }) {
+		l.Libraries = append(l.Libraries, lib)
+	}
+}
+
+// CDIDevice is a CDI device a request names, resolved by the caller (which has the CDI
+// library): its edits (its spec's common edits with the device's) and the container paths of
+// the device nodes it injects, common ones included, which say what GPUs it gives (DevicesOf).
+type CDIDevice struct {
+	Name  string
+	Edits edits.Edits
+	Nodes []string
+}
+
+// Build plans the injection for req on host with the CDI devices it names: the native
+// devices' edits (whole GPUs, MIG devices, MPS shares), Common's, what the request adds (MIG
+// access, IMEX channels), then the CDI devices' edits, ours winning at a shared path. Health,
+// MPS shares and requirements are checked the same way for every device, native or CDI.
+func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	var p Plan
 	p.Edits.RemoveHooks = []string{request.DockerHookName}
 	if !req.IsGPU() {
 		return p, nil
 	}
+	var errs []error
+	native := req.NativeDevices()
+	if native {
+		errs = p.native(req, host)
+	}
+	if len(cdi) > 0 && len(errs) == 0 {
+		if err := p.addCDI(req, host, cdi, native); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return Plan{}, errors.Join(errs...)
+	}
+	// An unsatisfied requirement leaves the plan to the caller, to show (gpu-ctk explain).
+	return p, p.checkRequirements(req, host)
+}
+
+// native plans the devices the request names itself and the edits of a GPU container.
+func (p *Plan) native(req request.Request, host Host) []error {
 	var errs []error
 	devices, err := selectDevices(req, host.Driver)
 	if err == nil && req.MPSShare != "" {
@@ -111,15 +161,19 @@ func Build(req request.Request, host Host) (Plan, error) {
 		}
 		p.Edits.Add(me)
 	}
-	common, warnings, err := Common(req.Capabilities, host)
+	common, libs, warnings, err := Common(req.Capabilities, host)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	p.Warnings = append(healthWarnings, warnings...)
 	if req.MPSShare != "" {
 		common.Mounts = withoutMPSPrograms(common.Mounts)
 	}
-	p.Warnings = append(healthWarnings, warnings...)
 	p.Edits.Add(common)
+	p.LoaderCache.DriverVersion = host.Driver.Version
+	for _, l := range libs {
+		p.LoaderCache.add(l)
+	}
 	for _, ch := range imexChannels(req, host.Devices) {
 		node, err := host.node(ch, request.EnvIMEXChannels+": IMEX channel "+strings.TrimPrefix(ch, IMEXChannelDir+"/channel"))
 		if err != nil {
@@ -128,90 +182,73 @@ func Build(req request.Request, host Host) (Plan, error) {
 		}
 		p.Edits.Add(edits.Edits{DeviceNodes: []edits.DeviceNode{node}})
 	}
-	if len(errs) > 0 {
-		return Plan{}, errors.Join(errs...)
-	}
-	if len(p.Edits.ProcCaps) > 0 {
-		p.Edits.Hooks = append(p.Edits.Hooks, ProcCapsHook(p.Edits.ProcCaps, host))
-	}
-	if err := p.requirementHook(req, host); err != nil {
-		return Plan{}, err
-	}
-	return p, nil
+	return errs
 }
 
-// ProcCapsHook is the hook that shows a container the driver's /proc interface for the MIG
-// capabilities caps: runc refuses mounts under /proc, gpu-hook makes them (a plan's, and a CDI
-// spec's, for Edits.ProcCaps).
-func ProcCapsHook(caps []string, host Host) edits.Hook {
-	args := []string{"gpu-hook", "proc-caps", "--proc-root", host.ProcRoot}
-	for _, c := range caps {
-		args = append(args, "--cap", c)
+// addCDI adds the CDI devices a request names: the GPUs they give join the plan's devices,
+// checked for health and, on an MPS share, held to the share; their edits come after ours.
+// The gpu-hook update-ldcache hook of a spec gpu-ctk wrote becomes the plan's: its libraries
+// join LoaderCache, so that one update covers both, at create where it can.
+func (p *Plan) addCDI(req request.Request, host Host, cdi []CDIDevice, native bool) error {
+	resolved := make([]cdiDevices, len(cdi))
+	var names []string
+	var given []Device
+	for i, c := range cdi {
+		resolved[i] = cdiDevices{Name: c.Name, Devices: DevicesOf(c.Nodes, host)}
+		names = append(names, c.Name)
+		given = append(given, resolved[i].Devices...)
 	}
-	return edits.Hook{Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
-		Why: "MIG capabilities of the driver's /proc interface: runc refuses mounts under /proc, the hook shows the container only these"}
-}
-
-// ForCDI plans what gpu-runtime adds to a container whose GPUs all come from CDI devices,
-// which bring their own edits: docker's hook removed, and the requirement check of the
-// devices the CDI devices inject (DevicesOf). On an MPS share, ShareCDI adds the share's
-// checks and edits.
-func ForCDI(req request.Request, host Host, devices []Device) (Plan, error) {
-	p := Plan{Devices: devices}
-	p.Edits.RemoveHooks = []string{request.DockerHookName}
-	err := p.requirementHook(req, host)
-	return p, err
-}
-
-// AddCDIDevices adds to p, planned for a request's other devices, the devices its CDI
-// devices inject: the requirement check covers them too.
-func (p *Plan) AddCDIDevices(req request.Request, host Host, devices []Device) {
-	p.Devices = append(p.Devices, devices...)
-	hooks := p.Edits.Hooks[:0:0]
-	for _, h := range p.Edits.Hooks {
-		if h.Stage != oci.StagePrestart {
-			hooks = append(hooks, h)
+	if err := checkCDIHealth(names, given); err != nil {
+		return err
+	}
+	if req.MPSShare != "" {
+		if err := p.shareCDI(req, host, resolved, !native); err != nil {
+			return err
 		}
 	}
-	p.Edits.Hooks = hooks
-	p.prestartHook(req, host)
-}
-
-// JoinLibraries makes p's loader-cache hook also cover the libraries of other's (a CDI spec's
-// edits applied to the same container): the runtime keeps one gpu-hook update-ldcache per
-// container (oci.WithHook replaces a hook of the same path and subcommand), so without this
-// the libraries only the CDI spec mounts would get no links and no cache entries.
-func (p *Plan) JoinLibraries(other edits.Edits) {
-	const sub = LDCacheSubcommand
-	for i := range p.Edits.Hooks {
-		ours := &p.Edits.Hooks[i]
-		if len(ours.Args) < 2 || ours.Args[1] != sub {
-			continue
+	for _, d := range given {
+		if !slices.ContainsFunc(p.Devices, func(x Device) bool { return x.UUID == d.UUID }) {
+			p.Devices = append(p.Devices, d)
 		}
-		have := map[string]bool{}
-		for j := 2; j+1 < len(ours.Args); j++ {
-			if ours.Args[j] == "--library" {
-				have[ours.Args[j+1]] = true
-			}
+	}
+	if p.LoaderCache.DriverVersion == "" {
+		p.LoaderCache.DriverVersion = host.Driver.Version
+	}
+	for _, c := range cdi {
+		e := c.Edits
+		if req.MPSShare != "" && len(given) > 0 {
+			e.Mounts = withoutMPSPrograms(e.Mounts)
 		}
-		for _, h := range other.Hooks {
-			if h.Path != ours.Path || h.Stage != ours.Stage || len(h.Args) < 2 || h.Args[1] != sub {
-				continue
-			}
-			for j := 2; j+1 < len(h.Args); j++ {
-				if lib := h.Args[j+1]; h.Args[j] == "--library" && !have[lib] {
-					have[lib] = true
-					ours.Args = append(ours.Args, "--library", lib)
+		e.Hooks = slices.DeleteFunc(slices.Clone(e.Hooks), isLDCacheHook)
+		if len(e.Hooks) != len(c.Edits.Hooks) {
+			for _, m := range e.Mounts {
+				if isLibrary(m.ContainerPath) && (m.Type == "" || m.Type == "bind") {
+					p.LoaderCache.add(Library{Path: m.ContainerPath, Source: m.HostPath})
 				}
 			}
 		}
+		p.Edits.Add(e)
 	}
+	return nil
 }
 
-// requirementHook checks the request's requirements (if any) and adds their prestart check
-// against the host's driver and p's devices. Each requirement is parsed first: a malformed
-// one fails the create here, before the low-level runtime runs; unknown keys are warnings.
-func (p *Plan) requirementHook(req request.Request, host Host) error {
+// isLDCacheHook says whether h is gpu-hook's loader-cache update, as gpu-ctk writes it into
+// CDI specs (Rendered): by its program's name and subcommand, not by what it lists.
+func isLDCacheHook(h edits.Hook) bool {
+	return path.Base(h.Path) == HookName && len(h.Args) > 1 && h.Args[1] == LDCacheSubcommand
+}
+
+// isLibrary says whether a mounted file is one ldconfig enters: its name starts with "lib"
+// or "ld-" and holds ".so" (glibc's elf/ldconfig.c, search_dir).
+func isLibrary(p string) bool {
+	name := path.Base(p)
+	return (strings.HasPrefix(name, "lib") || strings.HasPrefix(name, "ld-")) && strings.Contains(name, ".so")
+}
+
+// checkRequirements checks the request's requirements against the driver and every device of
+// the plan, native and CDI (requirements.Check: unknown keys are warnings, an unsatisfied
+// requirement requirements.ErrUnsatisfied).
+func (p *Plan) checkRequirements(req request.Request, host Host) error {
 	if !req.ChecksRequirements() {
 		return nil
 	}
@@ -219,31 +256,19 @@ func (p *Plan) requirementHook(req request.Request, host Host) error {
 	for i, r := range req.Requirements {
 		list[i] = requirements.Requirement(r)
 	}
-	warnings, err := requirements.Validate(list)
+	warnings, err := requirements.Check(list, RequirementHost(host.Driver, p.Devices))
 	p.Warnings = append(p.Warnings, warnings...)
-	if err != nil {
-		return err
-	}
-	p.prestartHook(req, host)
-	return nil
+	return err
 }
 
-// prestartHook adds the prestart check of the request's requirements against the host's
-// driver and p's devices: a MIG device's arch and brand are its parent's.
-func (p *Plan) prestartHook(req request.Request, host Host) {
-	if !req.ChecksRequirements() {
-		return
+// RequirementHost is what requirements are checked against: the driver's versions, and the
+// arch and brand of each device (a MIG device's are its parent's).
+func RequirementHost(drv discover.Driver, devices []Device) requirements.Host {
+	h := requirements.Host{CUDA: drv.CUDAVersion, Driver: drv.Version}
+	for _, d := range devices {
+		h.GPUs = append(h.GPUs, requirements.GPU{ID: d.Index, Arch: d.GPU.ComputeCapability, Brand: d.GPU.Brand})
 	}
-	names := make([]string, len(req.Requirements))
-	for i, r := range req.Requirements {
-		names[i] = r.Name
-	}
-	args := []string{"gpu-hook", "prestart", "--cuda", host.Driver.CUDAVersion, "--driver", host.Driver.Version}
-	for _, d := range p.Devices {
-		args = append(args, "--gpu", fmt.Sprintf("%s,%s,%s", d.Index, d.GPU.ComputeCapability, d.GPU.Brand))
-	}
-	p.Edits.Hooks = append(p.Edits.Hooks, edits.Hook{Stage: oci.StagePrestart, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
-		Why: "requirements: checks " + strings.Join(names, ", ") + " against this driver and the selected devices before the container starts"})
+	return h
 }
 
 // managerVars names the MIG manager variables a request set, for reasons.
@@ -258,12 +283,11 @@ func managerVars(req request.Request) string {
 	return strings.Join(vars, ", ")
 }
 
-// Common returns the edits every GPU container with the capabilities caps gets, whatever
-// devices it has: the control nodes (nvidiactl; the UVM nodes for compute; nvidia-modeset
-// for graphics), the driver files of the capabilities as read-only mounts, and the hook that
-// updates the container's loader cache. A missing optional node is a warning; a missing
-// control node or required library an error.
-func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
+// Common returns the edits every GPU container with the capabilities caps gets: the control
+// nodes (nvidiactl; UVM for compute; nvidia-modeset for graphics), the capabilities' driver
+// files as read-only mounts, and the injected libraries. A missing optional node is a
+// warning; a missing nvidiactl or required library an error.
+func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string, error) {
 	var e edits.Edits
 	var warnings []string
 	var errs []error
@@ -295,21 +319,20 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 	}
 
 	// Driver files for the requested capabilities.
-	var files []discover.File
-	var libraries []string
+	var libraries []Library
 	have := map[string]bool{}
 	for _, f := range host.Files {
 		if !wanted(f, caps) {
 			continue
 		}
-		files = append(files, f)
+		e.Mounts = append(e.Mounts, mountFor(f))
 		if f.Kind == discover.KindLibrary {
 			// A required library must be there for 64-bit programs: an i386 copy alone
 			// (compat32) does not make the capability work.
 			if f.Bits != 32 {
 				have[f.Prefix] = true
 			}
-			libraries = append(libraries, f.ContainerPath)
+			libraries = append(libraries, Library{Path: f.ContainerPath, Source: f.HostPath})
 		}
 	}
 	for _, c := range capabilities.All {
@@ -323,27 +346,7 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []string, error) {
 			}
 		}
 	}
-	e.Mounts = mountsFor(files)
-	if len(libraries) > 0 {
-		args := []string{"gpu-hook", LDCacheSubcommand, "--ldconfig", host.LDConfig, "--driver-version", host.Driver.Version}
-		if host.HookTimeout > 0 {
-			args = append(args, "--timeout", strconv.Itoa(host.HookTimeout))
-		}
-		if host.HookLog != "" {
-			args = append(args, "--log", host.HookLog)
-			if host.HookLogFormat != "" {
-				args = append(args, "--log-format", host.HookLogFormat)
-			}
-		}
-		for _, lib := range libraries {
-			args = append(args, "--library", lib)
-		}
-		e.Hooks = append(e.Hooks, edits.Hook{
-			Stage: oci.StageCreateContainer, Path: host.HookPath, Args: args, Env: HookEnv, Timeout: host.HookTimeout,
-			Why: fmt.Sprintf("loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (%d); gpu-runtime makes them itself at create and leaves this hook out where it can (hook.ldcache-at-create)", len(libraries)),
-		})
-	}
-	return e, warnings, errors.Join(errs...)
+	return e, libraries, warnings, errors.Join(errs...)
 }
 
 // nodeEdit is the edit that injects a host device node.
@@ -352,8 +355,7 @@ func nodeEdit(n discover.DeviceNode, why string) edits.DeviceNode {
 		FileMode: n.FileMode, UID: n.UID, GID: n.GID, Why: why}
 }
 
-// node returns the device node at a container path under the device root, or the error
-// saying why it cannot be injected.
+// node returns the device node at a container path, or why it cannot be injected.
 func (h Host) node(p, why string) (edits.DeviceNode, error) {
 	if n, ok := h.Devices.Nodes[p]; ok {
 		return nodeEdit(n, why), nil
@@ -366,8 +368,8 @@ func (h Host) node(p, why string) (edits.DeviceNode, error) {
 }
 
 // migAccessEdits grants NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES=all: the
-// mig/config or mig/monitor capability, and every GPU and compute instance capability of the
-// selected MIG-capable GPUs (a MIG manager's view).
+// mig/config or mig/monitor capability, and every instance capability of the selected
+// MIG-capable GPUs.
 func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
@@ -410,8 +412,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 // IMEXChannelDir holds the IMEX channel nodes.
 const IMEXChannelDir = "/dev/nvidia-caps-imex-channels"
 
-// imexChannels returns the channel node paths a request needs: the named ones, or every
-// channel node the host has for "all".
+// imexChannels returns the channel node paths a request names, or the host's for "all".
 func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 	var out []string
 	if req.AllIMEXChannels {
@@ -431,11 +432,5 @@ func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 
 // wanted says whether a discovered file belongs in a container with caps.
 func wanted(f discover.File, caps capabilities.Set) bool {
-	if f.Kind == discover.KindFirmware {
-		return true
-	}
-	if f.Bits == 32 && !caps.Has(capabilities.Compat32) {
-		return false
-	}
-	return caps.Has(f.Capability)
+	return f.Kind == discover.KindFirmware || caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))
 }

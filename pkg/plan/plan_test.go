@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,10 +49,11 @@ func testHost() Host {
 			{Kind: discover.KindBinary, Capability: capabilities.Utility, HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"},
 			{Kind: discover.KindFirmware, HostPath: "/drv/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", ContainerPath: "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin"},
 		},
-		HookPath: "/opt/bin/gpu-hook",
-		LDConfig: "/sbin/ldconfig",
 	}
 }
+
+// testRender writes hooks as a create with the default configuration does.
+var testRender = Render{HookPath: "/opt/bin/gpu-hook", LDConfig: "/sbin/ldconfig"}
 
 func req(t *testing.T, env ...string) request.Request {
 	t.Helper()
@@ -104,7 +106,7 @@ func TestBuild(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			p, err := Build(req(t, tc.env...), testHost())
+			p, err := Build(req(t, tc.env...), testHost(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,11 +122,15 @@ func TestBuild(t *testing.T) {
 			if !reflect.DeepEqual(p.Edits.RemoveHooks, []string{request.DockerHookName}) {
 				t.Errorf("RemoveHooks = %v", p.Edits.RemoveHooks)
 			}
-			if (len(p.Edits.Hooks) == 1) != tc.wantHook {
-				t.Fatalf("hooks = %+v, want hook %v", p.Edits.Hooks, tc.wantHook)
+			if len(p.Edits.Hooks) != 0 {
+				t.Errorf("hooks in the plan's edits = %+v: hooks are rendered from intents", p.Edits.Hooks)
+			}
+			rendered := p.Rendered(testRender).Hooks
+			if (len(rendered) == 1) != tc.wantHook {
+				t.Fatalf("rendered hooks = %+v, want hook %v", rendered, tc.wantHook)
 			}
 			if tc.wantHook {
-				h := p.Edits.Hooks[0]
+				h := rendered[0]
 				if h.Stage != "createContainer" || h.Path != "/opt/bin/gpu-hook" || len(h.Env) == 0 || h.Args[1] != "update-ldcache" {
 					t.Errorf("hook = %+v", h)
 				}
@@ -132,6 +138,13 @@ func TestBuild(t *testing.T) {
 					if strings.Contains(m.ContainerPath, ".so.") && !strings.Contains(strings.Join(h.Args, " "), "--library "+m.ContainerPath) {
 						t.Errorf("hook does not list library %s: %v", m.ContainerPath, h.Args)
 					}
+					if strings.Contains(m.ContainerPath, ".so.") && !slices.Contains(p.LoaderCache.Libraries, Library{Path: m.ContainerPath, Source: m.HostPath}) {
+						t.Errorf("the loader-cache intent lacks %s from %s: %+v", m.ContainerPath, m.HostPath, p.LoaderCache)
+					}
+				}
+				p.LoaderCache.Done = true
+				if hooks := p.Rendered(testRender).Hooks; len(hooks) != 0 {
+					t.Errorf("an update done at create is still rendered: %+v", hooks)
 				}
 			}
 			for _, m := range p.Edits.Mounts {
@@ -198,14 +211,14 @@ func TestBuildErrors(t *testing.T) {
 		{"7", `unknown device "7" in docker run --gpus device=7: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`},
 		{"1,2", `unknown device "2" in docker run --gpus device=1,2: this host has GPUs 0 (GPU-aaaa), 1 (GPU-bbbb)`},
 	} {
-		_, err := Build(dockerReq(t, tc.devices), testHost())
+		_, err := Build(dockerReq(t, tc.devices), testHost(), nil)
 		if err == nil || err.Error() != tc.want || !errors.Is(err, ErrUnknownDevice) {
 			t.Errorf("docker --gpus, NVIDIA_VISIBLE_DEVICES=%s: error\n%v\nwant\n%s", tc.devices, err, tc.want)
 		}
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			_, err := Build(req(t, tc.env...), tc.host)
+			_, err := Build(req(t, tc.env...), tc.host, nil)
 			if err == nil || err.Error() != tc.wantErr {
 				t.Fatalf("error =\n%v\nwant\n%s", err, tc.wantErr)
 			}
@@ -220,7 +233,7 @@ func TestBuildWarnsOnMissingOptionalNodes(t *testing.T) {
 	h := testHost()
 	delete(h.Devices.Nodes, "/dev/nvidia-uvm")
 	delete(h.Devices.Nodes, "/dev/nvidia-modeset")
-	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,graphics"), h)
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,graphics"), h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +267,7 @@ func TestIMEXAndMIGPlanning(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			p, err := Build(req(t, append([]string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"}, tc.env...)...), h)
+			p, err := Build(req(t, append([]string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"}, tc.env...)...), h, nil)
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
@@ -271,39 +284,51 @@ func TestIMEXAndMIGPlanning(t *testing.T) {
 	}
 }
 
-func TestRequirementHook(t *testing.T) {
+// TestRequirements: requirements are checked at planning, against the host's driver and every
+// selected device (no hook process), in the words users search for; a malformed one is an
+// error naming it, an unknown key a warning; NVIDIA_DISABLE_REQUIRE skips them.
+func TestRequirements(t *testing.T) {
 	h := testHost()
 	h.Driver.GPUs[0].ComputeCapability, h.Driver.GPUs[0].Brand = "8.0", "tesla"
 	h.Driver.GPUs[1].ComputeCapability, h.Driver.GPUs[1].Brand = "9.0", "nvidia"
 	testCases := []struct {
 		description string
 		env         []string
-		want        []string // prestart hook args; nil = no prestart hook
+		wantErr     string
+		wantWarning string
 	}{
-		{description: "requirement: host facts of the selected GPUs", env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"},
-			want: []string{"gpu-hook", "prestart", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "1,9.0,nvidia"}},
-		{description: "legacy image gets the check", env: []string{"CUDA_VERSION=12.0"},
-			want: []string{"gpu-hook", "prestart", "--cuda", "12.4", "--driver", "550.54.15", "--gpu", "0,8.0,tesla", "--gpu", "1,9.0,nvidia"}},
-		{description: "no requirement: no hook process", env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
-		{description: "disabled: no hook process", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=1"}},
+		{description: "satisfied by the selected GPU", env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=9.0", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"}},
+		{description: "unsatisfied by another selected GPU", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_ARCH=arch>=9.0"},
+			wantErr: "unsatisfied condition: arch>=9.0 (host: cuda 12.4, driver 550.54.15; GPU 0: arch 8.0, brand tesla; GPU 1: arch 9.0, brand nvidia)"},
+		{description: "the driver too old", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.8"},
+			wantErr: "unsatisfied condition: cuda>=12.8, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"},
+		{description: "legacy image: CUDA_VERSION is the requirement", env: []string{"CUDA_VERSION=12.6"},
+			wantErr: "unsatisfied condition: cuda>=12.6, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"},
+		{description: "disabled", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=1"}},
+		{description: "malformed", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>>12"},
+			wantErr: `malformed requirement NVIDIA_REQUIRE_CUDA="cuda>>12": factor "cuda>>12": unknown operator ">>"`},
+		{description: "unknown key: a warning", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_FOO=foo>=1"},
+			wantWarning: `NVIDIA_REQUIRE_FOO="foo>=1": unknown key "foo"`},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			p, err := Build(req(t, tc.env...), h)
+			p, err := Build(req(t, tc.env...), h, nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v\nwant    %s", err, tc.wantErr)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for _, hk := range p.Edits.Hooks {
-				if hk.Stage == "prestart" {
-					if hk.Path != h.HookPath || len(hk.Env) == 0 {
-						t.Errorf("hook %+v", hk)
-					}
-					got = hk.Args
-				}
+			if tc.wantWarning != "" && !slices.ContainsFunc(p.Warnings, func(w string) bool { return strings.HasPrefix(w, tc.wantWarning) }) {
+				t.Errorf("warnings = %q, want one starting %q", p.Warnings, tc.wantWarning)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("prestart args = %q\nwant %q", got, tc.want)
+			for _, hk := range p.Rendered(testRender).Hooks {
+				if hk.Stage == "prestart" {
+					t.Errorf("a requirement hook: %+v", hk)
+				}
 			}
 		})
 	}
@@ -317,25 +342,53 @@ func manyTokens(n int) string {
 	return strings.Join(tokens, ",")
 }
 
-func TestJoinLibraries(t *testing.T) {
-	hook := func(path string, libs ...string) edits.Hook {
-		args := []string{"gpu-hook", "update-ldcache", "--ldconfig", "/sbin/ldconfig"}
-		for _, l := range libs {
-			args = append(args, "--library", l)
-		}
-		return edits.Hook{Stage: "createContainer", Path: path, Args: args}
+// TestCDIDevices: a CDI device is a device of the plan: the GPUs its nodes are join the plan's
+// devices (their requirements and health checked as native ones'), its edits join ours (ours
+// win at a shared path), and the loader-cache update of a spec gpu-ctk wrote becomes the
+// plan's (its hook dropped, its libraries in LoaderCache); another program's hooks stay.
+func TestCDIDevices(t *testing.T) {
+	h := testHost()
+	ldcache := edits.Hook{Stage: "createContainer", Path: "/usr/bin/gpu-hook", Args: []string{"gpu-hook", "update-ldcache", "--library", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}, Env: HookEnv}
+	theirs := edits.Hook{Stage: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}, Env: HookEnv}
+	gpu1 := CDIDevice{Name: "nvidia.com/gpu=1", Nodes: []string{"/dev/nvidia2", "/dev/nvidiactl"}, Edits: edits.Edits{
+		DeviceNodes: []edits.DeviceNode{{Path: "/dev/nvidia2", Type: "c", Major: 195, Minor: 2}, {Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255, Why: "CDI"}},
+		Mounts: []edits.Mount{{HostPath: "/drv/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", IDMapped: true},
+			{HostPath: "/drv/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}},
+		Hooks: []edits.Hook{ldcache},
+	}}
+	other := CDIDevice{Name: "example.com/x=y", Edits: edits.Edits{Env: []string{"X=1"}, Hooks: []edits.Hook{theirs},
+		Mounts: []edits.Mount{{HostPath: "/opt/libx.so.1", ContainerPath: "/opt/libx.so.1"}}}}
+
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"), h, []CDIDevice{gpu1, other})
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := Plan{Edits: edits.Edits{Hooks: []edits.Hook{hook("/b/gpu-hook", "/l/a", "/l/b"), {Stage: "prestart", Path: "/b/gpu-hook", Args: []string{"gpu-hook", "prestart"}}}}}
-	p.JoinLibraries(edits.Edits{Hooks: []edits.Hook{
-		hook("/b/gpu-hook", "/l/b", "/l/c"),
-		hook("/other/gpu-hook", "/l/d"), // another hook binary: runs on its own, nothing to join
-		{Stage: "createContainer", Path: "/b/gpu-hook", Args: []string{"gpu-hook", "proc-caps", "--library", "/l/e"}},
-	}})
-	want := hook("/b/gpu-hook", "/l/a", "/l/b", "/l/c")
-	if !reflect.DeepEqual(p.Edits.Hooks[0], want) {
-		t.Errorf("joined hook = %q\nwant %q", p.Edits.Hooks[0].Args, want.Args)
+	if got := paths(p.Devices, func(d Device) string { return d.UUID }); !reflect.DeepEqual(got, []string{"GPU-aaaa", "GPU-bbbb"}) {
+		t.Errorf("devices = %v, want the native GPU 0 then CDI's GPU 1", got)
 	}
-	if len(p.Edits.Hooks[1].Args) != 2 {
-		t.Errorf("the prestart hook changed: %q", p.Edits.Hooks[1].Args)
+	if i := slices.IndexFunc(p.Edits.DeviceNodes, func(n edits.DeviceNode) bool { return n.Path == "/dev/nvidiactl" }); i < 0 || p.Edits.DeviceNodes[i].Why != "control node: every GPU container" {
+		t.Errorf("/dev/nvidiactl is not ours: %+v", p.Edits.DeviceNodes)
+	}
+	if !reflect.DeepEqual(p.Edits.Hooks, []edits.Hook{theirs}) {
+		t.Errorf("hooks = %+v, want only the other program's", p.Edits.Hooks)
+	}
+	want := []Library{{Path: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", Source: "/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"},
+		{Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", Source: "/drv/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}}
+	if !reflect.DeepEqual(p.LoaderCache.Libraries, want) {
+		t.Errorf("loader cache = %+v\nwant %+v (the other spec's /opt/libx.so.1 is its own program's business)", p.LoaderCache.Libraries, want)
+	}
+	if !slices.Contains(p.Edits.Env, "X=1") {
+		t.Errorf("env = %q", p.Edits.Env)
+	}
+
+	// Requirements cover the CDI device's GPU; health too.
+	h.Driver.GPUs[1].ComputeCapability = "7.0"
+	cdiOnly := "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"
+	if _, err := Build(req(t, cdiOnly, "NVIDIA_REQUIRE_ARCH=arch>=8.0"), h, []CDIDevice{gpu1}); err == nil || !strings.HasPrefix(err.Error(), "unsatisfied condition: arch>=8.0") {
+		t.Errorf("a CDI device's GPU below the requirement: %v", err)
+	}
+	h.Driver.GPUs[1].Health = &discover.Health{Signal: discover.HealthRecorded, Reason: "Xid 79"}
+	if _, err := Build(req(t, cdiOnly), h, []CDIDevice{gpu1}); !errors.Is(err, ErrUnhealthy) {
+		t.Errorf("an unhealthy CDI device's GPU: %v", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package request reads what a container asks for — which GPUs, which driver capabilities,
-// which driver requirements — from its OCI process environment (reference §1). The container's
+// which driver requirements — from its OCI process environment. The container's
 // environment is attacker input: this package only parses it into plain values and never acts
 // on it.
 package request
@@ -92,6 +92,12 @@ type Requirement struct {
 
 // IsGPU reports whether the container asked for GPU injection at all.
 func (r Request) IsGPU() bool { return r.Mode != NoGPU || r.WantsCDI() }
+
+// NativeDevices reports whether the container asked for devices gpu-runtime resolves itself
+// (not only CDI devices): a device list with tokens of its own, all, none, or an MPS share.
+func (r Request) NativeDevices() bool {
+	return r.Mode != NoGPU && !(r.Mode == DeviceList && len(r.Devices) == 0)
+}
 
 // WantsCDI reports whether the container asked for CDI devices (by name or annotation).
 func (r Request) WantsCDI() bool { return len(r.CDIDevices) > 0 || len(r.CDIAnnotations) > 0 }

@@ -1,4 +1,4 @@
-// Package requirements parses and evaluates NVIDIA_REQUIRE_* expressions (reference §2), the
+// Package requirements parses and evaluates NVIDIA_REQUIRE_* expressions, the
 // conditions a CUDA image places on the host driver and GPUs, such as
 // "cuda>=12.4 brand=tesla,driver>=535,driver<536". It is pure: it reads only the values it is
 // given and never touches the host.
@@ -392,14 +392,6 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 		}
 	}
 	return warnings, nil
-}
-
-// Validate is Check without a host: every requirement is parsed, the first malformed one is
-// the error, and the warnings name unknown keys. gpu-runtime runs it at create, so that a
-// malformed requirement fails before the low-level runtime runs.
-func Validate(reqs []Requirement) (warnings []string, err error) {
-	_, warnings, err = parseAll(reqs)
-	return warnings, err
 }
 
 func parseAll(reqs []Requirement) ([]Expression, []string, error) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,15 +10,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/ctk"
-	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 )
 
 // The create passes its own --log and --log-format on to the loader-cache hook; explain has no
@@ -105,25 +105,36 @@ func sorted(xs []string) []string {
 	return xs
 }
 
-// TestExplain: gpu-ctk explain and a real create agree edit for edit — every device node
-// (numbers, mode, owner), cgroup rule, mount (source, options), hook (argv, env, timeout)
-// and variable explain lists is what the create wrote into config.json, and nothing else
-// was; the runtime's debug log carries the same lines; a failing create's error is the one
-// explain prints.
+// TestExplain: gpu-ctk explain is the create. For whole GPUs, MIG devices, CDI names and the
+// loader-cache choice (at create, or the hook), every device node (numbers, mode, owner),
+// cgroup rule, mount (source, options), hook (argv, env, timeout) and variable explain lists
+// is what the create wrote into config.json, and nothing else was; where explain says the
+// loader cache is updated is what the create's debug log says; the runtime's debug log
+// carries explain's lines; a failing create's error is the one explain prints.
 func TestExplain(t *testing.T) {
 	e, _ := newCDIEnv(t, "")
 	testCases := []struct {
 		description string
 		env         []string
+		image       func(t *testing.T, rootfs string)
+		hook        bool // the loader cache is the hook's
 	}{
-		{"whole GPU and MIG device, with a requirement", []string{"NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"}},
-		{"all devices, all capabilities", []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}},
-		{"driver files only", []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"}},
-		{"a CDI device and an index", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:0,1"}},
+		{description: "whole GPU and MIG device, with a requirement", env: []string{"NVIDIA_VISIBLE_DEVICES=0:1,1", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"}},
+		{description: "all devices, all capabilities", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}},
+		{description: "driver files only", env: []string{"NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"}},
+		{description: "a CDI device and an index", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0:0,1"}},
+		{description: "CDI devices alone", env: []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=0:1"}},
+		{description: "an image whose loader cache the hook must rebuild", env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, hook: true,
+			image: func(t *testing.T, rootfs string) {
+				buildLib(t, filepath.Join(rootfs, "usr/lib/libimage.so.1"), "libimage.so.1")
+			}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			b := e.bundle(t, tc.env, "true")
+			if tc.image != nil {
+				tc.image(t, filepath.Join(b, "rootfs"))
+			}
 			ex, text, code := explainBundle(t, e, b)
 			if code != 0 || ex.Decision != "inject" {
 				t.Fatalf("explain: exit %d, decision %q, error %q", code, ex.Decision, ex.Error)
@@ -133,15 +144,9 @@ func TestExplain(t *testing.T) {
 					t.Errorf("text output lacks the line %q", l)
 				}
 			}
-			// What the create applies: CDI's edits, then ours, which replace what they share
-			// (a node or mount by path, a hook by path and subcommand).
-			all := *ex.Edits
-			if ex.CDIEdits != nil {
-				cdiEdits := *ex.CDIEdits
-				cdiEdits.Hooks = slices.DeleteFunc(slices.Clone(cdiEdits.Hooks), func(h edits.Hook) bool {
-					return slices.ContainsFunc(all.Hooks, func(o edits.Hook) bool { return o.Path == h.Path && o.Args[1] == h.Args[1] })
-				})
-				all.Add(cdiEdits)
+			all := *ex.Edits // every edit of the one plan, CDI devices' included
+			if want := "loader cache: left to the update-ldcache hook"; strings.HasPrefix(ex.LoaderCache, want) != tc.hook {
+				t.Errorf("explain's loader cache: %q, want the hook: %v", ex.LoaderCache, tc.hook)
 			}
 
 			before := readSpec(t, b)
@@ -153,6 +158,13 @@ func TestExplain(t *testing.T) {
 				t.Fatalf("create: exit %d: %s", r.code, r.stderr)
 			}
 			after := readSpec(t, b)
+			if got := after.Annotations[create.InjectedAnnotation]; got != strings.Join(deviceUUIDs(ex.Devices), ",") && !(got == "none" && len(ex.Devices) == 0) {
+				t.Errorf("the create's %s annotation = %q, explain's devices %+v", create.InjectedAnnotation, got, ex.Devices)
+			}
+			// Explained again, the spec gpu-runtime wrote says it is gpu-runtime's.
+			if again, _, _ := explainBundle(t, e, b); again.Decision != "unchanged" || again.Reason != create.UnchangedInjected {
+				t.Errorf("explain of the injected spec: %s, %q; want unchanged, %q", again.Decision, again.Reason, create.UnchangedInjected)
+			}
 
 			nodeKey := func(d specs.LinuxDevice) string {
 				return fmt.Sprintf("%s %s %d:%d %v %d:%d", d.Path, d.Type, d.Major, d.Minor, *d.FileMode, *d.UID, *d.GID)
@@ -160,31 +172,23 @@ func TestExplain(t *testing.T) {
 			var wantNodes, wantRules, wantMounts, wantHooks []string
 			for _, n := range all.DeviceNodes {
 				wantNodes = append(wantNodes, fmt.Sprintf("%s %s %d:%d %v %d:%d", n.Path, n.Type, n.Major, n.Minor, n.FileMode, n.UID, n.GID))
-				wantRules = append(wantRules, fmt.Sprintf("allow %s %d:%d rwm", n.Type, n.Major, n.Minor))
+				wantRules = append(wantRules, fmt.Sprintf("allow %s %d:%d %s", n.Type, n.Major, n.Minor, cmp.Or(n.Access, "rwm")))
 			}
 			for _, m := range all.Mounts {
 				wantMounts = append(wantMounts, fmt.Sprintf("%s <- %s %v", m.ContainerPath, m.HostPath, m.Options))
 			}
-			// The loader-cache hook explain shows is left out where gpu-runtime did its work at
-			// create; the debug log says which it was.
-			atCreate, decided := false, false
+			// Where the create updated the loader cache is where explain said it would.
+			line := ""
 			for _, l := range jsonLines(t, logPath) {
-				msg, _ := l["msg"].(string)
-				switch {
-				case strings.HasPrefix(msg, "loader cache: written at create"):
-					atCreate, decided = true, true
-				case strings.HasPrefix(msg, "loader cache: left to the update-ldcache hook"):
-					decided = true
+				if msg, _ := l["msg"].(string); strings.HasPrefix(msg, "loader cache: ") {
+					line = msg
 				}
 			}
-			if !decided {
-				t.Errorf("the create's debug log does not say where the loader cache was updated")
+			if line != ex.LoaderCache {
+				t.Errorf("the create's loader cache: %q\nexplain's: %q", line, ex.LoaderCache)
 			}
 			for _, h := range all.Hooks {
-				if atCreate && len(h.Args) > 1 && h.Args[1] == "update-ldcache" {
-					continue
-				}
-				wantHooks = append(wantHooks, fmt.Sprintf("%s %s %q %q %d", h.Stage, h.Path, h.Args, h.Env, h.Timeout))
+				wantHooks = append(wantHooks, fmt.Sprintf("%s %s %q %q %d", h.Stage, h.Path, withoutRuncLog(h.Args), h.Env, h.Timeout))
 			}
 			var beforeDevs, afterDevs []specs.LinuxDevice
 			if before.Linux != nil {
@@ -215,7 +219,7 @@ func TestExplain(t *testing.T) {
 				for _, st := range []struct {
 					name  string
 					hooks []specs.Hook
-				}{{"prestart", s.Hooks.Prestart}, //nolint:staticcheck // gpu-runtime's requirement check runs there
+				}{{"prestart", s.Hooks.Prestart}, //nolint:staticcheck // no hook of gpu-runtime's runs there: a hook of it would show
 					{"createRuntime", s.Hooks.CreateRuntime}, {"createContainer", s.Hooks.CreateContainer}, {"startContainer", s.Hooks.StartContainer}} {
 					for _, h := range st.hooks {
 						timeout := 0
@@ -233,7 +237,7 @@ func TestExplain(t *testing.T) {
 			if got := added(before.Process.Env, after.Process.Env, func(s string) string { return s }); !reflect.DeepEqual(got, sorted(append([]string(nil), all.Env...))) {
 				t.Errorf("env the create added: %q, explain: %q", got, all.Env)
 			}
-			// The runtime's debug log has gpu-runtime's own lines (CDI's edits are applied by the library).
+			// The runtime's debug log has explain's lines, CDI devices' edits included.
 			logged := map[string]bool{}
 			for _, l := range jsonLines(t, logPath) {
 				if msg, ok := l["msg"].(string); ok && l["level"] == "debug" {
@@ -241,7 +245,7 @@ func TestExplain(t *testing.T) {
 				}
 			}
 			for _, l := range ex.Edits.Describe() {
-				if ex.CDIEdits == nil && !logged[l] {
+				if !logged[runcLogArgs.ReplaceAllString(l, "")] {
 					t.Errorf("the runtime's debug log lacks %q", l)
 				}
 			}
@@ -317,4 +321,13 @@ func TestExplainUsage(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "usage:\n  gpu-ctk explain --bundle DIR") {
 		t.Errorf("--help: exit %d\n%s", code, out)
 	}
+}
+
+// deviceUUIDs are the UUIDs of explained devices.
+func deviceUUIDs(ds []ctk.ExplainedDevice) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.UUID
+	}
+	return out
 }

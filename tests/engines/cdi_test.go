@@ -1,6 +1,6 @@
 package engines
 
-// CDI consumers (reference §10). gpu-ctk writes a spec; engines that speak CDI apply it
+// CDI consumers. gpu-ctk writes a spec; engines that speak CDI apply it
 // themselves, with plain runc and no gpu-runtime in the path:
 //   - podman 4.3 (`podman run --device vendor/class=name`), which reads only /etc/cdi and
 //     /var/run/cdi (4.3 ignores containers.conf's cdi_spec_dirs, which later podmans read) and

@@ -4,7 +4,7 @@
 // The package tests (TestDeb, TestRPM, TestPackages) take the packages from the directory
 // named by GPU_RUNTIME_PACKAGES, and skip, loudly, without it. `make test-packages` builds them
 // and runs these tests as root after `go test ./...` — never beside it, because TestPackages
-// installs gpu-runtime into /usr/bin, where other suites (TestHookPath in internal/runtime)
+// installs gpu-runtime into /usr/bin, where other suites (TestHookPath in internal/create)
 // must not find it while they run, and go test runs packages in parallel.
 //
 // TestPackages installs, configures, upgrades, removes and purges the .deb on this machine

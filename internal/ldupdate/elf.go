@@ -1,27 +1,41 @@
-package hook
+package ldupdate
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 )
 
-// The hook reads ELF files it does not trust: the image's CUDA compat libraries, and the
-// injected libraries at their container paths. debug/elf reads whole tables and sections
-// into memory (a sparse file can declare a section-name table of a gigabyte), so the hook
-// has its own reader that reads only what it needs, each read bounded before it is made:
-// the header, at most maxELFProgs program headers or maxELFSections section headers, a
-// dynamic segment of at most maxELFDynamic bytes, a section-name table of at most
-// maxELFShstrtab bytes, and strings of at most maxELFString bytes.
+// The update reads ELF files it does not trust: the image's CUDA compat libraries, and the
+// injected libraries at their container paths. debug/elf reads whole tables and sections into
+// memory (a sparse file can declare a section-name table of a gigabyte), so the update has its
+// own reader, which reads only what it needs, each read bounded before it is made.
 const (
 	maxELFProgs    = 256
 	maxELFSections = 1024
 	maxELFDynamic  = 64 << 10
 	maxELFShstrtab = 64 << 10
 	maxELFString   = 255 // a SONAME is a file name
+)
+
+// The few ELF constants the reader needs, from the ELF specification (gABI). debug/elf is not
+// imported for them: gpu-runtime would link its package initialisation and tables.
+const (
+	elfMagic                  = "\x7fELF"
+	eiClass, eiData           = 4, 5
+	elfClass32, elfClass64    = 1, 2
+	elfData2LSB, elfData2MSB  = 1, 2
+	etExec, etDyn             = 2, 3
+	ptLoad, ptDynamic         = 1, 2
+	ptInterp                  = 3
+	dtNull, dtStrtab, dtStrsz = 0, 5, 10
+	dtSoname                  = 14
+	shtNobits                 = 8
 )
 
 // errELF marks a file the bounded ELF reader refuses.
@@ -31,15 +45,14 @@ var errELF = errors.New("not a readable ELF file")
 type elfFile struct {
 	r       io.ReaderAt
 	size    int64
-	class   elf.Class
+	class   byte
 	order   binary.ByteOrder
-	machine elf.Machine
-	typ     elf.Type
+	machine uint16
+	typ     uint16
 
 	phoff, shoff           uint64
 	phnum, shnum, shstrndx uint64
 	phentsize, shentsize   uint64
-	wordSize, dynEntrySize uint64
 }
 
 // readELF reads and checks the ELF header of r, a file of size bytes: a 32- or 64-bit ELF of
@@ -51,44 +64,35 @@ func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: read header: %w", errELF, err)
 	}
-	if n < 52 || string(hdr[:4]) != elf.ELFMAG {
+	if n < 52 || string(hdr[:4]) != elfMagic {
 		return nil, fmt.Errorf("%w: no ELF header", errELF)
 	}
-	f := &elfFile{r: r, size: size, class: elf.Class(hdr[elf.EI_CLASS])}
-	switch elf.Data(hdr[elf.EI_DATA]) {
-	case elf.ELFDATA2LSB:
+	f := &elfFile{r: r, size: size, class: hdr[eiClass]}
+	switch hdr[eiData] {
+	case elfData2LSB:
 		f.order = binary.LittleEndian
-	case elf.ELFDATA2MSB:
+	case elfData2MSB:
 		f.order = binary.BigEndian
 	default:
-		return nil, fmt.Errorf("%w: unknown byte order %d", errELF, hdr[elf.EI_DATA])
+		return nil, fmt.Errorf("%w: unknown byte order %d", errELF, hdr[eiData])
 	}
-	o := f.order
-	f.typ, f.machine = elf.Type(o.Uint16(hdr[16:])), elf.Machine(o.Uint16(hdr[18:]))
-	switch f.class {
-	case elf.ELFCLASS64:
-		if n < 64 {
-			return nil, fmt.Errorf("%w: header truncated", errELF)
-		}
-		f.phoff, f.shoff = o.Uint64(hdr[32:]), o.Uint64(hdr[40:])
-		f.phentsize, f.phnum = uint64(o.Uint16(hdr[54:])), uint64(o.Uint16(hdr[56:]))
-		f.shentsize, f.shnum, f.shstrndx = uint64(o.Uint16(hdr[58:])), uint64(o.Uint16(hdr[60:])), uint64(o.Uint16(hdr[62:]))
-		f.wordSize, f.dynEntrySize = 8, 16
-		if (f.phnum > 0 && f.phentsize != 56) || (f.shnum > 0 && f.shentsize != 64) {
-			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
-		}
-	case elf.ELFCLASS32:
-		f.phoff, f.shoff = uint64(o.Uint32(hdr[28:])), uint64(o.Uint32(hdr[32:]))
-		f.phentsize, f.phnum = uint64(o.Uint16(hdr[42:])), uint64(o.Uint16(hdr[44:]))
-		f.shentsize, f.shnum, f.shstrndx = uint64(o.Uint16(hdr[46:])), uint64(o.Uint16(hdr[48:])), uint64(o.Uint16(hdr[50:]))
-		f.wordSize, f.dynEntrySize = 4, 8
-		if (f.phnum > 0 && f.phentsize != 32) || (f.shnum > 0 && f.shentsize != 40) {
-			return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
-		}
-	default:
-		return nil, fmt.Errorf("%w: unknown class %d", errELF, hdr[elf.EI_CLASS])
-	}
+	phent, shent := uint64(32), uint64(40)
 	switch {
+	case f.class == elfClass64 && n < 64:
+		return nil, fmt.Errorf("%w: header truncated", errELF)
+	case f.class == elfClass64:
+		phent, shent = 56, 64
+	case f.class != elfClass32:
+		return nil, fmt.Errorf("%w: unknown class %d", errELF, hdr[eiClass])
+	}
+	h := hdr[:]
+	f.typ, f.machine = f.order.Uint16(h[16:]), f.order.Uint16(h[18:])
+	f.phoff, f.shoff = f.word(h, 28, 32), f.word(h, 32, 40)
+	f.phentsize, f.phnum = f.half(h, 42, 54), f.half(h, 44, 56)
+	f.shentsize, f.shnum, f.shstrndx = f.half(h, 46, 58), f.half(h, 48, 60), f.half(h, 50, 62)
+	switch {
+	case (f.phnum > 0 && f.phentsize != phent) || (f.shnum > 0 && f.shentsize != shent):
+		return nil, fmt.Errorf("%w: unusual header table entry sizes", errELF)
 	case f.phnum > maxELFProgs:
 		return nil, fmt.Errorf("%w: %d program headers, more than %d", errELF, f.phnum, maxELFProgs)
 	case f.shnum > maxELFSections:
@@ -99,6 +103,22 @@ func readELF(r io.ReaderAt, size int64) (*elfFile, error) {
 		return nil, fmt.Errorf("%w: section headers outside the file", errELF)
 	}
 	return f, nil
+}
+
+// word reads a field of 4 bytes at off32 in a 32-bit file, of 8 bytes at off64 in a 64-bit one.
+func (f *elfFile) word(b []byte, off32, off64 int) uint64 {
+	if f.class == elfClass64 {
+		return f.order.Uint64(b[off64:])
+	}
+	return uint64(f.order.Uint32(b[off32:]))
+}
+
+// half reads a 2-byte field, at off32 in a 32-bit file and at off64 in a 64-bit one.
+func (f *elfFile) half(b []byte, off32, off64 int) uint64 {
+	if f.class == elfClass64 {
+		off32 = off64
+	}
+	return uint64(f.order.Uint16(b[off32:]))
 }
 
 // inside says whether n bytes at off lie inside the file.
@@ -122,7 +142,7 @@ func (f *elfFile) read(off, n uint64) ([]byte, error) {
 
 // elfProg is the part of a program header the reader uses.
 type elfProg struct {
-	typ                elf.ProgType
+	typ                uint32
 	off, vaddr, filesz uint64
 }
 
@@ -131,15 +151,10 @@ func (f *elfFile) progs() ([]elfProg, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := f.order
 	progs := make([]elfProg, f.phnum)
 	for i := range progs {
 		p := raw[uint64(i)*f.phentsize:]
-		if f.class == elf.ELFCLASS64 {
-			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: o.Uint64(p[8:]), vaddr: o.Uint64(p[16:]), filesz: o.Uint64(p[32:])}
-		} else {
-			progs[i] = elfProg{typ: elf.ProgType(o.Uint32(p)), off: uint64(o.Uint32(p[4:])), vaddr: uint64(o.Uint32(p[8:])), filesz: uint64(o.Uint32(p[16:]))}
-		}
+		progs[i] = elfProg{typ: f.order.Uint32(p), off: f.word(p, 4, 8), vaddr: f.word(p, 8, 16), filesz: f.word(p, 16, 32)}
 	}
 	return progs, nil
 }
@@ -156,16 +171,11 @@ func (f *elfFile) soname() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var dyn *elfProg
-	for i := range progs {
-		if progs[i].typ == elf.PT_DYNAMIC {
-			dyn = &progs[i]
-			break
-		}
-	}
-	if dyn == nil {
+	i := slices.IndexFunc(progs, func(p elfProg) bool { return p.typ == ptDynamic })
+	if i < 0 {
 		return "", fmt.Errorf("%w: no PT_DYNAMIC segment: not a shared library", errELF)
 	}
+	dyn := progs[i]
 	if dyn.filesz > maxELFDynamic {
 		return "", fmt.Errorf("%w: dynamic segment of %d bytes, more than %d", errELF, dyn.filesz, maxELFDynamic)
 	}
@@ -175,22 +185,21 @@ func (f *elfFile) soname() (string, error) {
 	}
 	var strtab, strsz, soname uint64
 	haveStrtab, haveSoname := false, false
+	entrySize := uint64(8) // two words
+	if f.class == elfClass64 {
+		entrySize = 16
+	}
 entries:
-	for i := uint64(0); i+f.dynEntrySize <= uint64(len(raw)); i += f.dynEntrySize {
-		var tag, val uint64
-		if f.class == elf.ELFCLASS64 {
-			tag, val = f.order.Uint64(raw[i:]), f.order.Uint64(raw[i+8:])
-		} else {
-			tag, val = uint64(f.order.Uint32(raw[i:])), uint64(f.order.Uint32(raw[i+4:]))
-		}
+	for i := uint64(0); i+entrySize <= uint64(len(raw)); i += entrySize {
+		tag, val := f.word(raw[i:], 0, 0), f.word(raw[i:], 4, 8)
 		switch tag {
-		case uint64(elf.DT_NULL):
+		case dtNull:
 			break entries
-		case uint64(elf.DT_STRTAB):
+		case dtStrtab:
 			strtab, haveStrtab = val, true
-		case uint64(elf.DT_STRSZ):
+		case dtStrsz:
 			strsz = val
-		case uint64(elf.DT_SONAME):
+		case dtSoname:
 			soname, haveSoname = val, true
 		}
 	}
@@ -202,7 +211,7 @@ entries:
 	}
 	off, ok := uint64(0), false
 	for _, p := range progs {
-		if p.typ == elf.PT_LOAD && strtab >= p.vaddr && strtab-p.vaddr < p.filesz {
+		if p.typ == ptLoad && strtab >= p.vaddr && strtab-p.vaddr < p.filesz {
 			off, ok = p.off+(strtab-p.vaddr), true
 			break
 		}
@@ -248,13 +257,9 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 		return nil, err
 	}
 	type sect struct{ name, off, size, typ uint64 }
-	o := f.order
 	get := func(i uint64) sect {
 		s := raw[i*f.shentsize:]
-		if f.class == elf.ELFCLASS64 {
-			return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: o.Uint64(s[24:]), size: o.Uint64(s[32:])}
-		}
-		return sect{name: uint64(o.Uint32(s)), typ: uint64(o.Uint32(s[4:])), off: uint64(o.Uint32(s[16:])), size: uint64(o.Uint32(s[20:]))}
+		return sect{name: uint64(f.order.Uint32(s)), typ: uint64(f.order.Uint32(s[4:])), off: f.word(s, 16, 24), size: f.word(s, 20, 32)}
 	}
 	strs := get(f.shstrndx)
 	if strs.size > maxELFShstrtab {
@@ -273,7 +278,7 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 		if end := bytes.IndexByte(n, 0); end < 0 || string(n[:end]) != name {
 			continue
 		}
-		if s.typ == uint64(elf.SHT_NOBITS) {
+		if s.typ == shtNobits {
 			return nil, nil
 		}
 		if s.size > limit {
@@ -282,4 +287,55 @@ func (f *elfFile) section(name string, limit uint64) ([]byte, error) {
 		return f.read(s.off, s.size)
 	}
 	return nil, nil
+}
+
+// StaticLDConfig returns the static executable to run for the configured ldconfig p: p, or
+// p.real when p is a wrapper script and p.real is static; otherwise why neither will do.
+func StaticLDConfig(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("ldconfig path %q is not absolute", p)
+	}
+	reason := staticExecutable(p)
+	if reason != nil {
+		if staticExecutable(p+".real") != nil {
+			return "", fmt.Errorf("hook.ldconfig %s %v: ldconfig runs inside the container root, where a dynamic executable would run the image's loader; set hook.ldconfig to glibc's static ldconfig", p, reason) //nolint:errorlint // reason completes the sentence ("is a script"); it is not a cause to unwrap
+		}
+		p += ".real"
+	}
+	return p, nil
+}
+
+// staticExecutable says why p is not a static ELF executable, or nil.
+func staticExecutable(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != elfMagic {
+		if string(magic[:2]) == "#!" {
+			return errors.New("is a script")
+		}
+		return errors.New("is not an ELF executable")
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	ef, err := readELF(f, st.Size())
+	var progs []elfProg
+	if err == nil {
+		progs, err = ef.progs()
+	}
+	if err != nil {
+		return fmt.Errorf("is not a readable ELF file (%w)", err)
+	}
+	if slices.ContainsFunc(progs, func(p elfProg) bool { return p.typ == ptInterp }) {
+		return errors.New("is dynamically linked")
+	}
+	if ef.typ != etExec && ef.typ != etDyn {
+		return errors.New("is not an executable")
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package hook
+package ldupdate
 
 import (
 	"bytes"
@@ -16,35 +16,32 @@ import (
 )
 
 // CUDA forward compatibility: CUDA images may ship a newer user-space driver (libcuda) in
-// CompatDir. When it is newer than the host driver, the container's loader must prefer it;
-// this is done with an ld.so.conf.d entry and by listing the directory first for ldconfig.
-// Image files are never mounted or executed: they are only read, through handles resolved
-// inside the container root.
+// CompatDir. When it is newer than the host driver, the container's loader must prefer it: an
+// ld.so.conf.d entry says so, and ldconfig is given the directory first. Image files are only
+// read, never mounted or executed.
 const (
 	CompatDir  = "/usr/local/cuda/compat"
 	CompatConf = "/etc/ld.so.conf.d/00-gpu-runtime-cuda-compat.conf"
 	compatNote = ".note.cuda.fwd_compatibility"
 )
 
-// maxCompatCandidates bounds how many compat libraries are opened: an image can hold any
-// number of files named libcuda.so.*, and each one opened costs the create.
-const maxCompatCandidates = 8
+// Bounds on what CompatVersion reads.
+const (
+	// maxCompatCandidates: libcuda.so.* files opened; each one costs the create.
+	maxCompatCandidates = 8
+	// maxCompatList: names listed of the compat directory, where NVIDIA's cuda-compat package
+	// installs about a dozen files: a larger directory is refused, not skimmed.
+	maxCompatList = 4096
+	// maxCompatNote: the forward-compatibility note of a compat library.
+	maxCompatNote = 4096
+)
 
-// maxCompatList bounds the names listed of the compat directory, where NVIDIA's cuda-compat
-// package installs about a dozen files: a larger directory is refused, not skimmed.
-const maxCompatList = 4096
-
-// maxCompatNote bounds the forward-compatibility note read from a compat library.
-const maxCompatNote = 4096
-
-// CompatVersion returns the driver version of the newest libcuda.so.<version> in the
-// image's compat directory, or "" when there is none. The version comes from the file
-// name; when the library carries a .note.cuda.fwd_compatibility note whose payload is a
-// version string, that wins. Only regular files are opened (without blocking), at most
-// maxCompatCandidates of them, the newest by name: a warning says when more were skipped.
-// A compat directory on another mount than the root (a volume) is not considered, with a
-// warning; one of more than maxCompatList entries, or the update's budget spent, is an
-// error.
+// CompatVersion returns the driver version of the newest libcuda.so.<version> in the image's
+// compat directory, or "" when there is none: the file name's, or its
+// .note.cuda.fwd_compatibility note's where that holds a version. Only regular files are
+// opened (without blocking), the maxCompatCandidates newest by name, with a warning when more
+// were skipped. A compat directory on another mount (a volume) is not considered, with a
+// warning; one of more than maxCompatList entries, or the budget's end, is an error.
 func CompatVersion(root *confined.Root) (string, []string, error) {
 	dir, err := root.Dir(CompatDir)
 	switch {
@@ -102,20 +99,16 @@ func CompatVersion(root *confined.Root) (string, []string, error) {
 		if nv != "" {
 			v = nv
 		}
-		if best == "" {
-			best = v
-		} else if cmp, _ := requirements.CompareVersions(v, best); cmp > 0 {
+		if c, _ := requirements.CompareVersions(v, best); best == "" || c > 0 {
 			best = v
 		}
 	}
 	return best, warnings, nil
 }
 
-// noteVersion reads the forward-compatibility note of a compat library, if any; regular is
-// false when the name is not a regular file of the root's mount (it is then not opened for
-// reading at all). The ELF file comes from the image: it is read with the bounded reader
-// (elf.go), which checks the header and the section table's size before reading them, reads
-// at most 64 KiB of section names and a note of at most maxCompatNote bytes.
+// noteVersion reads the forward-compatibility note of a compat library, if any, with the
+// bounded ELF reader; regular is false when the name is not a regular file of the root's
+// mount (it is then not opened for reading at all).
 func noteVersion(dir *confined.Dir, name string) (version string, regular bool) {
 	f, size, err := dir.Open(name, false)
 	if err != nil {
@@ -144,8 +137,7 @@ func noteVersion(dir *confined.Dir, name string) (version string, regular bool) 
 	return v, true
 }
 
-// preferCompat writes CompatConf inside the root (confined to it, on its mount) so the
-// loader searches CompatDir first.
+// preferCompat writes CompatConf inside the root so the loader searches CompatDir first.
 func preferCompat(root *confined.Root) error {
 	confDir, err := root.MkdirAll(path.Dir(CompatConf), 0o755)
 	if err != nil {

@@ -1,9 +1,9 @@
-package runtime
+package create
 
 // Benchmarks of the in-process steps of gpu-runtime's create path on a fake 8-GPU host
 // (internal/fakehost), each step alone and then PrepareBundle whole:
 //
-//	sudo go test -run '^$' -bench CreatePath -benchmem ./internal/runtime/
+//	sudo go test -run '^$' -bench CreatePath -benchmem ./internal/create/
 //
 // They complement bench/lifecycle, which times the real binaries around runc; see
 // bench/README.md. Needs root (the fake host's device nodes are made with mknod).
@@ -128,6 +128,7 @@ type benchFixture struct {
 	req     request.Request
 	planned plan.Plan
 	phost   plan.Host
+	render  plan.Render
 }
 
 var benchSpecShapes = []string{"runc-default", "with-seccomp"}
@@ -141,7 +142,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "\n*** BenchmarkCreatePath SKIPPED: it needs root to build the fake GPU host (mknod); run it with sudo ***")
-		b.Skip("SKIPPED: needs root to build the fake GPU host (mknod, ldconfig -r); run `sudo go test -run '^$' -bench CreatePath ./internal/runtime/`")
+		b.Skip("SKIPPED: needs root to build the fake GPU host (mknod, ldconfig -r); run `sudo go test -run '^$' -bench CreatePath ./internal/create/`")
 	}
 	h := fakehost.BuildT(b, fakehost.Default(8))
 	dir := b.TempDir()
@@ -182,11 +183,12 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	if len(res.Host.Driver.GPUs) != 8 {
 		b.Fatalf("fake host reports %d GPUs, want 8", len(res.Host.Driver.GPUs))
 	}
-	f.phost = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: f.devices, HookPath: hook, LDConfig: cfg.Hook.LDConfig}
+	f.phost = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: f.devices}
+	f.render = plan.Render{HookPath: hook, LDConfig: cfg.Hook.LDConfig}
 	if f.req, err = request.FromEnv(benchGPUEnv); err != nil {
 		b.Fatal(err)
 	}
-	if f.planned, err = plan.Build(f.req, f.phost); err != nil {
+	if f.planned, err = plan.Build(f.req, f.phost, nil); err != nil {
 		b.Fatal(err)
 	}
 	return f
@@ -385,7 +387,7 @@ func BenchmarkCreatePath(b *testing.B) {
 	b.Run("PlanBuild", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if _, err := plan.Build(f.req, f.phost); err != nil {
+			if _, err := plan.Build(f.req, f.phost, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -402,7 +404,7 @@ func BenchmarkCreatePath(b *testing.B) {
 				}
 			}
 		}, func(i int) {
-			if err := f.planned.Edits.Apply(fresh[i]); err != nil {
+			if err := f.planned.Rendered(f.render).Apply(fresh[i]); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -413,7 +415,7 @@ func BenchmarkCreatePath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := f.planned.Edits.Apply(sf.Spec); err != nil {
+		if err := f.planned.Rendered(f.render).Apply(sf.Spec); err != nil {
 			b.Fatal(err)
 		}
 		encoded, err := sf.Encode()

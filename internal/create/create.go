@@ -1,7 +1,10 @@
-// Package runtime is gpu-runtime's create path: read the bundle's spec, decide whether the
-// container asked for GPUs, discover the host, plan, validate and apply the injection, and
-// write the spec back atomically. It never execs anything; main does that afterwards.
-package runtime
+// Package create is gpu-runtime's create path: read the bundle's spec, decide whether the
+// container asked for GPUs and which (every request channel into one plan, CDI devices
+// resolved by gpu-ctk), build the host (internal/gpuhost), plan and check the injection
+// (requirements included), update the loader cache at create where that gives what the hook
+// would, apply the edits in one place and write the spec back atomically. It never execs
+// anything; main does that afterwards. gpu-ctk explain runs the same decision.
+package create
 
 import (
 	"context"
@@ -16,6 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -28,7 +32,7 @@ import (
 )
 
 // HookName is the file name of the hook binary.
-const HookName = "gpu-hook"
+const HookName = plan.HookName
 
 // ErrRuntimeNotFound: none of the configured low-level runtimes exists.
 var ErrRuntimeNotFound = errors.New("low-level runtime not found")
@@ -57,33 +61,21 @@ type Options struct {
 	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
 }
 
-// CDI resolves CDI devices (reference §10).
+// CDI resolves CDI devices into gpu-runtime's model.
 type CDI interface {
 	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name, all of
-	// them: an unresolvable one is an error naming it and listing the devices the specs offer.
-	Resolve(names []string, annotations map[string]string) (CDIDevices, error)
-}
-
-// CDIDevices are resolved CDI devices.
-type CDIDevices interface {
-	// Names are their qualified names.
-	Names() []string
-	// DeviceNodes are the container paths of the device nodes their edits (and their
-	// specs' common edits) inject; NodesOf those of one of them (one of Names).
-	DeviceNodes() []string
-	NodesOf(name string) []string
-	// Apply applies those edits to spec, as the CDI library does.
-	Apply(spec *specs.Spec) error
-	// Edits describes those edits in gpu-runtime's model, each saying which device or spec
-	// brought it (gpu-ctk explain).
-	Edits() (edits.Edits, error)
+	// them, for a container whose process runs as user (device nodes a spec gives no owner are
+	// the container user's, as the CDI library makes them): an unresolvable one is an error
+	// naming it and listing the devices the specs offer.
+	Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error)
 }
 
 // ErrNoCDI: CDI devices were asked for where nothing can resolve them.
 var ErrNoCDI = errors.New("CDI devices requested, but no CDI resolver is available")
 
 // controlNode is in every NVIDIA GPU container: a spec that already has it was given its
-// GPUs by the engine (CDI in podman or containerd 2.x, or --device) and is left alone.
+// GPUs by the engine (CDI in podman or containerd 2.x, or --device) or by gpu-runtime, and
+// is left alone.
 const controlNode = "/dev/nvidiactl"
 
 // PrepareBundle applies the GPU injection to the bundle of a create/run invocation. A
@@ -109,33 +101,34 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 		return err
 	}
 	if in.Unchanged != "" {
-		if in.Unchanged == UnchangedEngineInjected {
+		if in.Unchanged != UnchangedNoGPU {
 			log.Info(in.Unchanged)
 		} else {
 			log.Debug(in.Unchanged)
 		}
 		return nil
 	}
+	in.UpdateLoaderCache(opts, false, log)
+	e := in.Edits()
 	if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-		for _, line := range in.Plan.Edits.Describe() {
+		for _, line := range e.Describe() {
 			log.Debug(line)
 		}
 	}
 	if err := in.Apply(); err != nil {
 		return err
 	}
-	updateLDCacheAtCreate(in, bundle, opts, log)
 	if err := in.File.Write(); err != nil {
 		return err
 	}
 	fields := logrus.Fields{
 		"gpus":         deviceIDs(in.Plan.Devices),
 		"capabilities": in.Request.Capabilities.String(),
-		"devices":      len(in.Plan.Edits.DeviceNodes),
-		"mounts":       len(in.Plan.Edits.Mounts),
+		"devices":      len(e.DeviceNodes),
+		"mounts":       len(e.Mounts),
 	}
-	if in.CDI != nil {
-		fields["cdi_devices"] = in.CDI.Names()
+	if len(in.CDINames) > 0 {
+		fields["cdi_devices"] = in.CDINames
 	}
 	log.WithFields(fields).Info("injected NVIDIA GPUs")
 	return nil
@@ -145,7 +138,13 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 const (
 	UnchangedNoGPU          = "no GPU requested; spec unchanged"
 	UnchangedEngineInjected = "the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged"
+	UnchangedInjected       = "the spec already has NVIDIA devices: gpu-runtime injected them (" + InjectedAnnotation + "); spec unchanged"
 )
+
+// InjectedAnnotation is the annotation a create leaves in the spec it injected, naming the
+// devices (UUIDs, comma-separated; "none" for none): gpu-ctk explain and a second pass
+// over the same spec know it was gpu-runtime's.
+const InjectedAnnotation = "dev.gpu-runtime.injected"
 
 // Injection is what a create does to a spec, decided, resolved and planned; nothing is
 // edited until Apply, nothing written until File.Write. gpu-ctk explain shows it.
@@ -159,13 +158,19 @@ type Injection struct {
 	// Host is what discovery found (zero when nothing needed it).
 	Host plan.Host
 	Plan plan.Plan
-	// CDI are the CDI devices the request names, resolved; nil for none.
-	CDI CDIDevices
+	// CDINames are the CDI devices the request names, resolved into Plan.
+	CDINames []string
+	// LoaderCacheWhy says where the loader cache is updated, and why (UpdateLoaderCache).
+	LoaderCacheWhy string
+	// Render says how the plan's intents are written as hooks.
+	Render plan.Render
+	bundle string
 }
 
 // Decide reads the spec at path (raw, its bytes) and decides the injection: whether the
-// container asks for GPUs, which, and every edit, all resolved and validated before
-// anything is touched. Warnings go to log.
+// container asks for GPUs, which (every request channel, CDI names included, resolved into
+// one plan), and every edit, all resolved and validated before anything is touched — the
+// container's requirements included. Warnings go to log.
 func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Injection, error) {
 	in, warnings, err := readRequest(path, raw, request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
@@ -177,6 +182,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	if err != nil || in.Unchanged != "" {
 		return in, err
 	}
+	in.bundle = filepath.Dir(path)
 	if forced := opts.Config.MPS.Share; forced != "" && in.Request.IsGPU() {
 		// This runtime handler's containers all join its share: not the container's choice.
 		in.Request.MPSShare = forced
@@ -190,128 +196,116 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		in.HandedOff = true
 		return in, opts.HandOff()
 	}
-
+	var cdi []plan.CDIDevice
 	if req.WantsCDI() {
-		if in.CDI, err = opts.CDI.Resolve(req.CDIDevices, req.CDIAnnotations); err != nil {
+		var user specs.User
+		if in.File.Spec.Process != nil {
+			user = in.File.Spec.Process.User
+		}
+		if cdi, err = opts.CDI.Resolve(req.CDIDevices, req.CDIAnnotations, user); err != nil {
 			return in, err
 		}
+		for _, c := range cdi {
+			in.CDINames = append(in.CDINames, c.Name)
+		}
 	}
-	// Native devices: every device unless only CDI devices were named.
-	native := req.Mode != request.NoGPU && !(req.Mode == request.DeviceList && len(req.Devices) == 0)
-	checks := req.ChecksRequirements()
-	gpuCDI := in.CDI != nil && hasGPUNode(in.CDI.DeviceNodes()) // its GPUs' health is checked
-	// On an MPS share, CDI devices get only the share's GPUs, as native ones: which GPUs
-	// they bring must be known.
-	shareCDI := gpuCDI && req.MPSShare != ""
+	// The host is discovered for native devices, and for CDI devices that give GPUs (their
+	// health and share), or whose requirements are checked; a CDI device that gives no GPU
+	// needs none, so its failure is then a warning.
+	native := req.NativeDevices()
+	gpuCDI := slices.ContainsFunc(cdi, func(c plan.CDIDevice) bool { return hasGPUNode(c.Nodes) })
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	switch {
-	case native || (in.CDI != nil && checks) || shareCDI:
+	case native || req.ChecksRequirements() || req.MPSShare != "" && gpuCDI:
 		if in.Host, err = discoverHost(opts, log); err != nil {
 			return in, err
 		}
-	case gpuCDI: // only for health: CDI devices need no discovery, so its failure is a warning
+	case gpuCDI:
 		if host, err := discoverHost(opts, log); err != nil {
-			log.Warnf("the health of the GPUs of CDI devices %s is not checked: %v", quote.List(in.CDI.Names()), err)
-			gpuCDI = false
+			log.Warnf("the health of the GPUs of CDI devices %s is not checked: %v", quote.List(in.CDINames), err)
 		} else {
 			in.Host = host
 		}
 	}
-	var cdiDevices []plan.Device // the devices CDI's device nodes are, where it matters
-	if gpuCDI || (in.CDI != nil && checks) {
-		cdiDevices = plan.DevicesOf(in.CDI.DeviceNodes(), in.Host)
-	}
-	if gpuCDI {
-		if err := plan.CheckCDIHealth(in.CDI.Names(), cdiDevices); err != nil {
-			return in, err
-		}
-	}
-	in.Host.MPS = plan.MPS{Config: opts.Config.MPS}
+	in.Host.MPS.Config = opts.Config.MPS
 	if req.MPSShare != "" {
 		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
 		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}
 	}
-	var p plan.Plan
-	switch {
-	case !native:
-		var checked []plan.Device // the requirement check's devices: only CDI's
-		if checks {
-			checked = cdiDevices
-		}
-		p, err = plan.ForCDI(req, in.Host, checked)
-	default:
-		p, err = plan.Build(req, in.Host)
-		if err != nil && !errors.Is(err, requirements.ErrMalformed) { // a malformed requirement is reported as it is
-			err = fmt.Errorf("plan GPU injection: %w", err)
-		}
-		if err == nil && in.CDI != nil && checks {
-			p.AddCDIDevices(req, in.Host, cdiDevices)
-		}
-	}
-	if err == nil && shareCDI {
-		cdi := make([]plan.CDIDevice, 0, len(in.CDI.Names()))
-		for _, n := range in.CDI.Names() {
-			cdi = append(cdi, plan.CDIDevice{Name: n, Devices: plan.DevicesOf(in.CDI.NodesOf(n), in.Host)})
-		}
-		if err = p.ShareCDI(req, in.Host, cdi, !native); err != nil {
-			err = fmt.Errorf("plan GPU injection: %w", err)
-		}
-	}
+	p, err := plan.Build(req, in.Host, cdi)
+	in.Plan = p // with an unsatisfied requirement: what it was checked against
 	if err != nil {
-		return in, err
-	}
-	if in.CDI != nil && native {
-		// Both: ours replace CDI's edits they share, the loader-cache hook included, which
-		// must then cover the CDI spec's libraries too.
-		ce, err := in.CDI.Edits()
-		if err != nil {
-			return in, fmt.Errorf("CDI devices %s: %w", quote.List(in.CDI.Names()), err)
+		if !errors.Is(err, requirements.ErrMalformed) && !errors.Is(err, requirements.ErrUnsatisfied) { // reported as they are
+			err = fmt.Errorf("plan GPU injection: %w", err)
 		}
-		p.JoinLibraries(ce)
+		return in, err
 	}
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
 	in.Plan = p
-	if err := in.checkVolumeTargets(filepath.Dir(path)); err != nil {
+	if in.Render, err = render(opts); err != nil {
+		return in, err
+	}
+	if err := in.checkVolumeTargets(); err != nil {
 		return in, err
 	}
 	return in, nil
 }
 
-// checkVolumeTargets refuses the injection where the image's links lead one of its mounts
-// (ours or the CDI devices') into a volume of the container (checkVolumeTargets). A spec
-// without one root path (the engine's structure, trusted) is not checked.
-func (in Injection) checkVolumeTargets(bundle string) error {
-	root, err := in.File.Root()
-	if err != nil || root == nil || root.Path == "" || in.File.Spec == nil {
-		return nil // no one root to resolve in: the loader-cache step says why
+// render is how this create writes the plan's intents as hooks.
+func render(opts Options) (plan.Render, error) {
+	cfg := opts.Config
+	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
+	if err != nil {
+		return plan.Render{}, err
 	}
-	rootPath := root.Path
-	if !filepath.IsAbs(rootPath) {
-		rootPath = filepath.Join(bundle, rootPath)
-	}
-	mounts := in.Plan.Edits.Mounts
-	if in.CDI != nil {
-		ce, err := in.CDI.Edits()
-		if err != nil {
-			return err
-		}
-		mounts = append(slices.Clone(mounts), ce.Mounts...)
-	}
-	return checkVolumeTargets(rootPath, in.File.Spec.Mounts, mounts)
+	return plan.Render{HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(),
+		HookLog: opts.RuncLog, HookLogFormat: opts.RuncLogFormat, ProcRoot: cfg.Driver.ProcRoot}, nil
 }
 
-// Apply edits the spec in memory: CDI's edits first, then ours, which replace what they
-// share (a node by path, a rule, a mount by destination), so a device named both ways is
-// injected once.
-func (in Injection) Apply() error {
-	if in.CDI != nil {
-		if err := in.CDI.Apply(in.File.Spec); err != nil {
-			return fmt.Errorf("apply CDI devices %s: %w", quote.List(in.CDI.Names()), err)
-		}
+// rootPath is the container root's host path, "" when the spec has no one root.path (the
+// engine's structure, trusted: the steps that need it say so).
+func (in Injection) rootPath() (string, error) {
+	root, err := in.File.Root()
+	switch {
+	case err != nil:
+		return "", err
+	case root == nil || root.Path == "":
+		return "", errors.New("the spec has no root.path")
+	case !filepath.IsAbs(root.Path):
+		return filepath.Join(in.bundle, root.Path), nil
 	}
-	if err := in.Plan.Edits.Apply(in.File.Spec); err != nil {
+	return root.Path, nil
+}
+
+// checkVolumeTargets refuses the injection where the image's links lead one of its mounts
+// into a volume of the container (checkVolumeTargets). A spec without one root path is not
+// checked.
+func (in Injection) checkVolumeTargets() error {
+	root, err := in.rootPath()
+	if err != nil {
+		return nil // no one root to resolve in: the loader-cache step says why
+	}
+	return checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)
+}
+
+// Edits are the edits the spec gets: the plan's, its intents rendered as hooks where they
+// must run in the low-level runtime's lifecycle, and the annotation that says so.
+func (in Injection) Edits() edits.Edits {
+	e := in.Plan.Rendered(in.Render)
+	devices := "none"
+	if len(in.Plan.Devices) > 0 {
+		devices = strings.Join(deviceIDs(in.Plan.Devices), ",")
+	}
+	e.Add(edits.Edits{Annotations: map[string]string{InjectedAnnotation: devices}})
+	return e
+}
+
+// Apply edits the spec in memory: every edit of the one plan, native and CDI devices alike,
+// in one place (edits.Apply).
+func (in Injection) Apply() error {
+	if err := in.Edits().Apply(in.File.Spec); err != nil {
 		return fmt.Errorf("edit spec: %w", err)
 	}
 	return nil
@@ -346,20 +340,9 @@ func hasDockerHook(sf *oci.SpecFile) bool {
 	return oci.HasHookNamed(sf.Spec, request.DockerHookName)
 }
 
+// discoverHost builds the host as a create sees it (internal/gpuhost): the discovery cache, NVML
+// through a gpu-ctk child on a miss, health.
 func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
-	cfg := opts.Config
-	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
-	if err != nil {
-		return plan.Host{}, err
-	}
-	findNodes := opts.FindDeviceNodes
-	if findNodes == nil {
-		findNodes = discover.FindDeviceNodes
-	}
-	devices, err := findNodes(cfg.Driver.DevRoot)
-	if err != nil {
-		return plan.Host{}, err
-	}
 	query := opts.QueryNVML
 	if query == nil {
 		query = func(ctx context.Context, root string) (discover.Driver, error) {
@@ -371,25 +354,15 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 			return NVMLQuery(ctkPath)(ctx, root)
 		}
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot, Timeout: cfg.Discovery.TimeoutDuration(), Query: query}
-	if cfg.Discovery.Cache {
-		dopts.CacheFile = cfg.Discovery.CacheFile
-	}
-	res, err := discover.Discover(dopts, devices)
-	if res.CacheProblem != "" {
-		log.Warn(res.CacheProblem)
+	res, err := gpuhost.Build(opts.Config, gpuhost.Options{Query: query, Cache: true, Health: true, FindDeviceNodes: opts.FindDeviceNodes})
+	for _, w := range res.Warnings {
+		log.Warn(w)
 	}
 	if err != nil {
 		return plan.Host{}, err
 	}
 	log.WithField("cache_hit", res.CacheHit).Debug("discovered host")
-	// Health is read for every create, never cached: a small file and one /proc file per GPU.
-	for _, w := range discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}) {
-		log.Warn(w)
-	}
-	return plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: devices, MIGCaps: res.Host.MIGCaps, ProcRoot: cfg.Driver.ProcRoot,
-		HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(),
-		HookLog: opts.RuncLog, HookLogFormat: opts.RuncLogFormat, UnhealthyAll: cfg.Health.All}, nil
+	return res.Host, nil
 }
 
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
@@ -503,6 +476,9 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	}
 	if hasDevice(in.File.Spec, controlNode) {
 		in.Unchanged = UnchangedEngineInjected
+		if in.File.Spec.Annotations[InjectedAnnotation] != "" {
+			in.Unchanged = UnchangedInjected
+		}
 		return in, nil, nil
 	}
 	if in.Request, warnings, err = request.FromSpec(in.File.Spec, policy); err != nil {

@@ -1,4 +1,4 @@
-package runtime
+package create
 
 import (
 	"fmt"

@@ -1,10 +1,10 @@
-package runtime
+package create
 
 // Benchmarks of the create path's health check (discover.ReadHealth) on the fake 8-GPU host of
 // BenchmarkCreatePath, and of a cache-hit create with the driver's /proc in place, so that what
 // health adds to a create can be read off:
 //
-//	sudo go test -run '^$' -bench CreatePathHealth -benchmem ./internal/runtime/
+//	sudo go test -run '^$' -bench CreatePathHealth -benchmem ./internal/create/
 //
 // ReadHealth/driver-proc reads the 8 GPUs' /proc/driver/nvidia/gpus/<bus>/information files
 // with no health file (a healthy host); /with-file adds a trusted health file of two records;

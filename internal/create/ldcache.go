@@ -1,10 +1,9 @@
-package runtime
+package create
 
 import (
 	"errors"
 	"fmt"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -14,10 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
-	"github.com/gpu-runtime/gpu-runtime/internal/hook"
+	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
-	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
@@ -43,37 +40,27 @@ import (
 // a millisecond.
 const createDeadline = time.Second
 
-// updateLDCacheAtCreate does the loader-cache update of in's plan now and removes its hook
-// from in's edited spec, where that gives what the hook would; the debug log says which.
-// bundle is the bundle directory.
-func updateLDCacheAtCreate(in Injection, bundle string, opts Options, log logrus.FieldLogger) {
-	isLDCache := func(args []string) bool { return len(args) > 1 && args[1] == plan.LDCacheSubcommand }
-	i := -1
-	if j := slices.IndexFunc(in.Plan.Edits.Hooks, func(h edits.Hook) bool {
-		return h.Stage == oci.StageCreateContainer && isLDCache(h.Args)
-	}); j >= 0 && in.File.Spec.Hooks != nil {
-		hookPath := in.Plan.Edits.Hooks[j].Path
-		i = slices.IndexFunc(in.File.Spec.Hooks.CreateContainer, func(h specs.Hook) bool { return h.Path == hookPath && isLDCache(h.Args) })
-	}
-	if i < 0 {
-		return // no loader-cache hook
-	}
-	spec := in.File.Spec
-	done, why := ldcacheAtCreate(in, bundle, spec.Hooks.CreateContainer[i].Args, opts, log)
-	if !done {
-		log.Debug("loader cache: left to the " + plan.LDCacheSubcommand + " hook: " + why)
+// UpdateLoaderCache does the plan's loader-cache update now, at create, where that gives
+// what the hook would (the plan's LoaderCache is then Done, and no hook is written); the
+// debug log and LoaderCacheWhy say which, and why. dry (gpu-ctk explain) decides the same
+// without writing anything.
+func (in *Injection) UpdateLoaderCache(opts Options, dry bool, log logrus.FieldLogger) {
+	if len(in.Plan.LoaderCache.Libraries) == 0 {
 		return
 	}
-	spec.Hooks.CreateContainer = slices.Delete(spec.Hooks.CreateContainer, i, i+1)
-	if len(spec.Hooks.CreateContainer) == 0 {
-		spec.Hooks.CreateContainer = nil
+	done, why := in.ldcacheAtCreate(opts, dry, log)
+	in.Plan.LoaderCache.Done = done
+	if done {
+		in.LoaderCacheWhy = "loader cache: " + why + "; no " + plan.LDCacheSubcommand + " hook"
+	} else {
+		in.LoaderCacheWhy = "loader cache: left to the " + plan.LDCacheSubcommand + " hook: " + why
 	}
-	log.Debug("loader cache: " + why + "; no " + plan.LDCacheSubcommand + " hook")
+	log.Debug(in.LoaderCacheWhy)
 }
 
-// ldcacheAtCreate does the update the hook entry args would do, and says what it did; false
-// and why not where the hook must do it.
-func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, log logrus.FieldLogger) (bool, string) {
+// ldcacheAtCreate does the update of the plan's LoaderCache, and says what it did; false and
+// why not where the hook must do it.
+func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLogger) (bool, string) {
 	spec := in.File.Spec
 	if !opts.Config.Hook.LDCacheAtCreate {
 		return false, "hook.ldcache-at-create is false"
@@ -83,18 +70,7 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 	}) {
 		return false, "the container has a user namespace (files the hook writes are its root's)"
 	}
-	specRoot, err := in.File.Root()
-	if err != nil {
-		return false, err.Error()
-	}
-	if specRoot == nil || specRoot.Path == "" {
-		return false, "the spec has no root.path"
-	}
-	root := specRoot.Path
-	if !filepath.IsAbs(root) {
-		root = filepath.Join(bundle, root)
-	}
-	ldOpts, err := hook.ParseLDCacheArgs(args)
+	root, err := in.rootPath()
 	if err != nil {
 		return false, err.Error()
 	}
@@ -102,40 +78,36 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 	for _, m := range in.Plan.Edits.Mounts {
 		ours[path.Clean(m.ContainerPath)] = true
 	}
-	// The injected libraries' mounts: where each is read from before it is mounted.
-	libs := map[string]bool{}
-	for _, lib := range ldOpts.Libraries {
-		libs[path.Clean(lib)] = true
-	}
-	ldOpts.Sources = map[string]string{}
 	var foreign []specs.Mount
 	for _, m := range spec.Mounts {
-		dest := path.Clean(m.Destination)
-		switch {
-		case libs[dest] && (slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")):
-			ldOpts.Sources[dest] = m.Source
-		case !ours[dest]:
+		if !ours[path.Clean(m.Destination)] {
 			foreign = append(foreign, m)
 		}
 	}
-	for lib := range libs {
-		if ldOpts.Sources[lib] == "" {
-			return false, "no bind mount injects " + lib
-		}
+	r, err := confined.Open(root, confined.DefaultLimits(createDeadline))
+	if err != nil {
+		return false, err.Error()
 	}
-	lim := confined.DefaultLimits(createDeadline)
-	loader, err := hook.LoaderPaths(root, ldOpts.Libraries, lim)
+	defer r.Close()
+	if dry {
+		r.DryRun()
+	}
+	r.ReadAs(confined.UserOf(spec.Process, spec.Linux))
+	lc := in.Plan.LoaderCache
+	uo := ldupdate.Options{LDConfig: in.Render.LDConfig, DriverVersion: lc.DriverVersion}
+	libPaths := make([]string, len(lc.Libraries))
+	for i, lib := range lc.Libraries {
+		libPaths[i] = lib.Path
+		uo.Libraries = append(uo.Libraries, ldupdate.Library{Path: lib.Path, Source: lib.Source})
+	}
+	loader, err := ldupdate.LoaderPaths(r, libPaths)
 	if err != nil {
 		return false, err.Error()
 	}
 	if why := shadowsLoader(root, foreign, loader); why != "" {
 		return false, why
 	}
-	ldOpts.Deadline = time.Until(lim.Deadline)
-	if u := spec.Process; u != nil {
-		ldOpts.User = &confined.Cred{UID: u.User.UID, GID: u.User.GID, Groups: u.User.AdditionalGids}
-	}
-	res, err := hook.UpdateLDCacheAtCreate(root, ldOpts)
+	res, err := ldupdate.Update(r, uo)
 	for _, w := range res.Warnings {
 		log.Warn("loader cache: " + w)
 	}
@@ -144,12 +116,12 @@ func ldcacheAtCreate(in Injection, bundle string, args []string, opts Options, l
 		return false, err.Error() + " (the hook reports it)"
 	case err != nil:
 		return false, err.Error()
-	case res.Method == hook.MethodLDConfig:
+	case res.Method == ldupdate.MethodLDConfig:
 		return false, "ldconfig must run: " + res.Reason
-	case res.Method == hook.MethodSkipped:
+	case res.Method == ldupdate.MethodSkipped:
 		return true, "none written because " + res.Reason
 	}
-	return true, fmt.Sprintf("written at create, in-process (%d libraries)", len(libs))
+	return true, fmt.Sprintf("written at create, in-process (%d libraries)", len(lc.Libraries))
 }
 
 // shadowsLoader says which of mounts (their destinations resolved in root as runc resolves

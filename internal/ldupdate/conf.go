@@ -1,4 +1,4 @@
-package hook
+package ldupdate
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// Limits on what is read of an image's loader configuration. A real one is a few files of
-// a few lines each; the update's budget (confined.Limits) bounds all of them together.
+// Limits on what is read of an image's loader configuration, a few files of a few lines each
+// in a real one; the update's budget bounds all of them together.
 const (
 	maxConfFiles = 256
 	maxConfSize  = 1 << 20
@@ -28,22 +28,23 @@ const (
 // LDSOConf is where the loader configuration lives in a root.
 const LDSOConf = "/etc/ld.so.conf"
 
-// confLine is a line of the flattened configuration and where it came from: messages name
-// the file and line, never the line's text (an image can include a file it cannot read).
+// confLine is a line of the flattened configuration and where it came from: messages name the
+// file and line, never the text (an image can include a file it cannot read).
 type confLine struct {
 	text string
 	file string
 	line int
 }
 
-// loaderConf is the image's loader configuration, flattened.
-type loaderConf struct {
-	lines    []confLine
-	warnings []string
+// Config is the image's loader configuration, flattened (ReadConfig).
+type Config struct {
+	lines []confLine
+	// Warnings say which files were skipped, and why.
+	Warnings []string
 }
 
-// bytes is the configuration as one file with no includes, for ldconfig.
-func (c loaderConf) bytes() []byte {
+// Bytes is the configuration as one file with no includes, for ldconfig.
+func (c Config) Bytes() []byte {
 	var out bytes.Buffer
 	for _, l := range c.lines {
 		out.WriteString(l.text + "\n")
@@ -51,17 +52,16 @@ func (c loaderConf) bytes() []byte {
 	return out.Bytes()
 }
 
-// flattenLDSOConf returns the image's loader configuration as one file with no includes: the
-// lines of /etc/ld.so.conf with each `include` replaced, in place, by the lines of the files
-// its patterns match (sorted, as glibc's glob sorts them). ldconfig then reads only that
-// text, which it parses itself, instead of opening image files by name: every file here is
-// read through the confined root — resolved inside it, on its own mount, a regular file,
-// without blocking, with the container user's credentials where the caller set them — each
-// at most once, within the limits above and the update's budget. Files that cannot be read
-// that way are skipped with a warning naming them; a missing /etc/ld.so.conf is an empty
-// configuration, as for ldconfig. Only the budget's end is an error.
-func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
-	var c loaderConf
+// ReadConfig returns the image's loader configuration as one file with no includes: the lines
+// of /etc/ld.so.conf with each `include` replaced by the lines of the files its patterns match
+// (sorted, as glibc's glob sorts them). ldconfig then parses only that text instead of opening
+// image files by name. Every file is read through the confined root (a regular file, without
+// blocking, as the container's user where the caller set one), at most once, within the
+// limits above. Files that cannot be read so are skipped with a warning naming them; a missing
+// /etc/ld.so.conf is an empty configuration, as for ldconfig. Only the budget's end is an
+// error.
+func ReadConfig(root *confined.Root) (Config, error) {
+	var c Config
 	read := map[string]bool{}
 	var walk func(file string, depth int) error
 	walk = func(file string, depth int) error {
@@ -69,7 +69,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			return nil // included again: its lines are in already, and ldconfig dedups directories
 		}
 		if len(read) >= maxConfFiles {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", quote.Cut(file), maxConfFiles))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s skipped: more than %d loader configuration files", quote.Cut(file), maxConfFiles))
 			return nil
 		}
 		read[file] = true
@@ -80,7 +80,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
 			return nil
 		case err != nil:
-			c.warnings = append(c.warnings, fmt.Sprintf("loader configuration %s skipped: %v", quote.Cut(file), quote.Error(err)))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("loader configuration %s skipped: %v", quote.Cut(file), quote.Error(err)))
 			return nil
 		}
 		for i, line := range strings.Split(string(data), "\n") {
@@ -88,7 +88,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 			text = strings.TrimSpace(text)
 			if rest, ok := cutKeyword(text, "include"); ok {
 				if depth >= maxConfDepth {
-					c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
+					c.Warnings = append(c.Warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
 					continue
 				}
 				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
@@ -100,7 +100,7 @@ func flattenLDSOConf(root *confined.Root) (loaderConf, error) {
 						return err
 					}
 					for _, w := range warnings {
-						c.warnings = append(c.warnings, fmt.Sprintf("%s line %d: include: %s", quote.Cut(file), i+1, w))
+						c.Warnings = append(c.Warnings, fmt.Sprintf("%s line %d: include: %s", quote.Cut(file), i+1, w))
 					}
 					for _, m := range matches {
 						if err := walk(m, depth+1); err != nil {
@@ -130,9 +130,8 @@ func cutKeyword(line, keyword string) (string, bool) {
 }
 
 // globInRoot expands an absolute pattern (path.Match syntax in any component) inside the
-// root, listing directories through the confined root (each at most maxGlobEntries names,
-// all of them within the update's budget). Matches come back sorted, at most maxConfFiles;
-// warnings say what was cut or skipped. Only the budget's end is an error.
+// root, listing at most maxGlobEntries names per directory. Matches come back sorted, at most
+// maxConfFiles; warnings say what was cut or skipped. Only the budget's end is an error.
 func globInRoot(root *confined.Root, pattern string) (matches, warnings []string, err error) {
 	parts := strings.Split(strings.Trim(path.Clean(pattern), "/"), "/")
 	paths := []string{"/"}

@@ -1,0 +1,90 @@
+// Package gpuhost builds the one view of the GPU host that every command plans against: the
+// device nodes under the device root, the driver and its GPUs (from NVML: in-process in
+// gpu-ctk, through a gpu-ctk child in the static gpu-runtime), the driver files, the MIG
+// capability interface, each GPU's health, and the MPS shares — from gpu-runtime's
+// configuration, with or without the discovery cache. The runtime's create, gpu-ctk cdi
+// generate, cdi inject, explain, doctor, info, health and mps all build it here.
+package gpuhost
+
+import (
+	"context"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+)
+
+// QueryFunc asks NVML about a driver root, honouring ctx's deadline.
+type QueryFunc func(ctx context.Context, driverRoot string) (discover.Driver, error)
+
+// Options say how to build the host.
+type Options struct {
+	// Query asks NVML (required).
+	Query QueryFunc
+	// Cache: answer from the discovery cache (discovery.cache-file) when it still matches the
+	// host, as a create does; otherwise NVML is asked and the cache left alone.
+	Cache bool
+	// Health: read each GPU's health (health.file, the driver's /proc), never cached.
+	Health bool
+	// FindDeviceNodes scans the device root; nil: discover.FindDeviceNodes (a seam for tests).
+	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
+}
+
+// Result is the host and what building it noticed.
+type Result struct {
+	Host     plan.Host
+	CacheHit bool
+	// Warnings say what could not be trusted (the cache, the health file) and was ignored.
+	Warnings []string
+}
+
+// Driver asks NVML about cfg's driver root (query, bounded by discovery.timeout) and, with
+// health, reads each GPU's health: the part of the host the commands that name GPUs need
+// (gpu-ctk info, health, mps, doctor). Warnings say what of the health file was not trusted.
+func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, []string, error) {
+	ctx := context.Background()
+	if t := cfg.Discovery.TimeoutDuration(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	d, err := query(ctx, cfg.Driver.Root)
+	if err != nil || !health {
+		return d, nil, err
+	}
+	return d, discover.ReadHealth(d.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}), nil
+}
+
+// Build builds the host from cfg: the device nodes, then the driver (the cache or NVML,
+// bounded by discovery.timeout), then health; the MPS shares' configuration rides along
+// (which run is the create's question, per share).
+func Build(cfg config.Config, o Options) (Result, error) {
+	find := o.FindDeviceNodes
+	if find == nil {
+		find = discover.FindDeviceNodes
+	}
+	nodes, err := find(cfg.Driver.DevRoot)
+	if err != nil {
+		return Result{}, err
+	}
+	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
+		Timeout: cfg.Discovery.TimeoutDuration(), Query: o.Query}
+	if o.Cache && cfg.Discovery.Cache {
+		dopts.CacheFile = cfg.Discovery.CacheFile
+	}
+	res, err := discover.Discover(dopts, nodes)
+	out := Result{CacheHit: res.CacheHit}
+	if res.CacheProblem != "" {
+		out.Warnings = append(out.Warnings, res.CacheProblem)
+	}
+	if err != nil {
+		return out, err
+	}
+	if o.Health {
+		// A small file and one /proc file per GPU: read for every create, never cached.
+		out.Warnings = append(out.Warnings, discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})...)
+	}
+	out.Host = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: nodes, MIGCaps: res.Host.MIGCaps,
+		ProcRoot: cfg.Driver.ProcRoot, MPS: plan.MPS{Config: cfg.MPS}, UnhealthyAll: cfg.Health.All}
+	return out, nil
+}

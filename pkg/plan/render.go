@@ -1,0 +1,66 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
+)
+
+// Render says how a plan's intents are written as hooks when they must run in the low-level
+// runtime's lifecycle: which gpu-hook and ldconfig, the hooks' timeout, where the hook logs
+// (the low-level runtime's --log and --log-format of this create; empty: none), and where
+// the host's /proc is (driver.proc-root).
+type Render struct {
+	HookPath, LDConfig     string
+	HookTimeout            int
+	HookLog, HookLogFormat string
+	ProcRoot               string
+}
+
+// Rendered returns the plan's edits with its intents written as hooks: the loader-cache update
+// unless it was done at create, and the MIG capabilities of a driver's /proc interface.
+func (p Plan) Rendered(r Render) edits.Edits {
+	e := p.Edits
+	e.Hooks = slices.Clone(e.Hooks)
+	if len(p.LoaderCache.Libraries) > 0 && !p.LoaderCache.Done {
+		e.Hooks = append(e.Hooks, r.LDCacheHook(p.LoaderCache))
+	}
+	if len(e.ProcCaps) > 0 {
+		e.Hooks = append(e.Hooks, r.ProcCapsHook(e.ProcCaps))
+	}
+	return e
+}
+
+// LDCacheHook is the loader-cache update as a createContainer hook: gpu-hook update-ldcache,
+// after the mounts, in the container's namespaces.
+func (r Render) LDCacheHook(l LoaderCache) edits.Hook {
+	args := []string{HookName, LDCacheSubcommand, "--ldconfig", r.LDConfig, "--driver-version", l.DriverVersion}
+	if r.HookTimeout > 0 {
+		args = append(args, "--timeout", strconv.Itoa(r.HookTimeout))
+	}
+	if r.HookLog != "" {
+		args = append(args, "--log", r.HookLog)
+		if r.HookLogFormat != "" {
+			args = append(args, "--log-format", r.HookLogFormat)
+		}
+	}
+	for _, lib := range l.Libraries {
+		args = append(args, "--library", lib.Path)
+	}
+	return edits.Hook{Stage: oci.StageCreateContainer, Path: r.HookPath, Args: args, Env: HookEnv, Timeout: r.HookTimeout,
+		Why: fmt.Sprintf("loader cache: SONAME links and /etc/ld.so.cache entries for the injected libraries (%d); gpu-runtime makes them itself at create where it can (hook.ldcache-at-create)", len(l.Libraries))}
+}
+
+// ProcCapsHook is the hook that shows a container the driver's /proc interface for the MIG
+// capabilities caps: runc refuses mounts under /proc, gpu-hook makes them.
+func (r Render) ProcCapsHook(caps []string) edits.Hook {
+	args := []string{HookName, "proc-caps", "--proc-root", r.ProcRoot}
+	for _, c := range caps {
+		args = append(args, "--cap", c)
+	}
+	return edits.Hook{Stage: oci.StageCreateContainer, Path: r.HookPath, Args: args, Env: HookEnv, Timeout: r.HookTimeout,
+		Why: "MIG capabilities of the driver's /proc interface: runc refuses mounts under /proc, the hook shows the container only these"}
+}
