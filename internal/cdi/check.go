@@ -1,9 +1,11 @@
 package cdi
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
@@ -40,23 +42,23 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 		path := r.paths[s]
 		out.Files = append(out.Files, path)
 		named := map[string]bool{}
-		var missing []string
+		missing := map[string]bool{}
+		checkPath := func(p string) {
+			if _, err := os.Stat(p); p != "" && err != nil {
+				missing[p] = true
+			}
+		}
 		checkEdits := func(e specsgo.ContainerEdits) {
 			for _, n := range e.DeviceNodes {
-				if n.Major != 0 {
-					continue // the node is made from its numbers; a missing host node is the device check's to report
+				if n.Major == 0 { // a node with numbers is made from them; a missing host node is the device check's to report
+					checkPath(cmp.Or(n.HostPath, n.Path))
 				}
-				p := n.HostPath
-				if p == "" {
-					p = n.Path
-				}
-				missing = appendMissing(missing, p)
 			}
 			for _, m := range e.Mounts {
-				missing = appendMissing(missing, m.HostPath)
+				checkPath(m.HostPath)
 			}
 			for _, h := range e.Hooks {
-				missing = appendMissing(missing, h.Path)
+				checkPath(h.Path)
 			}
 		}
 		checkEdits(s.ContainerEdits)
@@ -72,25 +74,9 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 				out.Problems = append(out.Problems, fmt.Sprintf("%s: no device for %s", path, d))
 			}
 		}
-		sort.Strings(missing)
 		if len(missing) > 0 {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(missing, 3)))
+			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(slices.Sorted(maps.Keys(missing)), 3)))
 		}
 	}
 	return out
-}
-
-func appendMissing(list []string, p string) []string {
-	if p == "" {
-		return list
-	}
-	if _, err := os.Stat(p); err != nil {
-		for _, x := range list {
-			if x == p {
-				return list
-			}
-		}
-		return append(list, p)
-	}
-	return list
 }

@@ -134,9 +134,8 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	var out specsgo.ContainerEdits
 	out.Env = e.Env
 	for _, n := range e.DeviceNodes {
-		mode, uid, gid := n.FileMode, n.UID, n.GID
 		out.DeviceNodes = append(out.DeviceNodes, &specsgo.DeviceNode{Path: n.Path, HostPath: n.HostPath, Type: n.Type,
-			Major: n.Major, Minor: n.Minor, FileMode: &mode, UID: &uid, GID: &gid})
+			Major: n.Major, Minor: n.Minor, FileMode: &n.FileMode, UID: &n.UID, GID: &n.GID})
 	}
 	for _, m := range e.Mounts {
 		out.Mounts = append(out.Mounts, &specsgo.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: m.Options})
@@ -148,8 +147,7 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	for _, h := range hooks {
 		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}
 		if h.Timeout > 0 {
-			timeout := h.Timeout
-			hook.Timeout = &timeout
+			hook.Timeout = &h.Timeout
 		}
 		out.Hooks = append(out.Hooks, hook)
 	}
