@@ -27,6 +27,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
 const doctorUsage = `usage:
@@ -108,19 +109,10 @@ func (d *doctor) add(check, status, detail, fix string) {
 }
 
 func (d *doctor) run() {
-	d.checkConfig()
-	d.checkDriver()
-	d.checkNVML()
-	d.checkDeviceNodes()
-	d.checkGPUs()
-	d.checkHealth()
-	d.checkHook()
-	d.checkRuntime()
-	d.checkCache()
-	d.checkEngines()
-	d.checkCgroups()
-	d.checkCDI()
-	d.checkMPS()
+	for _, check := range []func(){d.checkConfig, d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
+		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkCDI, d.checkMPS} {
+		check()
+	}
 }
 
 // checkMPS: every configured MPS share runs (a stopped one fails its containers).
@@ -264,8 +256,7 @@ func (d *doctor) checkGPUs() {
 		d.add("persistence mode", statusOK, "on for every GPU (or not reported)", "")
 	}
 
-	var migs []string
-	var pending []string
+	var migs, pending []string
 	migDevices := 0
 	for _, g := range d.driver.GPUs {
 		switch {
@@ -474,10 +465,10 @@ func (d *doctor) checkEngines() {
 // checkDockerHook: docker run --gpus needs an executable named nvidia-container-runtime-hook on
 // dockerd's PATH, or dockerd refuses the flag.
 func (d *doctor) checkDockerHook() {
-	p := d.findProgram(hookName)
+	p := d.findProgram(request.DockerHookName)
 	if p == "" {
-		d.add("docker --gpus", statusWarn, hookName+" is not on dockerd's PATH: docker run --gpus fails with \"could not select device driver\" (NVIDIA_VISIBLE_DEVICES still works)",
-			"install the package, or link it: ln -s gpu-hook /usr/bin/"+hookName+"; then restart docker")
+		d.add("docker --gpus", statusWarn, request.DockerHookName+" is not on dockerd's PATH: docker run --gpus fails with \"could not select device driver\" (NVIDIA_VISIBLE_DEVICES still works)",
+			"install the package, or link it: ln -s gpu-hook /usr/bin/"+request.DockerHookName+"; then restart docker")
 		return
 	}
 	if isGPUHook(p) {
@@ -515,11 +506,11 @@ func (d *doctor) checkCgroups() {
 }
 
 func (d *doctor) checkCDI() {
-	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
-	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
 	if d.driver == nil {
 		return // nothing to compare a spec with
 	}
+	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
+	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
 	caps, _ := discover.ReadMIGCaps(d.cfg.Driver.ProcRoot, d.driver.GPUs)
 	res := r.CheckSpecs(cdi.DefaultKind, plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps})
 	switch {

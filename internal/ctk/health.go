@@ -104,13 +104,8 @@ func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file str
 	}
 	for _, g := range drv.GPUs {
 		add(strconv.Itoa(g.Index), g.UUID, "GPU", g.Health)
-		for i := range g.MIGDevices {
-			m := &g.MIGDevices[i]
-			h := m.Health
-			if g.Health != nil {
-				h = g.Health
-			}
-			add(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID, "MIG device", h)
+		for _, m := range g.MIGDevices {
+			add(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID, "MIG device", cmp.Or(g.Health, m.Health))
 		}
 	}
 	for _, x := range drv.Excluded {

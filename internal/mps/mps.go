@@ -373,8 +373,7 @@ func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
 	}
 	defer func() { _ = logFile.Close() }()
 	cmd := exec.Command(o.Self, "mps", DaemonCommand, cfg.ShmDir(name), o.Control)
-	cmd.Env = env(cfg, name, o)
-	cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(o.UUIDs, ","))
+	cmd.Env = append(env(cfg, name, o), "CUDA_VISIBLE_DEVICES="+strings.Join(o.UUIDs, ","))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
