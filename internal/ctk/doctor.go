@@ -201,13 +201,9 @@ func (d *doctor) checkDeviceNodes() {
 	d.devices = nodes
 	root := d.cfg.Driver.DevRoot
 	before := len(d.checks) // each problem adds one
-	check := func(p, what, fix string, required bool) {
+	check := func(p, what, fix, status string) {
 		if _, ok := nodes.Nodes[p]; ok {
 			return
-		}
-		status := statusWarn
-		if required {
-			status = statusFail
 		}
 		why := "missing"
 		if err := nodes.Invalid[p]; err != nil {
@@ -215,9 +211,9 @@ func (d *doctor) checkDeviceNodes() {
 		}
 		d.add("device nodes", status, fmt.Sprintf("%s (%s) under dev root %q: %s", p, what, root, why), fix)
 	}
-	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
-	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
-	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false)
+	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", statusFail)
+	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", statusWarn)
+	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", statusWarn)
 	var gpus []discover.GPU
 	if d.driver != nil {
 		gpus = d.driver.GPUs
@@ -227,7 +223,7 @@ func (d *doctor) checkDeviceNodes() {
 		n, found := nodes.Nodes[p]
 		switch {
 		case !found:
-			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
+			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), statusFail)
 		case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
 			d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
 				fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
