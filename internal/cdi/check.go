@@ -11,27 +11,21 @@ import (
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
-// SpecCheck is what CheckSpecs found for one kind.
-type SpecCheck struct {
-	// Files are the spec files of the kind, in the order the CDI library reads them.
-	Files []string
-	// Problems say, one each, why a spec no longer describes the host; none when current.
-	Problems []string
-}
-
 // CheckSpecs checks the specs of kind (vendor/class) in the resolver's directories against
-// host, whoever wrote them (gpu-ctk, nvidia-ctk, a device plugin): every host path they name
+// the host's GPUs, whoever wrote them (gpu-ctk, nvidia-ctk, a device plugin): every host path they name
 // still exists (a driver upgrade renames the libraries), each device of the host is named by
 // its index or UUID, and no name but "all" is for a device the host no longer has (a MIG
-// reconfiguration replaces MIG devices and their UUIDs).
-func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
-	var out SpecCheck
+// reconfiguration replaces MIG devices and their UUIDs). It returns the kind's spec files, in
+// the order the CDI library reads them, and the problems, one each, of those that no longer
+// describe the host.
+func (r *Resolver) CheckSpecs(kind string, gpus []discover.GPU) (files, problems []string) {
 	vendor, class, _ := strings.Cut(kind, "/")
-	devices := plan.Devices(host.Driver.GPUs)
-	known := map[string]bool{"all": true}
+	devices := plan.Devices(gpus)
+	known := map[string]bool{AllDevice: true}
 	for _, d := range devices {
 		known[d.Index], known[d.UUID] = true, true
 	}
@@ -40,7 +34,7 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 			continue
 		}
 		path := r.paths[s]
-		out.Files = append(out.Files, path)
+		files = append(files, path)
 		named := map[string]bool{}
 		missing := map[string]bool{}
 		checkPath := func(p string) {
@@ -66,17 +60,17 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 			named[d.Name] = true
 			checkEdits(d.ContainerEdits)
 			if !known[d.Name] {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s: device %s: this host has no such device now (a MIG reconfiguration, a GPU removed, or a GPU put in MIG mode)", path, d.Name))
+				problems = append(problems, fmt.Sprintf("%s: device %s: this host has no such device now (a MIG reconfiguration, a GPU removed, or a GPU put in MIG mode)", path, d.Name))
 			}
 		}
 		for _, d := range devices {
 			if !named[d.Index] && !named[d.UUID] {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s: no device for %s", path, d))
+				problems = append(problems, fmt.Sprintf("%s: no device for %s", path, d))
 			}
 		}
 		if len(missing) > 0 {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(slices.Sorted(maps.Keys(missing)), 3)))
+			problems = append(problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(slices.Sorted(maps.Keys(missing)), 3)))
 		}
 	}
-	return out
+	return files, problems
 }

@@ -250,9 +250,9 @@ func TestPrecedence(t *testing.T) {
 	if len(e.Env) != 1 || e.Env[0] != "FROM=5" {
 		t.Errorf("edits: %+v", e)
 	}
-	check := r.CheckSpecs("example.com/x", testHost())
-	if want := []string{filepath.Join(low, "a.yaml"), filepath.Join(low, "b.json"), filepath.Join(high, "c.yaml")}; !slices.Equal(check.Files, want) {
-		t.Errorf("CheckSpecs files = %q, want %q", check.Files, want)
+	checked, _ := r.CheckSpecs("example.com/x", testHost().Driver.GPUs)
+	if want := []string{filepath.Join(low, "a.yaml"), filepath.Join(low, "b.json"), filepath.Join(high, "c.yaml")}; !slices.Equal(checked, want) {
+		t.Errorf("CheckSpecs files = %q, want %q", checked, want)
 	}
 }
 

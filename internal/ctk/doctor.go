@@ -507,18 +507,17 @@ func (d *doctor) checkCDI() {
 	}
 	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
 	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
-	caps, _ := discover.ReadMIGCaps(d.cfg.Driver.ProcRoot, d.driver.GPUs)
-	res := r.CheckSpecs(cdi.DefaultKind, plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps})
+	files, problems := r.CheckSpecs(cdi.DefaultKind, d.driver.GPUs)
 	switch {
-	case len(res.Files) == 0:
+	case len(files) == 0:
 		detail := "no spec of kind " + cdi.DefaultKind + " in " + strings.Join(d.cfg.CDI.SpecDirs, ", ") + ": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none)"
 		if p := r.Problems(); len(p) > 0 {
 			detail += "; specs not loaded: " + strings.Join(p, "; ")
 		}
 		d.add("CDI", statusWarn, detail, generate)
-	case len(res.Problems) > 0:
-		d.add("CDI", statusFail, strings.Join(res.Problems, "; "), "regenerate it: "+generate)
+	case len(problems) > 0:
+		d.add("CDI", statusFail, strings.Join(problems, "; "), "regenerate it: "+generate)
 	default:
-		d.add("CDI", statusOK, strings.Join(res.Files, ", ")+" describes this host", "")
+		d.add("CDI", statusOK, strings.Join(files, ", ")+" describes this host", "")
 	}
 }

@@ -50,16 +50,14 @@ NVIDIA_VISIBLE_DEVICES=all leaves it out with a warning (health.all = "skip") or
   clear          remove a device's record (or every record): it is given to containers again
 `
 
+// healthCommands are the subcommands of gpu-ctk health; without one it shows every device.
+var healthCommands = map[string]func(args []string, stdout, stderr io.Writer) error{
+	"watch": runHealthWatch, "mark": runHealthMark, "clear": runHealthClear,
+}
+
 func runHealth(args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "watch":
-			return runHealthWatch(args[1:], stdout, stderr)
-		case "mark":
-			return runHealthMark(args[1:], stdout, stderr)
-		case "clear":
-			return runHealthClear(args[1:], stdout, stderr)
-		}
+	if len(args) > 0 && healthCommands[args[0]] != nil {
+		return healthCommands[args[0]](args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gpu-ctk health", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
