@@ -346,17 +346,8 @@ func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.
 			return edits.Edits{}, fmt.Errorf("%w: %s: network devices or Intel RDT; use an engine with CDI of its own for this spec", ErrUnsupportedEdit, why)
 		}
 		for _, n := range l.Devices {
-			node := edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Why: why, Access: access(l, n)}
-			if n.FileMode != nil {
-				node.FileMode = *n.FileMode
-			}
-			if n.UID != nil {
-				node.UID = *n.UID
-			}
-			if n.GID != nil {
-				node.GID = *n.GID
-			}
-			e.DeviceNodes = append(e.DeviceNodes, node)
+			e.DeviceNodes = append(e.DeviceNodes, edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor,
+				FileMode: value(n.FileMode), UID: value(n.UID), GID: value(n.GID), Why: why, Access: access(l, n)})
 		}
 	}
 	for _, m := range s.Mounts {
@@ -374,12 +365,9 @@ func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.
 			{oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
 			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
 			for _, h := range stage.hooks {
-				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Why: why}
+				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Timeout: value(h.Timeout), Why: why}
 				if len(hook.Env) == 0 {
 					hook.Env = plan.HookEnv
-				}
-				if h.Timeout != nil {
-					hook.Timeout = *h.Timeout
 				}
 				e.Hooks = append(e.Hooks, hook)
 			}
@@ -399,4 +387,13 @@ func access(l *specs.Linux, n specs.LinuxDevice) string {
 		}
 	}
 	return ""
+}
+
+// value is *p, or the zero value when p is nil (a field the spec leaves out).
+func value[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
 }
