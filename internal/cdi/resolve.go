@@ -188,7 +188,7 @@ func (r *Resolver) Problems() []string {
 	return r.problems
 }
 
-// Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
+// Resolve implements create.CDI: names, then those the cdi.k8s.io/ annotations name, each
 // once; every one must be of an allowed kind and resolve before anything is applied. A name
 // of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
 func (r *Resolver) Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error) {
