@@ -55,6 +55,7 @@ package requirements
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -96,6 +97,9 @@ const (
 	OpGreater      Op = ">"
 	OpGreaterEqual Op = ">="
 )
+
+// operators lists the operators, opChars their characters.
+var operators = []Op{OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual}
 
 const opChars = "<>=!"
 
@@ -142,13 +146,7 @@ type Factor struct {
 
 // Known reports whether f's key is one this package evaluates; factors with other keys are
 // satisfied.
-func (f Factor) Known() bool {
-	switch f.Key {
-	case KeyCUDA, KeyDriver, KeyArch, KeyBrand:
-		return true
-	}
-	return false
-}
+func (f Factor) Known() bool { return slices.Contains(knownKeys, f.Key) }
 
 // Parse parses a requirement expression. An error wraps ErrMalformed and names the expression
 // and the offending term or factor.
@@ -207,14 +205,9 @@ func parseFactor(raw string) (Factor, error) {
 	if start == 0 {
 		return Factor{}, errors.New("missing key before the operator")
 	}
-	end := start
-	for end < len(raw) && strings.IndexByte(opChars, raw[end]) >= 0 {
-		end++
-	}
-	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start:end]), Value: raw[end:]}
-	switch f.Op {
-	case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
-	default:
+	value := strings.TrimLeft(raw[start:], opChars)
+	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start : len(raw)-len(value)]), Value: value}
+	if !slices.Contains(operators, f.Op) {
 		return Factor{}, fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 	}
 	if f.Value == "" {
@@ -233,12 +226,10 @@ func parseFactor(raw string) (Factor, error) {
 func (f Factor) check() error {
 	switch f.Key {
 	case KeyCUDA, KeyDriver, KeyArch:
-		switch f.Op {
-		case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
-		default:
+		if !slices.Contains(operators, f.Op) {
 			return fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 		}
-		_, err := parseVersion(f.Value)
+		_, err := ParseVersion(f.Value)
 		return err
 	case KeyBrand:
 		if f.Op != OpEqual && f.Op != OpNotEqual {
@@ -339,15 +330,15 @@ func (f Factor) eval(h Host) (bool, error) {
 
 // compare compares the host value have against f's version; what names have in errors.
 func (f Factor) compare(have, what string) (bool, error) {
-	hv, err := parseVersion(have)
+	hv, err := ParseVersion(have)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	want, err := parseVersion(f.Value)
+	want, err := ParseVersion(f.Value)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	c := compareParsed(hv, want)
+	c := hv.Compare(want)
 	switch f.Op {
 	case OpEqual:
 		return c == 0, nil
@@ -417,10 +408,8 @@ func unknownKeysWarning(r Requirement, unknown []Factor) string {
 		return ""
 	}
 	var keys []string
-	seen := map[string]bool{}
 	for _, f := range unknown {
-		if !seen[f.Key] {
-			seen[f.Key] = true
+		if !slices.Contains(keys, f.Key) {
 			keys = append(keys, f.Key)
 		}
 	}
