@@ -252,11 +252,7 @@ func (p *Plan) checkRequirements(req request.Request, host Host) error {
 	if !req.ChecksRequirements() {
 		return nil
 	}
-	list := make([]requirements.Requirement, len(req.Requirements))
-	for i, r := range req.Requirements {
-		list[i] = requirements.Requirement(r)
-	}
-	warnings, err := requirements.Check(list, RequirementHost(host.Driver, p.Devices))
+	warnings, err := requirements.Check(req.Requirements, RequirementHost(host.Driver, p.Devices))
 	p.Warnings = append(p.Warnings, warnings...)
 	return err
 }

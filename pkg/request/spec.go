@@ -3,8 +3,11 @@ package request
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -49,7 +52,7 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
 		// A tenant can write pod annotations: on a multi-tenant host they grant nothing.
 		return req, append(warnings, fmt.Sprintf("CDI annotations %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-			quote.List(sortedKeys(annotations)))), nil
+			quote.List(slices.Sorted(maps.Keys(annotations))))), nil
 	}
 	req.CDIAnnotations = annotations
 	if req.Mode == NoGPU { // asked for by annotations alone: its requirements still apply
@@ -74,15 +77,6 @@ func cdiAnnotations(all map[string]string) map[string]string {
 		}
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // fromSpec is FromSpec for the environment and volume-mount channels.
@@ -251,14 +245,8 @@ func escapesMarkerText(rawSpec []byte) bool {
 			return true
 		case 'u':
 			if i+5 < len(rawSpec) {
-				var r rune
-				ok := true
-				for _, c := range rawSpec[i+2 : i+6] {
-					v, isHex := hexValue(c)
-					ok = ok && isHex
-					r = r<<4 | rune(v)
-				}
-				if ok && markerChar(r) {
+				r, err := strconv.ParseUint(string(rawSpec[i+2:i+6]), 16, 16)
+				if err == nil && markerChar(rune(r)) {
 					return true
 				}
 			}
@@ -273,18 +261,6 @@ func escapesMarkerText(rawSpec []byte) bool {
 	return false
 }
 
-func hexValue(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // markerChar: a character of the markers' alphabet.
 func markerChar(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == '/'
@@ -292,15 +268,7 @@ func markerChar(r rune) bool {
 
 // Privileged reports whether the container has CAP_SYS_ADMIN in its bounding set.
 func Privileged(spec *specs.Spec) bool {
-	if spec.Process == nil || spec.Process.Capabilities == nil {
-		return false
-	}
-	for _, c := range spec.Process.Capabilities.Bounding {
-		if c == "CAP_SYS_ADMIN" {
-			return true
-		}
-	}
-	return false
+	return spec.Process != nil && spec.Process.Capabilities != nil && slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 }
 
 // VolumeMountDevices returns the devices named by /dev/null mounts under
