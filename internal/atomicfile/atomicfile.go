@@ -127,29 +127,7 @@ func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 
 // resolve follows a symlink at path to the file it names (which need not exist yet).
 func resolve(path string) (string, error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
-		return path, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("stat %s: %w", path, err)
-	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
-	if err != nil {
-		return "", fmt.Errorf("resolve %s: %w", path, err)
-	}
-	for range 40 { // as the kernel's limit on links in a path
-		link, err := os.Readlink(path)
-		if err != nil {
-			return "", fmt.Errorf("resolve %s: %w", path, err)
-		}
-		if !filepath.IsAbs(link) {
-			link = filepath.Join(dir, link)
-		}
-		if dir, err = filepath.EvalSymlinks(filepath.Dir(link)); err != nil {
-			return "", fmt.Errorf("resolve %s: %w", path, err)
-		}
-		path = filepath.Join(dir, filepath.Base(link))
+	for links := 0; ; links++ {
 		fi, err := os.Lstat(path)
 		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
 			return path, nil
@@ -157,8 +135,26 @@ func resolve(path string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("stat %s: %w", path, err)
 		}
+		if links == 40 { // as the kernel's limit on links in a path
+			return "", fmt.Errorf("resolve %s: too many levels of symbolic links", path)
+		}
+		link, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		if !filepath.IsAbs(link) {
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", fmt.Errorf("resolve %s: %w", path, err)
+			}
+			link = filepath.Join(dir, link)
+		}
+		dir, err := filepath.EvalSymlinks(filepath.Dir(link))
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		path = filepath.Join(dir, filepath.Base(link))
 	}
-	return "", fmt.Errorf("resolve %s: too many levels of symbolic links", path)
 }
 
 // RemoveStale removes, from dir, temporary files of Write's naming for the file name base
