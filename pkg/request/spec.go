@@ -87,11 +87,7 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	}
 	env := ParseEnv(list)
 	if p.AcceptVolumeMounts {
-		ids, err := VolumeMountDevices(spec.Mounts)
-		if err != nil {
-			return Request{}, nil, err
-		}
-		share, err := VolumeMountShare(spec.Mounts)
+		ids, share, err := volumeMounts(spec.Mounts)
 		if err != nil {
 			return Request{}, nil, err
 		}
@@ -149,27 +145,6 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 // MPSMountDir is where a device plugin names an MPS share: a /dev/null mount at
 // <MPSMountDir>/<share>.
 const MPSMountDir = DeviceListMountDir + "/mps"
-
-// VolumeMountShare returns the MPS share a /dev/null mount at MPSMountDir/<share> names, ""
-// for none; two are an error.
-func VolumeMountShare(mounts []specs.Mount) (string, error) {
-	share := ""
-	for _, m := range mounts {
-		dest := path.Clean(m.Destination)
-		name, ok := strings.CutPrefix(dest, MPSMountDir+"/")
-		if m.Source != "/dev/null" || !ok {
-			continue
-		}
-		if strings.Contains(name, "/") || name == "" {
-			return "", fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, quote.Value(dest))
-		}
-		if share != "" && share != name {
-			return "", fmt.Errorf("%w: volume mounts name two MPS shares, %s and %s: a container joins one", ErrInvalid, quote.Value(share), quote.Value(name))
-		}
-		share = name
-	}
-	return share, nil
-}
 
 // migAccessAllowed refuses MIG config or monitor access to a container without CAP_SYS_ADMIN
 // in its bounding set: only MIG managers need it, and they run privileged.
@@ -271,32 +246,45 @@ func Privileged(spec *specs.Spec) bool {
 	return spec.Process != nil && spec.Process.Capabilities != nil && slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 }
 
-// VolumeMountDevices returns the devices named by /dev/null mounts under
-// DeviceListMountDir, sorted: indices, UUIDs, MIG names, and CDI devices as
-// cdi/<vendor>/<class>=<dev>, which come back as their qualified name.
-func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
-	var ids []string
+// volumeMounts returns what /dev/null mounts under DeviceListMountDir name: the devices,
+// sorted (indices, UUIDs, MIG names, and CDI devices as cdi/<vendor>/<class>=<dev>, which come
+// back as their qualified name), and the MPS share of a mount at MPSMountDir/<share> ("" for
+// none; two are an error). A malformed device mount is reported before a malformed share's.
+func volumeMounts(mounts []specs.Mount) (ids []string, share string, err error) {
+	var shareErr error
 	for _, m := range mounts {
 		dest := path.Clean(m.Destination)
-		if m.Source != "/dev/null" || !strings.HasPrefix(dest, DeviceListMountDir+"/") {
+		id, ok := strings.CutPrefix(dest, DeviceListMountDir+"/")
+		if m.Source != "/dev/null" || !ok {
 			continue
 		}
-		id := strings.TrimPrefix(dest, DeviceListMountDir+"/")
-		if strings.HasPrefix(id, "mps/") {
-			continue // an MPS share: VolumeMountShare
+		if name, ok := strings.CutPrefix(dest, MPSMountDir+"/"); ok {
+			switch {
+			case shareErr != nil:
+			case strings.Contains(name, "/") || name == "":
+				shareErr = fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, quote.Value(dest))
+			case share != "" && share != name:
+				shareErr = fmt.Errorf("%w: volume mounts name two MPS shares, %s and %s: a container joins one", ErrInvalid, quote.Value(share), quote.Value(name))
+			default:
+				share = name
+			}
+			continue
 		}
 		if name, ok := strings.CutPrefix(id, "cdi/"); ok {
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
-				return nil, fmt.Errorf("%w: volume mount %s: %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(dest), quote.Value(name), quote.Error(err))
+				return nil, "", fmt.Errorf("%w: volume mount %s: %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(dest), quote.Value(name), quote.Error(err))
 			}
 			ids = append(ids, name)
 			continue
 		}
 		if strings.Contains(id, "/") || strings.Contains(id, ",") {
-			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, quote.Value(dest))
+			return nil, "", fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, quote.Value(dest))
 		}
 		ids = append(ids, id)
 	}
+	if shareErr != nil {
+		return nil, "", shareErr
+	}
 	sort.Strings(ids)
-	return ids, nil
+	return ids, share, nil
 }
