@@ -38,7 +38,12 @@ type Policy struct {
 // FromSpec reads a container's request from its spec under a policy. Warnings say which
 // request was ignored and why.
 func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
-	req, warnings, err := fromSpec(spec, p)
+	var list []string
+	if spec.Process != nil {
+		list = spec.Process.Env
+	}
+	env, trusted := ParseEnv(list), p.AcceptEnvWhenUnprivileged || Privileged(spec)
+	req, warnings, err := fromSpec(spec, p, env, trusted)
 	if err != nil {
 		return req, warnings, err
 	}
@@ -49,18 +54,13 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	if len(annotations) == 0 {
 		return req, warnings, nil
 	}
-	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+	if !trusted {
 		// A tenant can write pod annotations: on a multi-tenant host they grant nothing.
-		return req, append(warnings, fmt.Sprintf("CDI annotations %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-			quote.List(slices.Sorted(maps.Keys(annotations))))), nil
+		return req, append(warnings, "CDI annotations "+quote.List(slices.Sorted(maps.Keys(annotations)))+" ignored: "+untrusted), nil
 	}
 	req.CDIAnnotations = annotations
 	if req.Mode == NoGPU { // asked for by annotations alone: its requirements still apply
-		var list []string
-		if spec.Process != nil {
-			list = spec.Process.Env
-		}
-		req.Requirements, req.DisableRequire = envRequirements(ParseEnv(list))
+		req.Requirements, req.DisableRequire = envRequirements(env)
 	}
 	return req, warnings, nil
 }
@@ -79,13 +79,12 @@ func cdiAnnotations(all map[string]string) map[string]string {
 	return out
 }
 
-// fromSpec is FromSpec for the environment and volume-mount channels.
-func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
-	var list []string
-	if spec.Process != nil {
-		list = spec.Process.Env
-	}
-	env := ParseEnv(list)
+// untrusted says why a request of an unprivileged container was ignored.
+const untrusted = "the container is unprivileged and request.accept-envvar-when-unprivileged is false"
+
+// fromSpec is FromSpec for the environment (env) and volume-mount channels; trusted says the
+// container's own request is honoured.
+func fromSpec(spec *specs.Spec, p Policy, env Env, trusted bool) (Request, []string, error) {
 	if p.AcceptVolumeMounts {
 		ids, share, err := volumeMounts(spec.Mounts)
 		if err != nil {
@@ -93,7 +92,7 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 		if len(ids) > 0 || share != "" {
 			var warnings []string
-			if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+			if !trusted {
 				// The devices come from the orchestrator; the container's own env may not
 				// add IMEX channels or MIG access, so it is not even parsed.
 				env, warnings = withoutEnvAccess(env)
@@ -111,16 +110,12 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 	}
 	visible, set := env[EnvVisibleDevices]
-	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
-		if share, ok := env[EnvMPSShare]; ok && share != "" {
-			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
-				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
-				quote.Var(EnvMPSShare, share))}, nil
+	if !trusted {
+		if share := env[EnvMPSShare]; share != "" {
+			return Request{Mode: NoGPU}, []string{quote.Var(EnvMPSShare, share) + " ignored: " + untrusted + "; no GPU injected"}, nil
 		}
 		if req, err := build(env, visible, set); err != nil || req.IsGPU() {
-			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
-				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
-				quote.Var(EnvVisibleDevices, visible))}, nil
+			return Request{Mode: NoGPU}, []string{quote.Var(EnvVisibleDevices, visible) + " ignored: " + untrusted + "; no GPU injected"}, nil
 		}
 		return Request{Mode: NoGPU}, nil, nil
 	}
@@ -183,8 +178,7 @@ func withoutEnvAccess(env Env) (Env, []string) {
 	if !asked {
 		return out, nil
 	}
-	return out, []string{fmt.Sprintf("%s, %s and %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-		EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor)}
+	return out, []string{EnvIMEXChannels + ", " + EnvMIGConfig + " and " + EnvMIGMonitor + " ignored: " + untrusted}
 }
 
 // CDIAnnotationPrefix starts the annotation keys that name CDI devices (their values are
