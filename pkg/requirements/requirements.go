@@ -238,27 +238,25 @@ func (f Factor) check() error {
 
 // UnknownKeys returns the factors of e whose key this package does not evaluate, in order.
 func (e Expression) UnknownKeys() []Factor {
+	return e.factors(func(f Factor) bool { return !f.Known() })
+}
+
+// involvesGPUs reports whether e has an arch or brand factor.
+func (e Expression) involvesGPUs() bool {
+	return len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0
+}
+
+// factors returns the factors of e that keep accepts, in order.
+func (e Expression) factors(keep func(Factor) bool) []Factor {
 	var out []Factor
 	for _, t := range e.Terms {
 		for _, f := range t.Factors {
-			if !f.Known() {
+			if keep(f) {
 				out = append(out, f)
 			}
 		}
 	}
 	return out
-}
-
-// involvesGPUs reports whether e has an arch or brand factor.
-func (e Expression) involvesGPUs() bool {
-	for _, t := range e.Terms {
-		for _, f := range t.Factors {
-			if f.Key == KeyArch || f.Key == KeyBrand {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Eval reports whether h satisfies e: some term has every factor satisfied. An expression
@@ -347,9 +345,14 @@ func (f Factor) compare(have, what string) (bool, error) {
 // returned with or without an error, name the factors with unknown keys of every requirement
 // parsed.
 func Check(reqs []Requirement, h Host) (warnings []string, err error) {
-	exprs, warnings, err := parseAll(reqs)
-	if err != nil {
-		return warnings, err
+	exprs := make([]Expression, len(reqs))
+	for i, r := range reqs {
+		if exprs[i], err = parse(r.Expression); err != nil {
+			return warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
+		}
+		if w := unknownKeysWarning(r, exprs[i].UnknownKeys()); w != "" {
+			warnings = append(warnings, w)
+		}
 	}
 	for i, e := range exprs {
 		ok, err := e.Eval(h)
@@ -361,22 +364,6 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 		}
 	}
 	return warnings, nil
-}
-
-func parseAll(reqs []Requirement) ([]Expression, []string, error) {
-	var warnings []string
-	exprs := make([]Expression, len(reqs))
-	for i, r := range reqs {
-		e, err := parse(r.Expression)
-		if err != nil {
-			return nil, warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
-		}
-		if w := unknownKeysWarning(r, e.UnknownKeys()); w != "" {
-			warnings = append(warnings, w)
-		}
-		exprs[i] = e
-	}
-	return exprs, warnings, nil
 }
 
 // unknownKeysWarning is the one warning for a requirement's factors with unknown keys (""
