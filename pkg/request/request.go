@@ -7,6 +7,7 @@ package request
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -232,14 +233,10 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	if len(tokens) == 0 {
 		return NoGPU, nil, nil
 	}
-	for _, tok := range tokens {
-		switch tok {
-		case "all", "none", "void":
-			if len(tokens) > 1 {
-				return NoGPU, nil, fmt.Errorf("%w: %s: %q cannot be combined with other devices (all, none and void each stand alone)",
-					ErrInvalid, quote.Var(EnvVisibleDevices, value), tok)
-			}
-		}
+	alone := func(tok string) bool { return tok == "all" || tok == "none" || tok == "void" }
+	if i := slices.IndexFunc(tokens, alone); i >= 0 && len(tokens) > 1 {
+		return NoGPU, nil, fmt.Errorf("%w: %s: %q cannot be combined with other devices (all, none and void each stand alone)",
+			ErrInvalid, quote.Var(EnvVisibleDevices, value), tokens[i])
 	}
 	switch tokens[0] {
 	case "void":
