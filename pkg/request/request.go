@@ -266,7 +266,8 @@ func envRequirements(env Env) ([]requirements.Requirement, bool) {
 			reqs = append(reqs, r)
 		}
 	}
-	return reqs, parseBool(env[EnvDisableRequire])
+	disabled, _ := strconv.ParseBool(env[EnvDisableRequire]) // anything but a true value: false
+	return reqs, disabled
 }
 
 // requireVars returns the NVIDIA_REQUIRE_* variables that Request.Requirements holds.
@@ -292,12 +293,4 @@ func legacyRequirement(version string) (requirements.Requirement, bool) {
 		return requirements.Requirement{}, false
 	}
 	return requirements.Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]}, true
-}
-
-func parseBool(v string) bool {
-	switch v {
-	case "1", "t", "T", "true", "TRUE", "True":
-		return true
-	}
-	return false
 }
