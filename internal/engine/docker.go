@@ -111,7 +111,7 @@ func dockerEdit(current []byte, top *jsonobject.Object, changed bool, notes []st
 	return edit{content: b.Bytes(), changed: true, notes: notes}, nil
 }
 
-// loadDocker parses daemon.json down to runtime name's entry: runtimes empty, entry nil when absent.
+// loadDocker parses daemon.json down to runtime name's entry (runtimes empty, entry nil: absent).
 func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.Object, err error) {
 	if top, err = parseJSONObject(current); err != nil {
 		return nil, nil, nil, err

@@ -21,9 +21,9 @@
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
 //   - Only regular files of at most 1 MiB are read, checked on an O_PATH handle before being
-//     opened without blocking. A config path that is a symbolic link to a regular file is
-//     edited where it points and the link stays; any other link is refused (no file is created
-//     where a link points). A containerd import that is not a regular file is skipped with a warning.
+//     opened without blocking; a containerd import that is not one is skipped with a warning.
+//     A config path that is a symbolic link to a regular file is edited where it points and the
+//     link stays; any other link is refused (no file is created where a link points).
 package engine
 
 import (
