@@ -163,13 +163,12 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 
 // ParseEngine returns the Engine named s ("cri-o" is accepted for crio).
 func ParseEngine(s string) (Engine, error) {
-	switch strings.ToLower(s) {
-	case "docker":
-		return Docker, nil
-	case "containerd":
-		return Containerd, nil
-	case "crio", "cri-o":
-		return CRIO, nil
+	e := Engine(strings.ToLower(s))
+	if e == "cri-o" {
+		e = CRIO
 	}
-	return "", fmt.Errorf("%w %q: use docker, containerd or crio", ErrUnknownEngine, s)
+	if _, ok := defaultConfig[e]; !ok {
+		return "", fmt.Errorf("%w %q: use docker, containerd or crio", ErrUnknownEngine, s)
+	}
+	return e, nil
 }

@@ -233,10 +233,8 @@ type configFile struct {
 	mode    fs.FileMode
 }
 
-// readConfig reads the configuration file at path with readRegular. A symbolic link there is
-// followed, and Apply replaces the file it resolves to, so that the link stays; a link to
-// nothing (rather than a file created wherever it points) or to anything but a regular file is
-// refused.
+// readConfig reads the file at path with readRegular, following a link there (Apply replaces
+// its target, so that the link stays); a link to nothing or to a non-regular file is refused.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
 	link := ""

@@ -90,9 +90,8 @@ func (x ExcludedGPU) Reason() string {
 // The driver's per-GPU /proc directory, relative to the proc root.
 const ProcGPUs = "proc/driver/nvidia/gpus"
 
-// ProcBusID is the name of a GPU's directory under /proc/driver/nvidia/gpus for NVML's bus
-// id ("00000000:0F:00.0" → "0000:0f:00.0", the kernel module's "%04x:%02x:%02x.%x"); false
-// when busID is not of that form.
+// ProcBusID is the name of a GPU's directory under ProcGPUs for NVML's bus id, false when it
+// does not parse: "00000000:0F:00.0" → "0000:0f:00.0", the kernel's "%04x:%02x:%02x.%x".
 func ProcBusID(busID string) (string, bool) {
 	domain, rest, ok1 := strings.Cut(busID, ":")
 	bus, rest, ok2 := strings.Cut(rest, ":")

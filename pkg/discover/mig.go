@@ -122,9 +122,8 @@ func charMajor(file, name string) (int, error) {
 	return 0, nil
 }
 
-// readMIGMinors reads mig-minors: "config 1", "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13",
-// keyed by the capability's path under ProcCapabilities ("mig/config",
-// "gpu0/mig/gi1/access"). A missing file is an empty map.
+// readMIGMinors reads mig-minors ("config 1", "gpu0/gi1/access 12"), keyed by the path under
+// ProcCapabilities ("mig/config", "gpu0/mig/gi1/access"); a missing file is an empty map.
 func readMIGMinors(file string) (map[string]int, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
