@@ -542,9 +542,3 @@ func (w *cacheWriter) makeLinks(entries []ldEntry) error {
 	}
 	return nil
 }
-
-// isRegular says whether the handle h is on a regular file.
-func isRegular(h *os.File) bool {
-	var st unix.Stat_t
-	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
-}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
@@ -156,9 +157,9 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 	// unreadable one sends the update to ldconfig, in the hook): reading the configuration
 	// costs ~0.2 ms on a distribution image, on every create.
 	if h, err := r.Lookup(ldcache.DefaultPath); err == nil {
-		regular := isRegular(h)
+		fi, err := h.Stat()
 		_ = h.Close()
-		if regular {
+		if err == nil && fi.Mode().IsRegular() {
 			return paths, nil
 		}
 	}
@@ -192,7 +193,6 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 	if _, err := w.root.MkdirAll("/etc", 0o755); err != nil { // kept open: the cache is written there
 		return p, err
 	}
-	seen := map[string]bool{}
 	w.sources = map[string]string{}
 	for _, l := range opts.Libraries {
 		if !path.IsAbs(l.Path) {
@@ -206,8 +206,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 				return p, err
 			}
 		}
-		if d := path.Dir(lib); !seen[d] {
-			seen[d] = true
+		if d := path.Dir(lib); !slices.Contains(p.Dirs, d) {
 			p.Dirs = append(p.Dirs, d)
 		}
 		if err := w.devLink(lib); err != nil {
