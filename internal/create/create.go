@@ -7,6 +7,7 @@
 package create
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -247,8 +248,8 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	if in.Render, err = render(opts); err != nil {
 		return in, err
 	}
-	if err := in.checkVolumeTargets(); err != nil {
-		return in, err
+	if root, err := in.rootPath(); err == nil { // without one root, the loader-cache step says why
+		return in, checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)
 	}
 	return in, nil
 }
@@ -279,25 +280,11 @@ func (in Injection) rootPath() (string, error) {
 	return root.Path, nil
 }
 
-// checkVolumeTargets refuses the injection where the image's links lead one of its mounts
-// into a volume of the container (checkVolumeTargets). A spec without one root path is not
-// checked.
-func (in Injection) checkVolumeTargets() error {
-	root, err := in.rootPath()
-	if err != nil {
-		return nil // no one root to resolve in: the loader-cache step says why
-	}
-	return checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)
-}
-
 // Edits are the edits the spec gets: the plan's, its intents rendered as hooks where they
 // must run in the low-level runtime's lifecycle, and the annotation that says so.
 func (in Injection) Edits() edits.Edits {
 	e := in.Plan.Rendered(in.Render)
-	devices := "none"
-	if len(in.Plan.Devices) > 0 {
-		devices = strings.Join(deviceIDs(in.Plan.Devices), ",")
-	}
+	devices := cmp.Or(strings.Join(deviceIDs(in.Plan.Devices), ","), "none")
 	e.Add(edits.Edits{Annotations: map[string]string{InjectedAnnotation: devices}})
 	return e
 }
@@ -313,31 +300,15 @@ func (in Injection) Apply() error {
 
 // hasDevice reports whether the spec has a device node at path.
 func hasDevice(s *specs.Spec, path string) bool {
-	if s.Linux == nil {
-		return false
-	}
-	for _, d := range s.Linux.Devices {
-		if filepath.Clean(d.Path) == path {
-			return true
-		}
-	}
-	return false
+	return s.Linux != nil && slices.ContainsFunc(s.Linux.Devices, func(d specs.LinuxDevice) bool { return filepath.Clean(d.Path) == path })
 }
 
 // hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.
 func hasGPUNode(paths []string) bool {
-	for _, p := range paths {
-		if n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			return true
-		}
-	}
-	return false
-}
-
-// hasDockerHook reports whether the spec carries docker's --gpus hook (a walk of the decoded
-// hooks: nanoseconds).
-func hasDockerHook(sf *oci.SpecFile) bool {
-	return oci.HasHookNamed(sf.Spec, request.DockerHookName)
+	return slices.ContainsFunc(paths, func(p string) bool {
+		n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia")
+		return ok && n != "" && strings.Trim(n, "0123456789") == ""
+	})
 }
 
 // discoverHost builds the host as a create sees it (internal/gpuhost): the discovery cache, NVML
@@ -484,7 +455,7 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	if in.Request, warnings, err = request.FromSpec(in.File.Spec, policy); err != nil {
 		return in, warnings, err
 	}
-	in.Request.DockerGPUs = hasDockerHook(in.File)
+	in.Request.DockerGPUs = oci.HasHookNamed(in.File.Spec, request.DockerHookName)
 	if !in.Request.IsGPU() && !in.Request.DockerGPUs {
 		in.Unchanged = UnchangedNoGPU
 	}

@@ -3,7 +3,6 @@ package create
 import (
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -74,16 +73,6 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	if err != nil {
 		return false, err.Error()
 	}
-	ours := map[string]bool{} // the plan's mounts: not what the hook would see besides
-	for _, m := range in.Plan.Edits.Mounts {
-		ours[path.Clean(m.ContainerPath)] = true
-	}
-	var foreign []specs.Mount
-	for _, m := range spec.Mounts {
-		if !ours[path.Clean(m.Destination)] {
-			foreign = append(foreign, m)
-		}
-	}
 	r, err := confined.Open(root, confined.DefaultLimits(createDeadline))
 	if err != nil {
 		return false, err.Error()
@@ -104,7 +93,8 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	if err != nil {
 		return false, err.Error()
 	}
-	if why := shadowsLoader(root, foreign, loader); why != "" {
+	// The plan's mounts are not what the hook would see besides.
+	if why := shadowsLoader(root, foreign(spec.Mounts, in.Plan.Edits.Mounts), loader); why != "" {
 		return false, why
 	}
 	res, err := ldupdate.Update(r, uo)

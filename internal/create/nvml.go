@@ -28,9 +28,6 @@ func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.
 	return func(ctx context.Context, root string) (discover.Driver, error) {
 		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
 		cmd.Env = plan.HookEnv
-		// On the deadline, kill the whole process group and stop waiting for its pipes.
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 500 * time.Millisecond
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := runDyingWithUs(cmd); err != nil {
@@ -72,10 +69,7 @@ func HandOffToCTK(executable string, args []string, timeout time.Duration) func(
 		defer cancel()
 		cmd := exec.CommandContext(ctx, ctkPath, append([]string{"cdi", "inject", "--"}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		// On the deadline, kill the whole process group, as NVMLQuery does; its NVML query,
-		// in a group of its own, dies with it (runDyingWithUs).
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 500 * time.Millisecond
+		// Its NVML query, in a group of its own, dies with it (runDyingWithUs).
 		err = runDyingWithUs(cmd)
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("%w: %s cdi inject, which resolves the container's CDI devices, did not finish within %s (setting cdi.timeout) and was killed: "+
@@ -93,13 +87,15 @@ func HandOffToCTK(executable string, args []string, timeout time.Duration) func(
 	}
 }
 
-// runDyingWithUs runs cmd in a process group of its own (its Cancel kills the group) that
-// is also killed when this process dies: a gpu-ctk killed at cdi.timeout, or a gpu-runtime
-// killed by its engine, must not leave its child hanging on NVML. The death signal follows
-// the thread that started the child (PR_SET_PDEATHSIG), so that thread stays ours until it
-// is done, as in gpu-hook's ldconfig sandbox.
+// runDyingWithUs runs cmd in a process group of its own, killed whole at the context's
+// deadline (no longer waiting for its pipes) and when this process dies: a gpu-ctk killed at
+// cdi.timeout, or a gpu-runtime killed by its engine, must not leave its child hanging on
+// NVML. The death signal follows the thread that started the child (PR_SET_PDEATHSIG), so
+// that thread stays ours until it is done, as in gpu-hook's ldconfig sandbox.
 func runDyingWithUs(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 500 * time.Millisecond
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	return cmd.Run()
