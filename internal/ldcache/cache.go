@@ -471,8 +471,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	for i, e := range c.Entries {
 		p := b[newHeaderSize+uint64(i)*newEntrySize:]
 		order.PutUint32(p[0:], uint32(e.Flags)) //nolint:gosec // G115: the flags' bits, as ldconfig stores its int32
-		order.PutUint32(p[4:], off32(strStart)+strs.name(i))
-		order.PutUint32(p[8:], off32(strStart)+strs.path(i))
+		order.PutUint32(p[4:], off32(strStart)+strs.offsets[2*i])
+		order.PutUint32(p[8:], off32(strStart)+strs.offsets[2*i+1])
 		order.PutUint32(p[12:], e.OSVersion)
 		order.PutUint64(p[16:], e.Hwcap)
 	}
@@ -511,9 +511,6 @@ type stringTable struct {
 	// then the glibc-hwcaps names.
 	offsets []uint32
 }
-
-func (st stringTable) name(i int) uint32 { return st.offsets[2*i] }
-func (st stringTable) path(i int) uint32 { return st.offsets[2*i+1] }
 
 // newStringTable lays out every key, path and glibc-hwcaps name of c as glibc's
 // stringtable_finalize (elf/stringtable.c) does: distinct strings sorted by their bytes from
