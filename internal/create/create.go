@@ -417,9 +417,6 @@ func LowLevelRuntime(candidates []string, self string) (string, error) {
 }
 
 func sameFile(a, b string) bool {
-	if a == "" || b == "" {
-		return false
-	}
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
