@@ -244,7 +244,6 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	in.Plan = p
 	if in.Render, err = render(opts); err != nil {
 		return in, err
 	}

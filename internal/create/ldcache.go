@@ -18,31 +18,27 @@ import (
 )
 
 // The loader cache at create. The plan updates the container's loader cache with a
-// createContainer hook (gpu-hook update-ldcache), which runs after the mounts, in the
-// container's namespaces. Its in-process update reads only the image's files and the
-// injected libraries', all of which exist before runc does anything: gpu-runtime can do the
-// same update at create, on the root the engine prepared, and leave the hook out — a process
-// start (about 5 ms in the lifecycle) less per GPU container. It does so only where what it
-// sees is what the hook would see:
+// createContainer hook (gpu-hook update-ldcache), after the mounts. Its in-process update
+// reads only the image's files and the injected libraries', all there before runc starts:
+// gpu-runtime can do it at create and leave the hook out — a process start (about 5 ms) less
+// per GPU container. It does so only where it sees what the hook would see:
 //   - no user namespace: the hook writes as the container's root, gpu-runtime as the host's;
 //   - no mount but the injected ones at, above or below a path the update reads or writes
-//     (hook.LoaderPaths: the loader's cache and configuration, the library directories): the
-//     hook sees those mounts, gpu-runtime, before them, would not;
-//   - an update the hook would do in-process: where it would run ldconfig instead, the hook
-//     stays and does it all (what was done at create is what the hook does first anyway).
-// Everything else — an error included — leaves the hook in the spec, to do or report it as
-// it always has; the debug log says why. The update at create is bounded as the hook's is
-// (confined.DefaultLimits), with a deadline of its own (createDeadline): an image that
-// reaches a limit costs the create at most that, then the hook reports it.
+//     (ldupdate.LoaderPaths): the hook sees those mounts, gpu-runtime, before them, would not;
+//   - an update the hook would do in-process: where it would run ldconfig, the hook stays
+//     and does it all (what was done at create is what it does first anyway).
+// Everything else — an error included — leaves the hook in the spec, to do or report it; the
+// debug log says why. The update is bounded as the hook's is (confined.DefaultLimits), with
+// its own deadline (createDeadline): an image that reaches a limit costs the create at most
+// that, then the hook reports it.
 
 // createDeadline bounds the loader-cache update at create: the realistic image's takes about
 // a millisecond.
 const createDeadline = time.Second
 
-// UpdateLoaderCache does the plan's loader-cache update now, at create, where that gives
-// what the hook would (the plan's LoaderCache is then Done, and no hook is written); the
-// debug log and LoaderCacheWhy say which, and why. dry (gpu-ctk explain) decides the same
-// without writing anything.
+// UpdateLoaderCache does the plan's loader-cache update at create where that gives what the
+// hook would (the plan's LoaderCache is then Done: no hook); LoaderCacheWhy and the debug log
+// say which, and why. dry (gpu-ctk explain) decides the same without writing anything.
 func (in *Injection) UpdateLoaderCache(opts Options, dry bool, log logrus.FieldLogger) {
 	if len(in.Plan.LoaderCache.Libraries) == 0 {
 		return

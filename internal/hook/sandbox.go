@@ -30,15 +30,14 @@ import (
 //
 // So gpu-hook re-executes itself (SandboxCommand) in new mount and PID namespaces, where the
 // child bind-mounts the root's own mount onto the root, not recursively: the container's
-// volumes, /proc, /dev, /sys and every other mount under the root are not there for ldconfig
-// to write into or read. It mounts back only the injected libraries (descriptors the parent
-// opened inside the root) and a procfs of the new PID namespace (where /proc/1 is ldconfig,
-// rooted in the container root), pivots into the root, and executes a sealed in-memory copy
-// of the host's ldconfig (static: a dynamic one would run the image's loader). ldconfig reads
-// the configuration ReadConfig built, passed as a descriptor, and ignores the image's aux
-// cache (it could be a FIFO); gpu-hook kills the sandbox at its deadline, and the sandbox
-// dies with gpu-hook. ldconfig's output names the image's paths and quotes its
-// configuration: it goes to the low-level runtime's log, never into an error message.
+// volumes, /proc, /dev, /sys and every other mount under the root are not there for ldconfig.
+// It mounts back only the injected libraries (descriptors the parent opened inside the root)
+// and a procfs of the new PID namespace (where /proc/1 is ldconfig, in the container root),
+// pivots into the root, and executes a sealed in-memory copy of the host's static ldconfig (a
+// dynamic one would run the image's loader). ldconfig reads the configuration ReadConfig
+// built, as a descriptor, and ignores the image's aux cache (it could be a FIFO); the sandbox
+// is killed at the deadline and dies with gpu-hook. ldconfig's output names the image's paths
+// and quotes its configuration: it goes to the runtime's log, never into an error message.
 
 // SandboxCommand is the name gpu-hook re-executes itself under (moby/sys/reexec: argv[0]).
 const SandboxCommand = "gpu-hook-ldconfig-sandbox"
@@ -61,11 +60,11 @@ const (
 // maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
-// runLDConfig runs the host's ldconfig over the root in the sandbox: it makes the SONAME links
-// of the libraries in in's directories (and every directory the image configures) and writes
-// the root's /etc/ld.so.cache, before the root's deadline; deadline is the whole update's
-// length, for the message. It returns ldconfig's output apart from the error, which wraps
-// ldupdate.ErrLDConfig, and warnings about the image's loader configuration.
+// runLDConfig runs the host's ldconfig over the root in the sandbox, before the root's
+// deadline (deadline is the update's length, for the message): the SONAME links of the
+// libraries in in's directories (and the image's configured ones) and /etc/ld.so.cache. It
+// returns ldconfig's output apart from the error (wrapping ldupdate.ErrLDConfig), and
+// warnings about the image's loader configuration.
 func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput, deadline time.Duration) (output string, warnings []string, err error) {
 	defer func() {
 		if err != nil {

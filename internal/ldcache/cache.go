@@ -177,10 +177,13 @@ func checkHwcapsNames(names []string) error {
 	return nil
 }
 
-// checkEntries checks that every glibc-hwcaps entry names a subdirectory and that the entries
-// are in ldconfig's order.
+// checkEntries checks that every entry has a name and a path, every glibc-hwcaps entry names
+// a subdirectory, and the entries are in ldconfig's order.
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
+		if e.Name == "" || e.Path == "" || strings.IndexByte(e.Name, 0) >= 0 || strings.IndexByte(e.Path, 0) >= 0 {
+			return fmt.Errorf("entry %d (%s => %s): name and path must be non-empty, without NUL bytes", i, quote.Value(e.Name), quote.Value(e.Path))
+		}
 		if isExtension(e.Hwcap) && uint64(hwcapIndex(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
 			return fmt.Errorf("entry %d (%s): glibc-hwcaps subdirectory %d of %d", i, quote.Value(e.Name), hwcapIndex(e.Hwcap), len(c.GlibcHwcaps))
 		}
@@ -424,11 +427,6 @@ var nativeEndianFlag = func() byte {
 }()
 
 func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) {
-	for i, e := range c.Entries {
-		if e.Name == "" || e.Path == "" || strings.IndexByte(e.Name, 0) >= 0 || strings.IndexByte(e.Path, 0) >= 0 {
-			return nil, fmt.Errorf("encode ld cache: entry %d (%s => %s): name and path must be non-empty, without NUL bytes", i, quote.Value(e.Name), quote.Value(e.Path))
-		}
-	}
 	if err := checkHwcapsNames(c.GlibcHwcaps); err != nil {
 		return nil, fmt.Errorf("encode ld cache: %w", err)
 	}
