@@ -74,18 +74,16 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 	return c.GlibcHwcaps[i], true
 }
 
-// ParseCache parses the contents of an ld.so.cache file into a Cache that Encode writes back
-// unchanged. It reads every format Parse reads (an old-format cache alone gives entries with
-// no OS version or hwcap), but more strictly: the cache must be one ldconfig could have
-// written, so that Add can extend it where ldconfig would. Entries out of ldconfig's order, a
-// malformed extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing
-// past them, or more than MaxSize bytes are errors wrapping ErrFormat; a caller that gets one
-// can fall back to running ldconfig.
+// ParseCache parses an ld.so.cache file into a Cache that Encode writes back unchanged. It
+// reads every format Parse reads, but the cache must be one ldconfig could have written, so
+// that Add can extend it where ldconfig would: entries out of ldconfig's order, a malformed
+// extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing past them,
+// or more than MaxSize bytes are errors wrapping ErrFormat (the caller can run ldconfig).
 //
 // In a combined cache (ldconfig -c compat) ldconfig writes the string offsets of glibc-hwcaps
-// names relative to the new-format part, where its other offsets count from, while glibc
-// 2.36's loader and ldconfig -p read them relative to the start of the file and so never match
-// them. ParseCache reads them as ldconfig wrote them.
+// names relative to the new-format part, like its other offsets, while glibc 2.36's loader and
+// ldconfig -p read them from the start of the file and never match them. ParseCache reads
+// them as ldconfig wrote them.
 func ParseCache(data []byte) (*Cache, error) {
 	if len(data) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, larger than %d", ErrFormat, len(data), MaxSize)
@@ -309,13 +307,10 @@ type Library struct {
 }
 
 // Add puts libs into c where ldconfig would put them (see Library.First). A library replaces
-// an entry with the same name, flags and path and no hwcap; a replaced entry that ties with
-// the library keeps its place unless the library asks to go first. Libraries are added in
-// order, so of two First libraries that tie, the later ends up in front. Every entry c had is
-// kept otherwise, glibc-hwcaps entries included.
-//
-// Add checks every library before changing c, and reports every problem. It fails without
-// changing c if c's entries are not in ldconfig's order.
+// an entry with the same name, flags and path and no hwcap, which keeps its place if they tie
+// unless the library goes first. Of two First libraries that tie, the later added ends up in
+// front. Every other entry is kept, glibc-hwcaps entries included. Add checks every library,
+// and c's order, before changing c, and reports every problem.
 func (c *Cache) Add(libs ...Library) error {
 	var errs []error
 	for _, l := range libs {
@@ -376,10 +371,9 @@ func (c *Cache) add(e Entry, first bool) {
 }
 
 // FlagsFor returns the cache flags ldconfig records for a glibc library of the given word size
-// (32 or 64) and ELF machine, as the readelflib.c of each architecture in glibc's sysdeps sets
-// them: FLAG_ELF_LIBC6 plus the ABI. It fails where the flags depend on more than these two,
-// such as the float ABI of 32-bit Arm and RISC-V libraries, which is in the ELF header's
-// flags. machine is the ELF header's e_machine.
+// (32 or 64) and ELF e_machine, as each architecture's readelflib.c in glibc's sysdeps sets
+// them: FLAG_ELF_LIBC6 plus the ABI. It fails where the flags depend on more, such as the
+// float ABI of 32-bit Arm and RISC-V libraries (in the ELF header's flags).
 func FlagsFor(bits int, machine uint16) (int32, error) {
 	// e_machine values (ELF gABI): debug/elf is not imported for five numbers, which would
 	// link its package initialisation into gpu-runtime.
@@ -404,11 +398,10 @@ func FlagsFor(bits int, machine uint16) (int32, error) {
 	return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
 }
 
-// Encode returns c as an ld.so.cache file in the "glibc-ld.so.cache1.1" format that glibc 2.33
-// and later write by default (ldconfig -c new), in this machine's byte order with the
-// byte-order flag set, laid out byte for byte as glibc 2.36's ldconfig lays out the same
-// entries: its string table with shared suffixes, then the extension directory with the
-// generator and, if GlibcHwcaps is not empty, the glibc-hwcaps section.
+// Encode returns c in the "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since
+// glibc 2.33), in this machine's byte order with the byte-order flag set, laid out byte for
+// byte as glibc 2.36's ldconfig lays out the same entries: the string table with shared
+// suffixes, then the extension directory with the generator and any glibc-hwcaps section.
 //
 // For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode fails if an entry
 // has an empty or NUL-holding name or path, GlibcHwcaps is not sorted and distinct, an entry
