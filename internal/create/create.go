@@ -56,18 +56,16 @@ type Options struct {
 	RuncLog, RuncLogFormat string
 
 	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
-	// device root (discover.FindDeviceNodes); QueryNVML answers a discovery-cache miss (by
-	// default `gpu-ctk info --json`, found next to Executable or in PATH).
+	// device root; QueryNVML answers a discovery-cache miss (by default `gpu-ctk info`).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
 }
 
 // CDI resolves CDI devices into gpu-runtime's model.
 type CDI interface {
-	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name, all of
-	// them, for a container whose process runs as user (device nodes a spec gives no owner are
-	// the container user's, as the CDI library makes them): an unresolvable one is an error
-	// naming it and listing the devices the specs offer.
+	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name for a
+	// container running as user (who owns device nodes a spec gives no owner, as in the CDI
+	// library): an unresolvable one is an error naming it and the devices the specs offer.
 	Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error)
 }
 
@@ -169,9 +167,8 @@ type Injection struct {
 }
 
 // Decide reads the spec at path (raw, its bytes) and decides the injection: whether the
-// container asks for GPUs, which (every request channel, CDI names included, resolved into
-// one plan), and every edit, all resolved and validated before anything is touched — the
-// container's requirements included. Warnings go to log.
+// container asks for GPUs, which (every request channel resolved into one plan), and every
+// edit, all validated before anything is touched, requirements included. Warnings go to log.
 func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Injection, error) {
 	in, warnings, err := readRequest(path, raw, request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
@@ -430,9 +427,8 @@ func deviceIDs(devices []plan.Device) []string {
 }
 
 // readRequest reads what the spec at path (raw, its bytes) asks for under policy: the first
-// half of Decide, which AsksForGPU shares. in.Unchanged says why a spec that asks for
-// nothing (or was given its GPUs by the engine) is left as it is; warnings are the
-// request's.
+// half of Decide, shared with AsksForGPU. in.Unchanged says why a spec that asks for nothing
+// (or was given its GPUs by the engine) is left as it is.
 func readRequest(path string, raw []byte, policy request.Policy) (in Injection, warnings []string, err error) {
 	if !request.MayRequestGPU(raw) {
 		in.Unchanged = UnchangedNoGPU
@@ -458,11 +454,10 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	return in, warnings, nil
 }
 
-// AsksForGPU reports whether a create's container asks gpu-runtime for GPUs, judged with the
-// default configuration: an NVIDIA variable, a device-plugin mount, a CDI name or annotation,
-// or docker's --gpus hook. A spec that cannot be read or parsed, or a request that does not
-// parse, counts as asking (its create must then fail with the real error). main uses it when
-// the configuration is broken, to let every other container run.
+// AsksForGPU reports whether a create's container asks for GPUs, judged with the default
+// configuration (an NVIDIA variable, a device-plugin mount, a CDI name or annotation, docker's
+// --gpus hook), for a broken configuration to let every other container run. A spec or
+// request that does not parse counts as asking: its create must fail with the real error.
 func AsksForGPU(inv oci.Invocation, cwd string) bool {
 	path := oci.ConfigPath(inv.BundleDir(cwd))
 	raw, err := os.ReadFile(path)

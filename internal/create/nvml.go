@@ -20,10 +20,9 @@ import (
 // CTKName is the admin tool gpu-runtime asks about NVML when its cache misses.
 const CTKName = "gpu-ctk"
 
-// NVMLQuery returns a discover query that runs `gpu-ctk info --json --driver-root R`.
-// Keeping NVML (cgo, dlopen) in gpu-ctk lets gpu-runtime be a static binary whose
-// pass-through path starts as fast as a Go program can; the child is killed when the
-// context's deadline (discovery.timeout) passes.
+// NVMLQuery returns a discover query that runs `gpu-ctk info --json --driver-root R`, killed
+// at the context's deadline (discovery.timeout). NVML (cgo, dlopen) in gpu-ctk lets
+// gpu-runtime be a static binary whose pass-through path starts as fast as Go can.
 func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.Driver, error) {
 	return func(ctx context.Context, root string) (discover.Driver, error) {
 		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
@@ -54,11 +53,10 @@ var ErrReported = errors.New("the CDI hand-off failed and reported why")
 // ErrHandOffTimeout: gpu-ctk did not finish a hand-off within cdi.timeout.
 var ErrHandOffTimeout = errors.New("CDI hand-off timed out")
 
-// HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi
-// inject -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging
-// where gpu-runtime would (its stderr is gpu-runtime's). A failure it reported is
-// ErrReported. It may take timeout (cdi.timeout): then gpu-ctk is killed with every
-// process it started (its NVML query), and the error is ErrHandOffTimeout naming the setting.
+// HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi inject
+// -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging where
+// gpu-runtime would. A failure it reported is ErrReported. After timeout (cdi.timeout) it is
+// killed with every process it started, and the error is ErrHandOffTimeout.
 func HandOffToCTK(executable string, args []string, timeout time.Duration) func() error {
 	return func() error {
 		ctkPath, err := toolPath(CTKName, "", executable, "install gpu-ctk next to gpu-runtime or in PATH (it resolves CDI devices)")

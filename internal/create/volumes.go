@@ -19,16 +19,15 @@ import (
 // container's volumes, where the low-level runtime would create its target as root.
 var ErrIntoVolume = errors.New("the image leads a GPU mount into a volume")
 
-// checkVolumeTargets refuses an injection whose mounts the image's links lead into a bind
-// mount of the container (a volume: a host directory). The low-level runtime mounts in the
-// spec's order and resolves each target inside the root as it is then, the volumes already
-// mounted, following the image's links: an image with /etc -> /data and a volume at /data
-// would have runc create /data/OpenCL/vendors/nvidia.icd — a root-owned file in the host
-// directory behind the volume, which the container's user may not be allowed to write. A
-// mount whose own path is inside the volume (the administrator mounted the volume where
-// driver files go) is not the image's doing and stays allowed. root is the container root
-// (absolute); only directory bind mounts are volumes here (a file cannot hold a target).
-// Resolution is securejoin's, as runc's: lexical, inside the root, before any mount.
+// checkVolumeTargets refuses an injection whose mounts the image's links lead into a volume
+// (a directory bind mount) of the container. The low-level runtime mounts in the spec's order,
+// resolving each target in the root as it is then, volumes mounted, following the image's
+// links: with /etc -> /data and a volume at /data runc would create
+// /data/OpenCL/vendors/nvidia.icd, a root-owned file in the host directory behind the volume
+// that the container's user may not be allowed to write. A mount whose own path is inside the
+// volume (the administrator's doing) stays allowed; a file cannot hold a target. root is the
+// container root (absolute). Resolution is securejoin's, as runc's: lexical, in the root,
+// before any mount.
 func checkVolumeTargets(root string, mounts []specs.Mount, injected []edits.Mount) error {
 	type volume struct{ dest, resolved, source string }
 	var volumes []volume
