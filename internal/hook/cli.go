@@ -13,7 +13,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
-	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
@@ -131,13 +130,4 @@ func Deadline(seconds int) time.Duration {
 		d = time.Duration(seconds)*time.Second - 2*time.Second
 	}
 	return max(d, 500*time.Millisecond)
-}
-
-// Message is how main prints an error: a requirement failure verbatim (users search for
-// "unsatisfied condition: …"), anything else prefixed with the program name.
-func Message(err error) string {
-	if errors.Is(err, requirements.ErrUnsatisfied) {
-		return err.Error()
-	}
-	return "gpu-hook: " + err.Error()
 }

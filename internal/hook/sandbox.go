@@ -45,7 +45,7 @@ const SandboxCommand = "gpu-hook-ldconfig-sandbox"
 func init() {
 	reexec.Register(SandboxCommand, func() {
 		err := Sandbox(os.Args[1:])
-		fmt.Fprintln(os.Stderr, Message(err))
+		fmt.Fprintln(os.Stderr, "gpu-hook: "+err.Error())
 		os.Exit(1)
 	})
 }
