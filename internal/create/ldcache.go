@@ -80,12 +80,10 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	r.ReadAs(confined.UserOf(spec.Process, spec.Linux))
 	lc := in.Plan.LoaderCache
 	uo := ldupdate.Options{LDConfig: in.Render.LDConfig, DriverVersion: lc.DriverVersion}
-	libPaths := make([]string, len(lc.Libraries))
-	for i, lib := range lc.Libraries {
-		libPaths[i] = lib.Path
+	for _, lib := range lc.Libraries {
 		uo.Libraries = append(uo.Libraries, ldupdate.Library{Path: lib.Path, Source: lib.Source})
 	}
-	loader, err := ldupdate.LoaderPaths(r, libPaths)
+	loader, err := ldupdate.LoaderPaths(r, uo.Libraries)
 	if err != nil {
 		return false, err.Error()
 	}

@@ -135,7 +135,7 @@ var ErrTooManyLoaderPaths = fmt.Errorf("the image's loader configuration names m
 // may scan (configured ones included), the libraries' directories and the compat directory.
 // A mount at, above or below one is seen by the hook but not by an update at create.
 // ErrTooManyLoaderPaths or the budget's end is an error (the update is left to the hook).
-func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
+func LoaderPaths(r *confined.Root, libs []Library) ([]string, error) {
 	var paths []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -148,7 +148,7 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 		add(p)
 	}
 	for _, lib := range libs {
-		add(path.Dir(path.Clean(lib)))
+		add(path.Dir(path.Clean(lib.Path)))
 	}
 	// The configured directories are scanned only for an image without a cache (an
 	// unreadable one sends the update to ldconfig, in the hook): reading the configuration
