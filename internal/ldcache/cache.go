@@ -299,10 +299,10 @@ type Library struct {
 	Flags int32  // the library's ABI, from FlagsFor
 
 	// First puts the library before the entries it ties with in ldconfig's order (same key,
-	// flags, hwcap and OS version), as if ldconfig had read its directory first, so the loader
-	// finds it before them. Otherwise it goes after them, as if its directory came last.
-	// Either way glibc-hwcaps entries for the same key stay in front, where ldconfig puts
-	// them; the loader prefers those when the CPU supports their subdirectory.
+	// flags, hwcap and OS version), as if ldconfig had read its directory first; otherwise it
+	// goes after them, as if its directory came last. glibc-hwcaps entries for the same key
+	// stay in front either way, where ldconfig puts them (the loader prefers them when the CPU
+	// supports their subdirectory).
 	First bool
 }
 
