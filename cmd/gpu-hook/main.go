@@ -21,7 +21,7 @@ func main() {
 		return
 	}
 	if err := hook.Run(os.Args[0], os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, hook.Message(err))
+		fmt.Fprintln(os.Stderr, "gpu-hook: "+err.Error())
 		os.Exit(1)
 	}
 }

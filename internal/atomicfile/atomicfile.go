@@ -55,8 +55,7 @@ const createAttempts = 10
 // Write replaces path with data: a temporary file in the same directory is written, synced,
 // given perm (and, with KeepOwner, the replaced file's owner and group) and renamed over
 // path, then the directory is synced. On error the original is untouched and the
-// temporary file removed. Temporary files of this naming that a killed writer left behind
-// (their pid is gone, or they are older than a minute) are removed first.
+// temporary file removed. What killed writers left behind goes first (RemoveStale).
 func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 	target := filepath.Clean(path)
 	if o.Follow {
@@ -127,29 +126,7 @@ func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 
 // resolve follows a symlink at path to the file it names (which need not exist yet).
 func resolve(path string) (string, error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
-		return path, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("stat %s: %w", path, err)
-	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
-	if err != nil {
-		return "", fmt.Errorf("resolve %s: %w", path, err)
-	}
-	for range 40 { // as the kernel's limit on links in a path
-		link, err := os.Readlink(path)
-		if err != nil {
-			return "", fmt.Errorf("resolve %s: %w", path, err)
-		}
-		if !filepath.IsAbs(link) {
-			link = filepath.Join(dir, link)
-		}
-		if dir, err = filepath.EvalSymlinks(filepath.Dir(link)); err != nil {
-			return "", fmt.Errorf("resolve %s: %w", path, err)
-		}
-		path = filepath.Join(dir, filepath.Base(link))
+	for links := 0; ; links++ {
 		fi, err := os.Lstat(path)
 		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
 			return path, nil
@@ -157,8 +134,26 @@ func resolve(path string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("stat %s: %w", path, err)
 		}
+		if links == 40 { // as the kernel's limit on links in a path
+			return "", fmt.Errorf("resolve %s: too many levels of symbolic links", path)
+		}
+		link, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		if !filepath.IsAbs(link) {
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", fmt.Errorf("resolve %s: %w", path, err)
+			}
+			link = filepath.Join(dir, link)
+		}
+		dir, err := filepath.EvalSymlinks(filepath.Dir(link))
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", path, err)
+		}
+		path = filepath.Join(dir, filepath.Base(link))
 	}
-	return "", fmt.Errorf("resolve %s: too many levels of symbolic links", path)
 }
 
 // RemoveStale removes, from dir, temporary files of Write's naming for the file name base
@@ -196,17 +191,13 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-// WriteAt replaces name in the directory dir — a handle resolved inside a container root,
-// O_PATH will do — with data, as ldconfig replaces its cache: a temporary file of a name of
-// its own (tmpName), created new beside it (O_EXCL|O_NOFOLLOW: never through a link the image
-// planted), written, given perm, synced, then renamed over name (which replaces a link there,
-// never follows it). Writers of one name in one directory never share a temporary file, so
-// concurrent writes (two creates on one shared root) leave one of them whole. On error the
-// temporary file is removed. Temporary files of this naming a killed writer left there are
-// removed by the next write once they are a minute old (see removeStaleAt).
-//
-// Unlike Write it keeps no owner and does not sync the directory: a container's root lives as
-// long as the container, and the create path pays for every sync.
+// WriteAt replaces name in the directory dir (a handle resolved inside a container root;
+// O_PATH will do) with data, as ldconfig replaces its cache and as Write does, but never
+// through a link the image planted: the temporary file is created O_EXCL|O_NOFOLLOW, and the
+// rename replaces a link at name rather than following it. Concurrent writes (two creates on
+// one shared root) leave one of them whole; leftovers go by age (removeStaleAt). Unlike Write
+// it keeps no owner and does not sync the directory: a container's root lives as long as the
+// container, and the create path pays for every sync.
 func WriteAt(dir *os.File, name string, data []byte, perm fs.FileMode) error {
 	dfd := int(dir.Fd())
 	removeStaleAt(dfd, name, time.Now())
@@ -248,10 +239,8 @@ const maxStaleScan = 4096
 // removeStaleAt removes, from the directory dfd, regular files of tmpName's naming for name
 // that are at least staleAge old: what a killed WriteAt left there. Unlike RemoveStale it does
 // not judge by pid: the writers of one container root (gpu-runtime at create, gpu-hook in the
-// container's PID namespace, another container's create on a shared root) see each other's
-// pids in different namespaces, so a live writer's file could look abandoned. Age alone keeps
-// any writer's file for a minute, and leftovers from accumulating past one minute's worth.
-// Errors are ignored: a leftover costs space, never correctness.
+// container's PID namespace, another container's create) see each other's pids in different
+// namespaces, so a live writer's file could look abandoned. Errors are ignored.
 func removeStaleAt(dfd int, name string, now time.Time) {
 	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -1,35 +1,31 @@
 package cdi
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
-// SpecCheck is what CheckSpecs found for one kind.
-type SpecCheck struct {
-	// Files are the spec files of the kind, in the order the CDI library reads them.
-	Files []string
-	// Problems say, one each, why a spec no longer describes the host; none when current.
-	Problems []string
-}
-
 // CheckSpecs checks the specs of kind (vendor/class) in the resolver's directories against
-// host, whoever wrote them (gpu-ctk, nvidia-ctk, a device plugin): every host path they name
+// the host's GPUs, whoever wrote them (gpu-ctk, nvidia-ctk, a device plugin): every host path they name
 // still exists (a driver upgrade renames the libraries), each device of the host is named by
 // its index or UUID, and no name but "all" is for a device the host no longer has (a MIG
-// reconfiguration replaces MIG devices and their UUIDs).
-func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
-	var out SpecCheck
+// reconfiguration replaces MIG devices and their UUIDs). It returns the kind's spec files, in
+// the order the CDI library reads them, and the problems, one each, of those that no longer
+// describe the host.
+func (r *Resolver) CheckSpecs(kind string, gpus []discover.GPU) (files, problems []string) {
 	vendor, class, _ := strings.Cut(kind, "/")
-	devices := plan.Devices(host.Driver.GPUs)
-	known := map[string]bool{"all": true}
+	devices := plan.Devices(gpus)
+	known := map[string]bool{AllDevice: true}
 	for _, d := range devices {
 		known[d.Index], known[d.UUID] = true, true
 	}
@@ -38,25 +34,25 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 			continue
 		}
 		path := r.paths[s]
-		out.Files = append(out.Files, path)
+		files = append(files, path)
 		named := map[string]bool{}
-		var missing []string
+		missing := map[string]bool{}
+		checkPath := func(p string) {
+			if _, err := os.Stat(p); p != "" && err != nil {
+				missing[p] = true
+			}
+		}
 		checkEdits := func(e specsgo.ContainerEdits) {
 			for _, n := range e.DeviceNodes {
-				if n.Major != 0 {
-					continue // the node is made from its numbers; a missing host node is the device check's to report
+				if n.Major == 0 { // a node with numbers is made from them; a missing host node is the device check's to report
+					checkPath(cmp.Or(n.HostPath, n.Path))
 				}
-				p := n.HostPath
-				if p == "" {
-					p = n.Path
-				}
-				missing = appendMissing(missing, p)
 			}
 			for _, m := range e.Mounts {
-				missing = appendMissing(missing, m.HostPath)
+				checkPath(m.HostPath)
 			}
 			for _, h := range e.Hooks {
-				missing = appendMissing(missing, h.Path)
+				checkPath(h.Path)
 			}
 		}
 		checkEdits(s.ContainerEdits)
@@ -64,33 +60,17 @@ func (r *Resolver) CheckSpecs(kind string, host plan.Host) SpecCheck {
 			named[d.Name] = true
 			checkEdits(d.ContainerEdits)
 			if !known[d.Name] {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s: device %s: this host has no such device now (a MIG reconfiguration, a GPU removed, or a GPU put in MIG mode)", path, d.Name))
+				problems = append(problems, fmt.Sprintf("%s: device %s: this host has no such device now (a MIG reconfiguration, a GPU removed, or a GPU put in MIG mode)", path, d.Name))
 			}
 		}
 		for _, d := range devices {
 			if !named[d.Index] && !named[d.UUID] {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s: no device for %s", path, d))
+				problems = append(problems, fmt.Sprintf("%s: no device for %s", path, d))
 			}
 		}
-		sort.Strings(missing)
 		if len(missing) > 0 {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(missing, 3)))
+			problems = append(problems, fmt.Sprintf("%s: names host files that no longer exist (a driver upgrade?): %s", path, quote.Join(slices.Sorted(maps.Keys(missing)), 3)))
 		}
 	}
-	return out
-}
-
-func appendMissing(list []string, p string) []string {
-	if p == "" {
-		return list
-	}
-	if _, err := os.Stat(p); err != nil {
-		for _, x := range list {
-			if x == p {
-				return list
-			}
-		}
-		return append(list, p)
-	}
-	return list
+	return files, problems
 }

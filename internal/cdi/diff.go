@@ -2,12 +2,14 @@ package cdi
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
 // Parse reads a CDI spec (YAML or JSON) as the CDI library does.
@@ -34,12 +36,10 @@ func Diff(got, want *specsgo.Spec) []string {
 	for _, d := range want.Devices {
 		wantDevices[d.Name] = d.ContainerEdits
 	}
-	for _, name := range sortedNames(wantDevices) {
-		if _, ok := gotDevices[name]; !ok {
-			out = append(out, fmt.Sprintf("device %s is missing (it exists on this host)", name))
-		}
+	for _, name := range onlyIn(wantDevices, gotDevices) {
+		out = append(out, fmt.Sprintf("device %s is missing (it exists on this host)", name))
 	}
-	for _, name := range sortedNames(gotDevices) {
+	for _, name := range slices.Sorted(maps.Keys(gotDevices)) {
 		w, ok := wantDevices[name]
 		if !ok {
 			out = append(out, fmt.Sprintf("device %s no longer exists on this host", name))
@@ -50,40 +50,28 @@ func Diff(got, want *specsgo.Spec) []string {
 	return out
 }
 
-func sortedNames(m map[string]specsgo.ContainerEdits) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // editsDiff describes what is only in got (gone from the host) and only in want (new).
 func editsDiff(what string, got, want specsgo.ContainerEdits) []string {
 	g, w := editItems(got), editItems(want)
-	var gone, added []string
-	for item := range g {
-		if !w[item] {
-			gone = append(gone, item)
-		}
-	}
-	for item := range w {
-		if !g[item] {
-			added = append(added, item)
-		}
-	}
 	var out []string
-	for _, list := range []struct {
-		items []string
-		verb  string
-	}{{gone, "no longer on this host"}, {added, "new on this host"}} {
-		if len(list.items) == 0 {
-			continue
-		}
-		sort.Strings(list.items)
-		out = append(out, fmt.Sprintf("%s: %s %s", what, quote.Join(list.items, 5), list.verb))
+	if gone := onlyIn(g, w); len(gone) > 0 {
+		out = append(out, fmt.Sprintf("%s: %s no longer on this host", what, quote.Join(gone, 5)))
 	}
+	if added := onlyIn(w, g); len(added) > 0 {
+		out = append(out, fmt.Sprintf("%s: %s new on this host", what, quote.Join(added, 5)))
+	}
+	return out
+}
+
+// onlyIn lists, sorted, the keys of a that b lacks.
+func onlyIn[V any](a, b map[string]V) []string {
+	var out []string
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -43,10 +44,7 @@ type GenerateOptions struct {
 // and "all" holds every device. cdiVersion is the lowest version that can express the spec.
 // The spec is validated by the CDI library.
 func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, []string, error) {
-	kind := o.Kind
-	if kind == "" {
-		kind = DefaultKind
-	}
+	kind := cmp.Or(o.Kind, DefaultKind)
 	if err := validateKind(kind); err != nil {
 		return nil, nil, err
 	}
@@ -62,6 +60,7 @@ func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, 
 	// have no gpu-runtime to do it at create.
 	common = plan.Plan{Edits: common, LoaderCache: plan.LoaderCache{Libraries: libs, DriverVersion: host.Driver.Version}}.Rendered(r)
 	spec := &specsgo.Spec{Kind: kind, ContainerEdits: containerEdits(common, r)}
+	strategy := cmp.Or(o.NameStrategy, NameBoth)
 	var all edits.Edits
 	for _, d := range plan.Devices(host.Driver.GPUs) {
 		e, err := d.Edits(host)
@@ -69,15 +68,8 @@ func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, 
 			return nil, warnings, err
 		}
 		all.Add(e)
-		var names []string
-		switch o.NameStrategy {
-		case NameIndex:
-			names = []string{d.Index}
-		case NameUUID:
-			names = []string{d.UUID}
-		case NameBoth, "":
-			names = []string{d.Index, d.UUID}
-		default:
+		names := map[string][]string{NameIndex: {d.Index}, NameUUID: {d.UUID}, NameBoth: {d.Index, d.UUID}}[strategy]
+		if names == nil {
 			return nil, warnings, fmt.Errorf("--device-name-strategy %q: want %s, %s or %s", o.NameStrategy, NameIndex, NameUUID, NameBoth)
 		}
 		for _, n := range names {
@@ -100,10 +92,7 @@ func validateKind(kind string) error {
 	if vendor == "" || class == "" {
 		return fmt.Errorf("--kind %q: want vendor.com/class, such as %s", kind, DefaultKind)
 	}
-	if err := parser.ValidateVendorName(vendor); err != nil {
-		return fmt.Errorf("--kind %q: %w", kind, err)
-	}
-	if err := parser.ValidateClassName(class); err != nil {
+	if err := cmp.Or(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil {
 		return fmt.Errorf("--kind %q: %w", kind, err)
 	}
 	return nil
@@ -134,9 +123,8 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	var out specsgo.ContainerEdits
 	out.Env = e.Env
 	for _, n := range e.DeviceNodes {
-		mode, uid, gid := n.FileMode, n.UID, n.GID
 		out.DeviceNodes = append(out.DeviceNodes, &specsgo.DeviceNode{Path: n.Path, HostPath: n.HostPath, Type: n.Type,
-			Major: n.Major, Minor: n.Minor, FileMode: &mode, UID: &uid, GID: &gid})
+			Major: n.Major, Minor: n.Minor, FileMode: &n.FileMode, UID: &n.UID, GID: &n.GID})
 	}
 	for _, m := range e.Mounts {
 		out.Mounts = append(out.Mounts, &specsgo.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: m.Options})
@@ -148,8 +136,7 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	for _, h := range hooks {
 		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}
 		if h.Timeout > 0 {
-			timeout := h.Timeout
-			hook.Timeout = &timeout
+			hook.Timeout = &h.Timeout
 		}
 		out.Hooks = append(out.Hooks, hook)
 	}

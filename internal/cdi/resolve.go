@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -50,25 +50,11 @@ const (
 // containers as root's; a FIFO must not hang a create, nor a link to /dev/zero exhaust it.
 var specRule = trustedfile.Rule{What: "CDI spec", Max: maxSpecSize}
 
-// CheckSpecFile checks the file at path against the rule every CDI spec gpu-runtime reads
-// must pass: a regular file (not a symbolic link) owned by root (or by the user gpu-ctk runs
-// as), writable by no one else, of at most 4 MiB. A program that writes spec files into the
-// spec directories (a DRA plugin) checks its own with it. A file that fails is an error
-// wrapping trustedfile.ErrUntrusted that says why.
-func CheckSpecFile(path string) error {
-	h, err := trustedfile.Open(path, specRule)
-	if err != nil {
-		return err
-	}
-	_ = h.Close()
-	return nil
-}
-
 // Resolver resolves CDI device names from the specs in a list of directories.
 //
 // It reads the directories itself rather than through the CDI library's Cache, which reads
 // every *.json and *.yaml file by path (os.ReadFile: links followed, FIFOs opened blocking,
-// any size, any owner). Each file is checked on a handle (CheckSpecFile's rule) and the
+// any size, any owner). Each file is checked on a handle (specRule) and the
 // library then parses and validates it from /proc/self/fd/<that handle> (cdi.ReadSpec), so
 // the bytes it parses are those of the inode checked. The directories' precedence is the
 // Cache's (see load), and devices are applied with the library's ContainerEdits as
@@ -133,7 +119,7 @@ func (r *Resolver) load() {
 	for name := range conflicts {
 		delete(r.devices, name)
 	}
-	sort.Strings(r.problems)
+	slices.Sort(r.problems)
 }
 
 // specFiles lists the spec files of dir (*.json and *.yaml, as the CDI library), sorted; a
@@ -162,7 +148,7 @@ func specFiles(dir string) ([]string, error) {
 			names = append(names, name)
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names, nil
 }
 
@@ -194,12 +180,7 @@ func (r *Resolver) read(path string, priority int) {
 
 // Devices lists the qualified names of every device the specs define, sorted.
 func (r *Resolver) Devices() []string {
-	names := make([]string, 0, len(r.devices))
-	for n := range r.devices {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(r.devices))
 }
 
 // Problems lists, sorted, each spec file or directory that was not read and why.
@@ -207,7 +188,7 @@ func (r *Resolver) Problems() []string {
 	return r.problems
 }
 
-// Resolve implements runtime.CDI: names, then those the cdi.k8s.io/ annotations name, each
+// Resolve implements create.CDI: names, then those the cdi.k8s.io/ annotations name, each
 // once; every one must be of an allowed kind and resolve before anything is applied. A name
 // of a kind not allowed is an error (ErrKindNotAllowed) whether or not a spec defines it.
 func (r *Resolver) Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error) {
@@ -219,12 +200,11 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string, user s
 		if err != nil { // checkAnnotations refused what the library refuses; bounded all the same
 			return nil, fmt.Errorf("CDI annotations: %w", quote.Error(err))
 		}
-		sort.Strings(annotated) // map order: keep the result stable
+		slices.Sort(annotated) // map order: keep the result stable
 		names = append(append([]string(nil), names...), annotated...)
 	}
-	var d devices
 	seen := map[string]bool{}
-	var refused, refusedKinds, unresolved []string
+	var resolved, refused, refusedKinds, unresolved []string
 	for _, n := range names {
 		if seen[n] {
 			continue
@@ -238,13 +218,11 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string, user s
 			}
 			continue
 		}
-		dev := r.devices[n]
-		if dev == nil {
+		if r.devices[n] == nil {
 			unresolved = append(unresolved, n)
 			continue
 		}
-		d.names = append(d.names, n)
-		d.devices = append(d.devices, dev)
+		resolved = append(resolved, n)
 	}
 	var errs []error
 	if len(refused) > 0 {
@@ -255,7 +233,7 @@ func (r *Resolver) Resolve(names []string, annotations map[string]string, user s
 	}
 	switch len(errs) {
 	case 0:
-		return r.inModel(d, user)
+		return r.inModel(resolved, user)
 	case 1:
 		return nil, errs[0]
 	}
@@ -282,14 +260,10 @@ func (r *Resolver) notAllowed(names, kinds []string) error {
 // annotation by key and the name, each quoted cut: the library's error quotes the name whole
 // and names no key (a megabyte annotation made a megabyte message).
 func checkAnnotations(annotations map[string]string) error {
-	keys := make([]string, 0, len(annotations))
-	for k := range annotations {
-		if strings.HasPrefix(k, cdi.AnnotationPrefix) {
-			keys = append(keys, k)
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		if !strings.HasPrefix(k, cdi.AnnotationPrefix) {
+			continue
 		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
 		for _, d := range strings.Split(annotations[k], ",") {
 			if !parser.IsQualifiedName(d) {
 				return fmt.Errorf("CDI annotation %s: %s is not a CDI device name (vendor.com/class=name)", quote.Value(k), quote.Value(d))
@@ -314,31 +288,26 @@ func (r *Resolver) unresolvable(names []string) error {
 	return fmt.Errorf("%w %s", ErrUnresolvable, msg)
 }
 
-// devices are resolved CDI devices.
-type devices struct {
-	names   []string
-	devices []*cdi.Device
-}
-
-// inModel turns resolved CDI devices into gpu-runtime's model: each device's edits, each
+// inModel turns resolved CDI device names into gpu-runtime's model: each device's edits, each
 // spec's common edits with the first of its devices (as the CDI library injects them: once),
 // applied by the CDI library to an empty spec whose process runs as user (node numbers and
 // owners filled in as the library fills them), every edit saying which spec or device brought
 // it; and the nodes each device injects with its spec's common ones.
-func (r *Resolver) inModel(d devices, user specs.User) ([]plan.CDIDevice, error) {
-	out := make([]plan.CDIDevice, len(d.devices))
+func (r *Resolver) inModel(names []string, user specs.User) ([]plan.CDIDevice, error) {
+	out := make([]plan.CDIDevice, len(names))
 	specSeen := map[*cdi.Spec]bool{}
-	for i, dev := range d.devices {
+	for i, name := range names {
+		dev := r.devices[name]
 		s := dev.GetSpec()
 		common, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", r.paths[s], s.GetVendor()+"/"+s.GetClass()), user)
 		if err != nil {
 			return nil, err
 		}
-		own, err := editsOf(dev.ApplyEdits, "CDI device "+d.names[i], user)
+		own, err := editsOf(dev.ApplyEdits, "CDI device "+name, user)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = plan.CDIDevice{Name: d.names[i]}
+		out[i] = plan.CDIDevice{Name: name}
 		for _, n := range append(own.DeviceNodes, common.DeviceNodes...) {
 			out[i].Nodes = append(out[i].Nodes, n.Path)
 		}
@@ -377,17 +346,8 @@ func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.
 			return edits.Edits{}, fmt.Errorf("%w: %s: network devices or Intel RDT; use an engine with CDI of its own for this spec", ErrUnsupportedEdit, why)
 		}
 		for _, n := range l.Devices {
-			node := edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Why: why, Access: access(l, n)}
-			if n.FileMode != nil {
-				node.FileMode = *n.FileMode
-			}
-			if n.UID != nil {
-				node.UID = *n.UID
-			}
-			if n.GID != nil {
-				node.GID = *n.GID
-			}
-			e.DeviceNodes = append(e.DeviceNodes, node)
+			e.DeviceNodes = append(e.DeviceNodes, edits.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor,
+				FileMode: value(n.FileMode), UID: value(n.UID), GID: value(n.GID), Why: why, Access: access(l, n)})
 		}
 	}
 	for _, m := range s.Mounts {
@@ -405,12 +365,9 @@ func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.
 			{oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
 			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
 			for _, h := range stage.hooks {
-				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Why: why}
+				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Timeout: value(h.Timeout), Why: why}
 				if len(hook.Env) == 0 {
 					hook.Env = plan.HookEnv
-				}
-				if h.Timeout != nil {
-					hook.Timeout = *h.Timeout
 				}
 				e.Hooks = append(e.Hooks, hook)
 			}
@@ -430,4 +387,13 @@ func access(l *specs.Linux, n specs.LinuxDevice) string {
 		}
 	}
 	return ""
+}
+
+// value is *p, or the zero value when p is nil (a field the spec leaves out).
+func value[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
 }

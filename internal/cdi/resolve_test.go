@@ -14,7 +14,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -251,27 +250,9 @@ func TestPrecedence(t *testing.T) {
 	if len(e.Env) != 1 || e.Env[0] != "FROM=5" {
 		t.Errorf("edits: %+v", e)
 	}
-	check := r.CheckSpecs("example.com/x", testHost())
-	if want := []string{filepath.Join(low, "a.yaml"), filepath.Join(low, "b.json"), filepath.Join(high, "c.yaml")}; !slices.Equal(check.Files, want) {
-		t.Errorf("CheckSpecs files = %q, want %q", check.Files, want)
-	}
-}
-
-// TestCheckSpecFile: the rule a writer of spec files (a DRA plugin) checks its own with.
-func TestCheckSpecFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "claim.yaml")
-	if err := os.WriteFile(p, []byte(hostileSpec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckSpecFile(p); err != nil {
-		t.Errorf("a root spec of mode 0644: %v", err)
-	}
-	if err := os.Chmod(p, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	err := CheckSpecFile(p)
-	if want := "CDI spec " + p + " ignored: mode 0666, writable by its group or others"; err == nil || err.Error() != want || !errors.Is(err, trustedfile.ErrUntrusted) {
-		t.Errorf("mode 0666: %v, want %s", err, want)
+	checked, _ := r.CheckSpecs("example.com/x", testHost().Driver.GPUs)
+	if want := []string{filepath.Join(low, "a.yaml"), filepath.Join(low, "b.json"), filepath.Join(high, "c.yaml")}; !slices.Equal(checked, want) {
+		t.Errorf("CheckSpecs files = %q, want %q", checked, want)
 	}
 }
 

@@ -94,18 +94,12 @@ func (e *MountError) Error() string {
 func (e *MountError) Unwrap() error { return ErrOtherMount }
 
 // budget is what is left of an update's Limits.
-type budget struct {
-	deadline time.Time
-	bytes    int64
-	entries  int
-	lookups  int
-	lim      Limits
-}
+type budget struct{ left, lim Limits }
 
 // check says whether the deadline has passed; lookup, read and list spend what they say
 // for p, or say which limit it would exceed.
 func (b *budget) check(p string) error {
-	if !b.deadline.IsZero() && time.Now().After(b.deadline) {
+	if !b.lim.Deadline.IsZero() && time.Now().After(b.lim.Deadline) {
 		return &BudgetError{Path: p, Limit: "time"}
 	}
 	return nil
@@ -115,26 +109,26 @@ func (b *budget) lookup(p string) error {
 	if err := b.check(p); err != nil {
 		return err
 	}
-	if b.lookups <= 0 {
+	if b.left.Lookups <= 0 {
 		return &BudgetError{Path: p, Limit: strconv.Itoa(b.lim.Lookups) + " paths resolved"}
 	}
-	b.lookups--
+	b.left.Lookups--
 	return nil
 }
 
 func (b *budget) read(p string, n int64) error {
-	if n > b.bytes {
+	if n > b.left.Bytes {
 		return &BudgetError{Path: p, Limit: strconv.FormatInt(b.lim.Bytes, 10) + " bytes read"}
 	}
-	b.bytes -= n
+	b.left.Bytes -= n
 	return nil
 }
 
 func (b *budget) list(p string, n int) error {
-	if n > b.entries {
+	if n > b.left.Entries {
 		return &BudgetError{Path: p, Limit: strconv.Itoa(b.lim.Entries) + " directory entries listed"}
 	}
-	b.entries -= n
+	b.left.Entries -= n
 	return nil
 }
 
@@ -161,15 +155,14 @@ func Open(root string, lim Limits) (*Root, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("open container root %s: %w", root, err)
 	}
-	b := &budget{deadline: lim.Deadline, bytes: lim.Bytes, entries: lim.Entries, lookups: lim.Lookups, lim: lim}
-	return &Root{path: root, h: h, mnt: mnt, b: b, dirs: map[string]*Dir{}}, nil
+	return &Root{path: root, h: h, mnt: mnt, b: &budget{left: lim, lim: lim}, dirs: map[string]*Dir{}}, nil
 }
 
 // Path is the root's host path.
 func (r *Root) Path() string { return r.path }
 
 // Deadline is the update's deadline (zero for none).
-func (r *Root) Deadline() time.Time { return r.b.deadline }
+func (r *Root) Deadline() time.Time { return r.b.lim.Deadline }
 
 // Close closes the root and every directory handle it gave out (O_PATH handles: nothing to
 // report).
@@ -285,20 +278,18 @@ func (r *Root) MkdirAll(p string, perm os.FileMode) (*Dir, error) {
 	if err := r.b.lookup(p); err != nil {
 		return nil, err
 	}
-	if r.dry {
-		d = &Dir{r: r, path: p} // not made: empty, and nothing written to it
-		r.dirs[p] = d
-		return d, nil
+	d = &Dir{r: r, path: p} // in a dry run, not made: empty, and nothing written to it
+	if !r.dry {
+		h, err := pathrs.MkdirAllHandle(r.h, p, perm)
+		if err != nil {
+			return nil, fmt.Errorf("create %s in container root %s: %w", p, r.path, err)
+		}
+		if err := r.sameMount(h, p); err != nil {
+			_ = h.Close()
+			return nil, err
+		}
+		d.h = h
 	}
-	h, err := pathrs.MkdirAllHandle(r.h, p, perm)
-	if err != nil {
-		return nil, fmt.Errorf("create %s in container root %s: %w", p, r.path, err)
-	}
-	if err := r.sameMount(h, p); err != nil {
-		_ = h.Close()
-		return nil, err
-	}
-	d = &Dir{r: r, path: p, h: h}
 	r.dirs[p] = d
 	return d, nil
 }
@@ -395,7 +386,7 @@ func (d *Dir) List(limit int) ([]string, error) {
 			return err
 		}
 		defer f.Close()
-		want := min(limit, d.r.b.entries) + 1
+		want := min(limit, d.r.b.left.Entries) + 1
 		names, err = f.Readdirnames(want)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return err

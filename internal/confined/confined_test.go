@@ -187,8 +187,8 @@ func TestReadFileTooLarge(t *testing.T) {
 	if _, err := r.ReadFile("/f", 9); err == nil || err.Error() != "larger than 9 bytes" {
 		t.Errorf("ReadFile = %v", err)
 	}
-	if r.b.bytes != big().Bytes {
-		t.Errorf("budget spent on a refused file: %d left", r.b.bytes)
+	if r.b.left.Bytes != big().Bytes {
+		t.Errorf("budget spent on a refused file: %d left", r.b.left.Bytes)
 	}
 }
 

@@ -7,6 +7,7 @@
 package create
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,18 +56,16 @@ type Options struct {
 	RuncLog, RuncLogFormat string
 
 	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
-	// device root (discover.FindDeviceNodes); QueryNVML answers a discovery-cache miss (by
-	// default `gpu-ctk info --json`, found next to Executable or in PATH).
+	// device root; QueryNVML answers a discovery-cache miss (by default `gpu-ctk info`).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
 }
 
 // CDI resolves CDI devices into gpu-runtime's model.
 type CDI interface {
-	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name, all of
-	// them, for a container whose process runs as user (device nodes a spec gives no owner are
-	// the container user's, as the CDI library makes them): an unresolvable one is an error
-	// naming it and listing the devices the specs offer.
+	// Resolve resolves the named devices and those the cdi.k8s.io/ annotations name for a
+	// container running as user (who owns device nodes a spec gives no owner, as in the CDI
+	// library): an unresolvable one is an error naming it and the devices the specs offer.
 	Resolve(names []string, annotations map[string]string, user specs.User) ([]plan.CDIDevice, error)
 }
 
@@ -168,9 +167,8 @@ type Injection struct {
 }
 
 // Decide reads the spec at path (raw, its bytes) and decides the injection: whether the
-// container asks for GPUs, which (every request channel, CDI names included, resolved into
-// one plan), and every edit, all resolved and validated before anything is touched — the
-// container's requirements included. Warnings go to log.
+// container asks for GPUs, which (every request channel resolved into one plan), and every
+// edit, all validated before anything is touched, requirements included. Warnings go to log.
 func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Injection, error) {
 	in, warnings, err := readRequest(path, raw, request.Policy{
 		AcceptEnvWhenUnprivileged: opts.Config.Request.AcceptEnvvarWhenUnprivileged,
@@ -243,12 +241,11 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	in.Plan = p
 	if in.Render, err = render(opts); err != nil {
 		return in, err
 	}
-	if err := in.checkVolumeTargets(); err != nil {
-		return in, err
+	if root, err := in.rootPath(); err == nil { // without one root, the loader-cache step says why
+		return in, checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)
 	}
 	return in, nil
 }
@@ -279,25 +276,11 @@ func (in Injection) rootPath() (string, error) {
 	return root.Path, nil
 }
 
-// checkVolumeTargets refuses the injection where the image's links lead one of its mounts
-// into a volume of the container (checkVolumeTargets). A spec without one root path is not
-// checked.
-func (in Injection) checkVolumeTargets() error {
-	root, err := in.rootPath()
-	if err != nil {
-		return nil // no one root to resolve in: the loader-cache step says why
-	}
-	return checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)
-}
-
 // Edits are the edits the spec gets: the plan's, its intents rendered as hooks where they
 // must run in the low-level runtime's lifecycle, and the annotation that says so.
 func (in Injection) Edits() edits.Edits {
 	e := in.Plan.Rendered(in.Render)
-	devices := "none"
-	if len(in.Plan.Devices) > 0 {
-		devices = strings.Join(deviceIDs(in.Plan.Devices), ",")
-	}
+	devices := cmp.Or(strings.Join(deviceIDs(in.Plan.Devices), ","), "none")
 	e.Add(edits.Edits{Annotations: map[string]string{InjectedAnnotation: devices}})
 	return e
 }
@@ -313,31 +296,15 @@ func (in Injection) Apply() error {
 
 // hasDevice reports whether the spec has a device node at path.
 func hasDevice(s *specs.Spec, path string) bool {
-	if s.Linux == nil {
-		return false
-	}
-	for _, d := range s.Linux.Devices {
-		if filepath.Clean(d.Path) == path {
-			return true
-		}
-	}
-	return false
+	return s.Linux != nil && slices.ContainsFunc(s.Linux.Devices, func(d specs.LinuxDevice) bool { return filepath.Clean(d.Path) == path })
 }
 
 // hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.
 func hasGPUNode(paths []string) bool {
-	for _, p := range paths {
-		if n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			return true
-		}
-	}
-	return false
-}
-
-// hasDockerHook reports whether the spec carries docker's --gpus hook (a walk of the decoded
-// hooks: nanoseconds).
-func hasDockerHook(sf *oci.SpecFile) bool {
-	return oci.HasHookNamed(sf.Spec, request.DockerHookName)
+	return slices.ContainsFunc(paths, func(p string) bool {
+		n, ok := strings.CutPrefix(filepath.Clean(p), "/dev/nvidia")
+		return ok && n != "" && strings.Trim(n, "0123456789") == ""
+	})
 }
 
 // discoverHost builds the host as a create sees it (internal/gpuhost): the discovery cache, NVML
@@ -446,9 +413,6 @@ func LowLevelRuntime(candidates []string, self string) (string, error) {
 }
 
 func sameFile(a, b string) bool {
-	if a == "" || b == "" {
-		return false
-	}
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
@@ -463,9 +427,8 @@ func deviceIDs(devices []plan.Device) []string {
 }
 
 // readRequest reads what the spec at path (raw, its bytes) asks for under policy: the first
-// half of Decide, which AsksForGPU shares. in.Unchanged says why a spec that asks for
-// nothing (or was given its GPUs by the engine) is left as it is; warnings are the
-// request's.
+// half of Decide, shared with AsksForGPU. in.Unchanged says why a spec that asks for nothing
+// (or was given its GPUs by the engine) is left as it is.
 func readRequest(path string, raw []byte, policy request.Policy) (in Injection, warnings []string, err error) {
 	if !request.MayRequestGPU(raw) {
 		in.Unchanged = UnchangedNoGPU
@@ -484,18 +447,17 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	if in.Request, warnings, err = request.FromSpec(in.File.Spec, policy); err != nil {
 		return in, warnings, err
 	}
-	in.Request.DockerGPUs = hasDockerHook(in.File)
+	in.Request.DockerGPUs = oci.HasHookNamed(in.File.Spec, request.DockerHookName)
 	if !in.Request.IsGPU() && !in.Request.DockerGPUs {
 		in.Unchanged = UnchangedNoGPU
 	}
 	return in, warnings, nil
 }
 
-// AsksForGPU reports whether a create's container asks gpu-runtime for GPUs, judged with the
-// default configuration: an NVIDIA variable, a device-plugin mount, a CDI name or annotation,
-// or docker's --gpus hook. A spec that cannot be read or parsed, or a request that does not
-// parse, counts as asking (its create must then fail with the real error). main uses it when
-// the configuration is broken, to let every other container run.
+// AsksForGPU reports whether a create's container asks for GPUs, judged with the default
+// configuration (an NVIDIA variable, a device-plugin mount, a CDI name or annotation, docker's
+// --gpus hook), for a broken configuration to let every other container run. A spec or
+// request that does not parse counts as asking: its create must fail with the real error.
 func AsksForGPU(inv oci.Invocation, cwd string) bool {
 	path := oci.ConfigPath(inv.BundleDir(cwd))
 	raw, err := os.ReadFile(path)

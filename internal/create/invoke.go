@@ -35,12 +35,12 @@ type Outcome struct {
 }
 
 // Invoke runs one invocation up to the exec. The configuration is read whole for create and
-// run, and only its [runtime] section for every other command (start, delete, state). A
-// broken configuration must not take down every container of the host: for a command that
-// edits no spec, and for a create whose container asks for no GPU, it is a warning and the
-// container runs unchanged through the runtime the [runtime] section (or the default) names;
-// a create that asks for GPUs fails with it, as it cannot be injected safely. The low-level
-// runtime is found before the spec is touched: a create must not leave an edited spec behind.
+// run, only its [runtime] section for other commands. A broken configuration must not take
+// down every container of the host: for a command that edits no spec, and a create that asks
+// for no GPU, it is a warning and the container runs unchanged through the runtime the
+// [runtime] section (or the default) names; a create that asks for GPUs fails with it. The
+// low-level runtime is found before the spec is touched: a create must not leave an edited
+// spec behind.
 func Invoke(p Process) Outcome {
 	inv := p.Inv
 	var cfg config.Config

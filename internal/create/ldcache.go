@@ -3,7 +3,6 @@ package create
 import (
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -19,31 +18,27 @@ import (
 )
 
 // The loader cache at create. The plan updates the container's loader cache with a
-// createContainer hook (gpu-hook update-ldcache), which runs after the mounts, in the
-// container's namespaces. Its in-process update reads only the image's files and the
-// injected libraries', all of which exist before runc does anything: gpu-runtime can do the
-// same update at create, on the root the engine prepared, and leave the hook out — a process
-// start (about 5 ms in the lifecycle) less per GPU container. It does so only where what it
-// sees is what the hook would see:
+// createContainer hook (gpu-hook update-ldcache), after the mounts. Its in-process update
+// reads only the image's files and the injected libraries', all there before runc starts:
+// gpu-runtime can do it at create and leave the hook out — a process start (about 5 ms) less
+// per GPU container. It does so only where it sees what the hook would see:
 //   - no user namespace: the hook writes as the container's root, gpu-runtime as the host's;
 //   - no mount but the injected ones at, above or below a path the update reads or writes
-//     (hook.LoaderPaths: the loader's cache and configuration, the library directories): the
-//     hook sees those mounts, gpu-runtime, before them, would not;
-//   - an update the hook would do in-process: where it would run ldconfig instead, the hook
-//     stays and does it all (what was done at create is what the hook does first anyway).
-// Everything else — an error included — leaves the hook in the spec, to do or report it as
-// it always has; the debug log says why. The update at create is bounded as the hook's is
-// (confined.DefaultLimits), with a deadline of its own (createDeadline): an image that
-// reaches a limit costs the create at most that, then the hook reports it.
+//     (ldupdate.LoaderPaths): the hook sees those mounts, gpu-runtime, before them, would not;
+//   - an update the hook would do in-process: where it would run ldconfig, the hook stays
+//     and does it all (what was done at create is what it does first anyway).
+// Everything else — an error included — leaves the hook in the spec, to do or report it; the
+// debug log says why. The update is bounded as the hook's is (confined.DefaultLimits), with
+// its own deadline (createDeadline): an image that reaches a limit costs the create at most
+// that, then the hook reports it.
 
 // createDeadline bounds the loader-cache update at create: the realistic image's takes about
 // a millisecond.
 const createDeadline = time.Second
 
-// UpdateLoaderCache does the plan's loader-cache update now, at create, where that gives
-// what the hook would (the plan's LoaderCache is then Done, and no hook is written); the
-// debug log and LoaderCacheWhy say which, and why. dry (gpu-ctk explain) decides the same
-// without writing anything.
+// UpdateLoaderCache does the plan's loader-cache update at create where that gives what the
+// hook would (the plan's LoaderCache is then Done: no hook); LoaderCacheWhy and the debug log
+// say which, and why. dry (gpu-ctk explain) decides the same without writing anything.
 func (in *Injection) UpdateLoaderCache(opts Options, dry bool, log logrus.FieldLogger) {
 	if len(in.Plan.LoaderCache.Libraries) == 0 {
 		return
@@ -74,16 +69,6 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	if err != nil {
 		return false, err.Error()
 	}
-	ours := map[string]bool{} // the plan's mounts: not what the hook would see besides
-	for _, m := range in.Plan.Edits.Mounts {
-		ours[path.Clean(m.ContainerPath)] = true
-	}
-	var foreign []specs.Mount
-	for _, m := range spec.Mounts {
-		if !ours[path.Clean(m.Destination)] {
-			foreign = append(foreign, m)
-		}
-	}
 	r, err := confined.Open(root, confined.DefaultLimits(createDeadline))
 	if err != nil {
 		return false, err.Error()
@@ -95,16 +80,15 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	r.ReadAs(confined.UserOf(spec.Process, spec.Linux))
 	lc := in.Plan.LoaderCache
 	uo := ldupdate.Options{LDConfig: in.Render.LDConfig, DriverVersion: lc.DriverVersion}
-	libPaths := make([]string, len(lc.Libraries))
-	for i, lib := range lc.Libraries {
-		libPaths[i] = lib.Path
+	for _, lib := range lc.Libraries {
 		uo.Libraries = append(uo.Libraries, ldupdate.Library{Path: lib.Path, Source: lib.Source})
 	}
-	loader, err := ldupdate.LoaderPaths(r, libPaths)
+	loader, err := ldupdate.LoaderPaths(r, uo.Libraries)
 	if err != nil {
 		return false, err.Error()
 	}
-	if why := shadowsLoader(root, foreign, loader); why != "" {
+	// The plan's mounts are not what the hook would see besides.
+	if why := shadowsLoader(root, foreign(spec.Mounts, in.Plan.Edits.Mounts), loader); why != "" {
 		return false, why
 	}
 	res, err := ldupdate.Update(r, uo)

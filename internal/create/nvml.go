@@ -20,17 +20,13 @@ import (
 // CTKName is the admin tool gpu-runtime asks about NVML when its cache misses.
 const CTKName = "gpu-ctk"
 
-// NVMLQuery returns a discover query that runs `gpu-ctk info --json --driver-root R`.
-// Keeping NVML (cgo, dlopen) in gpu-ctk lets gpu-runtime be a static binary whose
-// pass-through path starts as fast as a Go program can; the child is killed when the
-// context's deadline (discovery.timeout) passes.
+// NVMLQuery returns a discover query that runs `gpu-ctk info --json --driver-root R`, killed
+// at the context's deadline (discovery.timeout). NVML (cgo, dlopen) in gpu-ctk lets
+// gpu-runtime be a static binary whose pass-through path starts as fast as Go can.
 func NVMLQuery(ctkPath string) func(ctx context.Context, root string) (discover.Driver, error) {
 	return func(ctx context.Context, root string) (discover.Driver, error) {
 		cmd := exec.CommandContext(ctx, ctkPath, "info", "--json", "--driver-root", root)
 		cmd.Env = plan.HookEnv
-		// On the deadline, kill the whole process group and stop waiting for its pipes.
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 500 * time.Millisecond
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := runDyingWithUs(cmd); err != nil {
@@ -57,11 +53,10 @@ var ErrReported = errors.New("the CDI hand-off failed and reported why")
 // ErrHandOffTimeout: gpu-ctk did not finish a hand-off within cdi.timeout.
 var ErrHandOffTimeout = errors.New("CDI hand-off timed out")
 
-// HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi
-// inject -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging
-// where gpu-runtime would (its stderr is gpu-runtime's). A failure it reported is
-// ErrReported. It may take timeout (cdi.timeout): then gpu-ctk is killed with every
-// process it started (its NVML query), and the error is ErrHandOffTimeout naming the setting.
+// HandOffToCTK returns the hand-off of a create that names CDI devices: `gpu-ctk cdi inject
+// -- <gpu-runtime's arguments>` runs PrepareBundle with the CDI library, logging where
+// gpu-runtime would. A failure it reported is ErrReported. After timeout (cdi.timeout) it is
+// killed with every process it started, and the error is ErrHandOffTimeout.
 func HandOffToCTK(executable string, args []string, timeout time.Duration) func() error {
 	return func() error {
 		ctkPath, err := toolPath(CTKName, "", executable, "install gpu-ctk next to gpu-runtime or in PATH (it resolves CDI devices)")
@@ -72,10 +67,7 @@ func HandOffToCTK(executable string, args []string, timeout time.Duration) func(
 		defer cancel()
 		cmd := exec.CommandContext(ctx, ctkPath, append([]string{"cdi", "inject", "--"}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		// On the deadline, kill the whole process group, as NVMLQuery does; its NVML query,
-		// in a group of its own, dies with it (runDyingWithUs).
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 500 * time.Millisecond
+		// Its NVML query, in a group of its own, dies with it (runDyingWithUs).
 		err = runDyingWithUs(cmd)
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("%w: %s cdi inject, which resolves the container's CDI devices, did not finish within %s (setting cdi.timeout) and was killed: "+
@@ -93,13 +85,15 @@ func HandOffToCTK(executable string, args []string, timeout time.Duration) func(
 	}
 }
 
-// runDyingWithUs runs cmd in a process group of its own (its Cancel kills the group) that
-// is also killed when this process dies: a gpu-ctk killed at cdi.timeout, or a gpu-runtime
-// killed by its engine, must not leave its child hanging on NVML. The death signal follows
-// the thread that started the child (PR_SET_PDEATHSIG), so that thread stays ours until it
-// is done, as in gpu-hook's ldconfig sandbox.
+// runDyingWithUs runs cmd in a process group of its own, killed whole at the context's
+// deadline (no longer waiting for its pipes) and when this process dies: a gpu-ctk killed at
+// cdi.timeout, or a gpu-runtime killed by its engine, must not leave its child hanging on
+// NVML. The death signal follows the thread that started the child (PR_SET_PDEATHSIG), so
+// that thread stays ours until it is done, as in gpu-hook's ldconfig sandbox.
 func runDyingWithUs(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 500 * time.Millisecond
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	return cmd.Run()

@@ -19,26 +19,21 @@ import (
 // container's volumes, where the low-level runtime would create its target as root.
 var ErrIntoVolume = errors.New("the image leads a GPU mount into a volume")
 
-// checkVolumeTargets refuses an injection whose mounts the image's links lead into a bind
-// mount of the container (a volume: a host directory). The low-level runtime mounts in the
-// spec's order and resolves each target inside the root as it is then, the volumes already
-// mounted, following the image's links: an image with /etc -> /data and a volume at /data
-// would have runc create /data/OpenCL/vendors/nvidia.icd — a root-owned file in the host
-// directory behind the volume, which the container's user may not be allowed to write. A
-// mount whose own path is inside the volume (the administrator mounted the volume where
-// driver files go) is not the image's doing and stays allowed. root is the container root
-// (absolute); only directory bind mounts are volumes here (a file cannot hold a target).
-// Resolution is securejoin's, as runc's: lexical, inside the root, before any mount.
+// checkVolumeTargets refuses an injection whose mounts the image's links lead into a volume
+// (a directory bind mount) of the container. The low-level runtime mounts in the spec's order,
+// resolving each target in the root as it is then, volumes mounted, following the image's
+// links: with /etc -> /data and a volume at /data runc would create
+// /data/OpenCL/vendors/nvidia.icd, a root-owned file in the host directory behind the volume
+// that the container's user may not be allowed to write. A mount whose own path is inside the
+// volume (the administrator's doing) stays allowed; a file cannot hold a target. root is the
+// container root (absolute). Resolution is securejoin's, as runc's: lexical, in the root,
+// before any mount.
 func checkVolumeTargets(root string, mounts []specs.Mount, injected []edits.Mount) error {
-	ours := map[string]bool{}
-	for _, m := range injected {
-		ours[path.Clean(m.ContainerPath)] = true
-	}
-	type volume struct{ dest, resolved string }
+	type volume struct{ dest, resolved, source string }
 	var volumes []volume
-	for _, m := range mounts {
+	for _, m := range foreign(mounts, injected) {
 		dest := path.Clean(m.Destination)
-		if ours[dest] || !(m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")) {
+		if !(m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")) {
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
@@ -48,7 +43,7 @@ func checkVolumeTargets(root string, mounts []specs.Mount, injected []edits.Moun
 		if err != nil {
 			return fmt.Errorf("resolve the mount destination %s in the container root: %w", quote.Value(m.Destination), err)
 		}
-		volumes = append(volumes, volume{dest, resolved})
+		volumes = append(volumes, volume{dest, resolved, m.Source})
 	}
 	if len(volumes) == 0 {
 		return nil
@@ -63,19 +58,18 @@ func checkVolumeTargets(root string, mounts []specs.Mount, injected []edits.Moun
 			if (resolved == v.resolved || within(resolved, v.resolved)) && dest != v.dest && !within(dest, v.dest) {
 				rel, _ := filepath.Rel(root, resolved)
 				return fmt.Errorf("%w: the image's links lead %s to /%s, inside %s, which the container mounts from the host directory %s: the low-level runtime would create the mount's target there as root; remove the image's link, or mount the volume elsewhere",
-					ErrIntoVolume, dest, filepath.ToSlash(rel), v.dest, quote.Value(sourceOf(mounts, v.dest)))
+					ErrIntoVolume, dest, filepath.ToSlash(rel), v.dest, quote.Value(v.source))
 			}
 		}
 	}
 	return nil
 }
 
-// sourceOf returns the source of the spec mount at dest.
-func sourceOf(mounts []specs.Mount, dest string) string {
-	for _, m := range mounts {
-		if path.Clean(m.Destination) == dest {
-			return m.Source
-		}
+// foreign returns the spec's mounts but those at the paths of the injected ones.
+func foreign(mounts []specs.Mount, injected []edits.Mount) []specs.Mount {
+	ours := map[string]bool{}
+	for _, m := range injected {
+		ours[path.Clean(m.ContainerPath)] = true
 	}
-	return ""
+	return slices.DeleteFunc(slices.Clone(mounts), func(m specs.Mount) bool { return ours[path.Clean(m.Destination)] })
 }

@@ -25,19 +25,15 @@ else /etc/gpu-runtime/config.toml) over the defaults — as TOML, every key with
 driver.root=/run/nvidia/driver; a list is comma-separated or a TOML array) rewrites that key's
 line, keeping comments and everything else as it is. The result is validated as gpu-runtime
 would read it before anything is written; then the file is replaced atomically. The keys:
-  ` + "%s" + `
 `
-
-func configHelp() string {
-	return fmt.Sprintf(configUsage, strings.Join(config.Keys(), "\n  "))
-}
 
 func runConfig(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk config", flag.ContinueOnError)
 	file := fs.String("config", "", "the configuration file (default: GPU_RUNTIME_CONFIG, else "+config.DefaultPath+")")
 	var sets listFlag
 	fs.Var(&sets, "set", "KEY=VALUE to write into the file (repeatable)")
-	if help, err := parseFlags(fs, args, configHelp(), stdout); help || err != nil {
+	usage := configUsage + "  " + strings.Join(config.Keys(), "\n  ") + "\n"
+	if help, err := parseFlags(fs, args, usage, stdout); help || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

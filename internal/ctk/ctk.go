@@ -14,7 +14,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -74,13 +73,11 @@ func ExitCode(err error) int {
 }
 
 func writeUsage(w io.Writer) {
-	var b strings.Builder
-	b.WriteString("usage: gpu-ctk COMMAND [ARGS]\n\ngpu-ctk sets hosts up for gpu-runtime.\n\ncommands:\n")
+	fmt.Fprint(w, "usage: gpu-ctk COMMAND [ARGS]\n\ngpu-ctk sets hosts up for gpu-runtime.\n\ncommands:\n")
 	for _, name := range slices.Sorted(maps.Keys(commands)) {
-		fmt.Fprintf(&b, "  %-12s %s\n", name, commands[name].summary)
+		fmt.Fprintf(w, "  %-12s %s\n", name, commands[name].summary)
 	}
-	b.WriteString("\n  --version    print the version\n  --help       print this help; gpu-ctk COMMAND --help for a command's\n")
-	_, _ = io.WriteString(w, b.String())
+	fmt.Fprint(w, "\n  --version    print the version\n  --help       print this help; gpu-ctk COMMAND --help for a command's\n")
 }
 
 // parseFlags parses a command's flags. --help (or -h) prints usage and the flags to stdout

@@ -27,6 +27,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
 const doctorUsage = `usage:
@@ -108,19 +109,10 @@ func (d *doctor) add(check, status, detail, fix string) {
 }
 
 func (d *doctor) run() {
-	d.checkConfig()
-	d.checkDriver()
-	d.checkNVML()
-	d.checkDeviceNodes()
-	d.checkGPUs()
-	d.checkHealth()
-	d.checkHook()
-	d.checkRuntime()
-	d.checkCache()
-	d.checkEngines()
-	d.checkCgroups()
-	d.checkCDI()
-	d.checkMPS()
+	for _, check := range []func(){d.checkConfig, d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
+		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkCDI, d.checkMPS} {
+		check()
+	}
 }
 
 // checkMPS: every configured MPS share runs (a stopped one fails its containers).
@@ -209,13 +201,9 @@ func (d *doctor) checkDeviceNodes() {
 	d.devices = nodes
 	root := d.cfg.Driver.DevRoot
 	before := len(d.checks) // each problem adds one
-	check := func(p, what, fix string, required bool) {
+	check := func(p, what, fix, status string) {
 		if _, ok := nodes.Nodes[p]; ok {
 			return
-		}
-		status := statusWarn
-		if required {
-			status = statusFail
 		}
 		why := "missing"
 		if err := nodes.Invalid[p]; err != nil {
@@ -223,9 +211,9 @@ func (d *doctor) checkDeviceNodes() {
 		}
 		d.add("device nodes", status, fmt.Sprintf("%s (%s) under dev root %q: %s", p, what, root, why), fix)
 	}
-	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", true)
-	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", false)
-	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", false)
+	check("/dev/nvidiactl", "the control node every GPU container needs", "load the NVIDIA driver (nvidia-modprobe), or set driver.dev-root", statusFail)
+	check("/dev/nvidia-uvm", "CUDA needs it", "load the nvidia-uvm module: nvidia-modprobe -u -c=0", statusWarn)
+	check("/dev/nvidia-uvm-tools", "CUDA profilers need it", "nvidia-modprobe -u -c=0", statusWarn)
 	var gpus []discover.GPU
 	if d.driver != nil {
 		gpus = d.driver.GPUs
@@ -235,7 +223,7 @@ func (d *doctor) checkDeviceNodes() {
 		n, found := nodes.Nodes[p]
 		switch {
 		case !found:
-			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), true)
+			check(p, fmt.Sprintf("GPU %d, %s", g.Index, g.UUID), fmt.Sprintf("create it: nvidia-modprobe -c %d (or check driver.dev-root)", g.Minor), statusFail)
 		case n.Type != "c" || n.Major != 195 || n.Minor != int64(g.Minor):
 			d.add("device nodes", statusFail, fmt.Sprintf("%s is %s %d:%d, but GPU %d (%s) is c 195:%d", n.HostPath, n.Type, n.Major, n.Minor, g.Index, g.UUID, g.Minor),
 				fmt.Sprintf("recreate it: rm %s && nvidia-modprobe -c %d", n.HostPath, g.Minor))
@@ -264,8 +252,7 @@ func (d *doctor) checkGPUs() {
 		d.add("persistence mode", statusOK, "on for every GPU (or not reported)", "")
 	}
 
-	var migs []string
-	var pending []string
+	var migs, pending []string
 	migDevices := 0
 	for _, g := range d.driver.GPUs {
 		switch {
@@ -474,10 +461,10 @@ func (d *doctor) checkEngines() {
 // checkDockerHook: docker run --gpus needs an executable named nvidia-container-runtime-hook on
 // dockerd's PATH, or dockerd refuses the flag.
 func (d *doctor) checkDockerHook() {
-	p := d.findProgram(hookName)
+	p := d.findProgram(request.DockerHookName)
 	if p == "" {
-		d.add("docker --gpus", statusWarn, hookName+" is not on dockerd's PATH: docker run --gpus fails with \"could not select device driver\" (NVIDIA_VISIBLE_DEVICES still works)",
-			"install the package, or link it: ln -s gpu-hook /usr/bin/"+hookName+"; then restart docker")
+		d.add("docker --gpus", statusWarn, request.DockerHookName+" is not on dockerd's PATH: docker run --gpus fails with \"could not select device driver\" (NVIDIA_VISIBLE_DEVICES still works)",
+			"install the package, or link it: ln -s gpu-hook /usr/bin/"+request.DockerHookName+"; then restart docker")
 		return
 	}
 	if isGPUHook(p) {
@@ -515,23 +502,22 @@ func (d *doctor) checkCgroups() {
 }
 
 func (d *doctor) checkCDI() {
-	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
-	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
 	if d.driver == nil {
 		return // nothing to compare a spec with
 	}
-	caps, _ := discover.ReadMIGCaps(d.cfg.Driver.ProcRoot, d.driver.GPUs)
-	res := r.CheckSpecs(cdi.DefaultKind, plan.Host{Driver: *d.driver, Devices: d.devices, MIGCaps: caps})
+	r := cdi.NewResolver(d.cfg.CDI.SpecDirs, d.cfg.CDI.AllowedKinds)
+	generate := "gpu-ctk cdi generate --output /var/run/cdi/nvidia.yaml (or enable gpu-runtime-cdi.service)"
+	files, problems := r.CheckSpecs(cdi.DefaultKind, d.driver.GPUs)
 	switch {
-	case len(res.Files) == 0:
+	case len(files) == 0:
 		detail := "no spec of kind " + cdi.DefaultKind + " in " + strings.Join(d.cfg.CDI.SpecDirs, ", ") + ": podman --device, containerd 2.x, cri-o and CDI names in NVIDIA_VISIBLE_DEVICES cannot find the GPUs (gpu-runtime's own NVIDIA_VISIBLE_DEVICES path needs none)"
 		if p := r.Problems(); len(p) > 0 {
 			detail += "; specs not loaded: " + strings.Join(p, "; ")
 		}
 		d.add("CDI", statusWarn, detail, generate)
-	case len(res.Problems) > 0:
-		d.add("CDI", statusFail, strings.Join(res.Problems, "; "), "regenerate it: "+generate)
+	case len(problems) > 0:
+		d.add("CDI", statusFail, strings.Join(problems, "; "), "regenerate it: "+generate)
 	default:
-		d.add("CDI", statusOK, strings.Join(res.Files, ", ")+" describes this host", "")
+		d.add("CDI", statusOK, strings.Join(files, ", ")+" describes this host", "")
 	}
 }

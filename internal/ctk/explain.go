@@ -161,15 +161,13 @@ func syntheticSpec(envs, annotations []string, privileged bool) ([]byte, error) 
 	}
 	s := specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"},
 		Process: &specs.Process{Args: []string{"sh"}, Cwd: "/", Env: envs, Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}}}
-	if len(annotations) > 0 {
-		s.Annotations = map[string]string{}
-		for _, kv := range annotations {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return nil, fmt.Errorf("%w: --annotation %q: want KEY=VALUE", ErrUsage, kv)
-			}
-			s.Annotations[k] = v
+	s.Annotations = map[string]string{} // written only when not empty (omitempty)
+	for _, kv := range annotations {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: --annotation %q: want KEY=VALUE", ErrUsage, kv)
 		}
+		s.Annotations[k] = v
 	}
 	return json.Marshal(&s)
 }

@@ -50,16 +50,14 @@ NVIDIA_VISIBLE_DEVICES=all leaves it out with a warning (health.all = "skip") or
   clear          remove a device's record (or every record): it is given to containers again
 `
 
+// healthCommands are the subcommands of gpu-ctk health; without one it shows every device.
+var healthCommands = map[string]func(args []string, stdout, stderr io.Writer) error{
+	"watch": runHealthWatch, "mark": runHealthMark, "clear": runHealthClear,
+}
+
 func runHealth(args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "watch":
-			return runHealthWatch(args[1:], stdout, stderr)
-		case "mark":
-			return runHealthMark(args[1:], stdout, stderr)
-		case "clear":
-			return runHealthClear(args[1:], stdout, stderr)
-		}
+	if len(args) > 0 && healthCommands[args[0]] != nil {
+		return healthCommands[args[0]](args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gpu-ctk health", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -104,13 +102,8 @@ func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file str
 	}
 	for _, g := range drv.GPUs {
 		add(strconv.Itoa(g.Index), g.UUID, "GPU", g.Health)
-		for i := range g.MIGDevices {
-			m := &g.MIGDevices[i]
-			h := m.Health
-			if g.Health != nil {
-				h = g.Health
-			}
-			add(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID, "MIG device", h)
+		for _, m := range g.MIGDevices {
+			add(fmt.Sprintf("%d:%d", g.Index, m.Index), m.UUID, "MIG device", cmp.Or(g.Health, m.Health))
 		}
 	}
 	for _, x := range drv.Excluded {
@@ -363,9 +356,10 @@ func runHealthWatch(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(hup)
 	w := &watcher{
 		root: cfg.Driver.Root, file: cfg.Health.File, ignore: cfg.Health.IgnoreXids, log: log,
-		open:   func(root string) (eventSource, error) { return nvmlinfo.OpenEvents(root) },
-		now:    time.Now,
-		reload: hup,
+		open:      func(root string) (eventSource, error) { return nvmlinfo.OpenEvents(root) },
+		now:       time.Now,
+		reload:    hup,
+		waitSlice: time.Second, backoff: time.Second, maxBackoff: time.Minute,
 	}
 	return w.run(ctx)
 }
@@ -389,16 +383,13 @@ type watcher struct {
 	now    func() time.Time
 	reload <-chan os.Signal
 	// waitSlice is how long one NVML wait lasts (how soon a stop is noticed); backoff the
-	// first pause after a failed initialisation, doubled up to maxBackoff. Zero: 1s, 1s, 1m.
+	// first pause after a failed initialisation, doubled up to maxBackoff.
 	waitSlice, backoff, maxBackoff time.Duration
 }
 
 // run watches until ctx ends; it returns nil then.
 func (w *watcher) run(ctx context.Context) error {
-	slice := cmp.Or(w.waitSlice, time.Second)
-	first := cmp.Or(w.backoff, time.Second)
-	maxPause := cmp.Or(w.maxBackoff, time.Minute)
-	pause := first
+	pause := w.backoff
 	w.log.WithFields(logrus.Fields{"driver_root": w.root, "health_file": w.file, "ignore_xids": w.ignore}).Info("health watch: starting")
 	for ctx.Err() == nil {
 		src, err := w.open(w.root)
@@ -409,10 +400,10 @@ func (w *watcher) run(ctx context.Context) error {
 			case <-time.After(pause):
 			case <-w.reload:
 			}
-			pause = min(2*pause, maxPause)
+			pause = min(2*pause, w.maxBackoff)
 			continue
 		}
-		pause = first
+		pause = w.backoff
 		var uuids []string
 		for _, g := range src.GPUs() {
 			uuids = append(uuids, fmt.Sprintf("%d=%s", g.Index, g.UUID))
@@ -421,7 +412,7 @@ func (w *watcher) run(ctx context.Context) error {
 		for _, warning := range src.Warnings() {
 			w.log.Warn("health watch: " + warning)
 		}
-		w.watch(ctx, src, slice)
+		w.watch(ctx, src)
 		src.Close()
 	}
 	w.log.Info("health watch: stopped")
@@ -429,7 +420,7 @@ func (w *watcher) run(ctx context.Context) error {
 }
 
 // watch handles src's events until ctx ends, a reload is asked for, or NVML fails.
-func (w *watcher) watch(ctx context.Context, src eventSource, slice time.Duration) {
+func (w *watcher) watch(ctx context.Context, src eventSource) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -439,7 +430,7 @@ func (w *watcher) watch(ctx context.Context, src eventSource, slice time.Duratio
 			return
 		default:
 		}
-		ev, ok, err := src.Wait(slice)
+		ev, ok, err := src.Wait(w.waitSlice)
 		if err != nil {
 			w.log.WithError(err).Warn("health watch: NVML stopped answering (the driver or a GPU went away?); releasing it and initialising it again")
 			return

@@ -83,8 +83,8 @@ func runMPS(args []string, stdout, stderr io.Writer) error {
 	if verb == "status" {
 		return mpsStatus(cfg.MPS, names, asJSON, stdout)
 	}
-	var opts map[string]mps.Options
-	if opts, err = mpsOptions(cfg, names, verb == "start"); err != nil {
+	opts, err := mpsOptions(cfg, names, verb == "start")
+	if err != nil {
 		return err
 	}
 	act := mps.Stop

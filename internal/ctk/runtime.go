@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,9 +38,6 @@ After a change, restart the engine.
 
 flags:
 `
-
-// hookName is the executable dockerd looks for on its PATH before it accepts --gpus.
-const hookName = request.DockerHookName
 
 // host is what the runtime command asks of the machine; tests replace it.
 type host struct {
@@ -182,18 +180,16 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		fmt.Fprintf(report, "unconfigured %s: runtime %q removed\n", eng, opts.RuntimeName)
 	}
 	for _, c := range plan.Changes {
-		backup := ""
-		for _, b := range backups {
-			if strings.HasPrefix(b, c.Path+".bak.") {
-				backup = " (previous content: " + b + ")"
-			}
-		}
 		switch {
 		case c.Remove:
 			fmt.Fprintf(report, "  removed %s\n", c.Path)
 		case c.RestoredFrom != "":
 			fmt.Fprintf(report, "  restored %s as it was before configure, from %s (removed)\n", c.Path, c.RestoredFrom)
 		default:
+			backup := ""
+			if i := slices.IndexFunc(backups, func(b string) bool { return strings.HasPrefix(b, c.Path+".bak.") }); i >= 0 {
+				backup = " (previous content: " + backups[i] + ")"
+			}
 			fmt.Fprintf(report, "  wrote %s%s\n", c.Path, backup)
 		}
 	}
@@ -261,11 +257,11 @@ func containerdConfigVersion(h host) int {
 // found on PATH may be NVIDIA's (nvidia-container-toolkit ships a binary of that name); it is
 // never to be replaced, and works alongside gpu-runtime.
 func dockerHookNote(w io.Writer, runtimePath string, h host) {
-	fmt.Fprintf(w, "note: docker --gpus works only when an executable named %s is on dockerd's PATH when dockerd starts; gpu-runtime drops that hook from the spec and injects the GPUs itself\n", hookName)
-	found, err := h.lookPath(hookName)
+	fmt.Fprintf(w, "note: docker --gpus works only when an executable named %s is on dockerd's PATH when dockerd starts; gpu-runtime drops that hook from the spec and injects the GPUs itself\n", request.DockerHookName)
+	found, err := h.lookPath(request.DockerHookName)
 	if err != nil {
 		dir := filepath.Dir(runtimePath)
-		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; link it to gpu-hook with: ln -s gpu-hook %s, then restart dockerd\n", hookName, filepath.Join(dir, hookName))
+		fmt.Fprintf(w, "warning: %s is not on PATH: docker run --gpus fails with 'could not select device driver \"\" with capabilities: [[gpu]]'; link it to gpu-hook with: ln -s gpu-hook %s, then restart dockerd\n", request.DockerHookName, filepath.Join(dir, request.DockerHookName))
 		return
 	}
 	if isGPUHook(found) {

@@ -19,27 +19,25 @@ import (
 // containerd configuration.
 //
 // Version 2 (containerd 1.3 and later; 2.x migrates it on load) keeps CRI runtimes under
-// plugins."io.containerd.grpc.v1.cri".containerd; version 3 (containerd 2.x) under
-// plugins."io.containerd.cri.v1.runtime".containerd. Version 1 (no "version" key) uses short
-// plugin names and is refused with ErrUnsupportedVersion.
+// plugins."io.containerd.grpc.v1.cri".containerd, version 3 (containerd 2.x) under
+// plugins."io.containerd.cri.v1.runtime".containerd. Version 1 (no "version" key, short plugin
+// names) is refused with ErrUnsupportedVersion.
 //
-// gpu-ctk writes the runtime to a drop-in listed in the main config's `imports` (containerd
-// 1.3 and later), which containerd merges differently by major version:
-//   - 1.x replaces a plugin's whole section, even the CRI runtimes map, with the last loaded
-//     file's: a drop-in naming only our runtime would silently drop runc, sandbox_image, the
-//     CNI directories and every other CRI setting of config.toml. A version 2 drop-in therefore
-//     carries the CRI section of the files loaded before it (config.toml and its other imports,
-//     in containerd's order) plus our runtime, and containerd's built-in runc runtime when those
-//     define none. Its header says to re-run configure after changing CRI settings there.
+// gpu-ctk writes the runtime to a drop-in listed in the main config's `imports`, which
+// containerd merges differently by major version:
+//   - 1.x replaces a plugin's whole section with the last loaded file's: a drop-in naming only
+//     our runtime would drop runc, sandbox_image, the CNI directories and every other CRI
+//     setting. A version 2 drop-in therefore carries the CRI section of the files loaded before
+//     it, in containerd's order, plus our runtime (and the built-in runc when they define
+//     none); its header says to re-run configure after changing CRI settings there.
 //   - 2.x merges plugin sections key by key, so a version 3 drop-in holds only our runtime.
 //
-// The runtime's settings start from those of the default runtime (or runc) when it is a runc
-// shim, so options such as SystemdCgroup match; runtime_type is io.containerd.runc.v2,
-// options.BinaryName the gpu-runtime path, and container_annotations lists "cdi.k8s.io/*"
-// (kept beside any it already had): the CRI copies a container's annotations into its OCI spec
-// only for the runtimes that list them, and gpu-runtime reads CDI devices from those (the
-// device plugin's cdi-annotations strategy). Pod annotations stay unlisted: any pod author
-// writes them, while container annotations come from the kubelet and its device plugins.
+// The runtime starts from the settings of the default runtime (or runc) when it is a runc
+// shim, so options such as SystemdCgroup match, with options.BinaryName the gpu-runtime path
+// and "cdi.k8s.io/*" added to container_annotations: the CRI copies into the OCI spec only the
+// annotations a runtime lists, and gpu-runtime reads CDI devices from them (the device plugin's
+// cdi-annotations strategy). Pod annotations stay unlisted: any pod author writes them, while
+// container annotations come from the kubelet and its device plugins.
 //
 // containerd refuses to start when an import names a missing file, so configure writes the
 // drop-in before the import and unconfigure removes the import before the drop-in.
@@ -58,10 +56,9 @@ func criPlugin(version int) string {
 	return containerdV2Plugin
 }
 
-// configureContainerdMain returns containerd's main config (current; nil or blank for none)
-// with opts.DropInPath in its imports, editing the text: everything else stays byte for byte.
-// A blank config becomes `version = <opts.ContainerdConfigVersion>` plus the import. An import
-// already covering the drop-in (the same path, or a glob matching it) means no change.
+// configureContainerdMain returns containerd's main config (nil or blank for none) with
+// opts.DropInPath in its imports, editing the text. A blank config gets a version line too; an
+// import already covering the drop-in (the same path, or a matching glob) means no change.
 func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	doc, err := parseTOML(current)
 	if err != nil {
@@ -155,10 +152,9 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 }
 
 // containerdDropIn returns the drop-in registering the runtime. files are the configs
-// containerd loads before the drop-in, in its order: the main config first (nil Content when
-// missing), then what it imports.
+// containerd loads before the drop-in, in its order: the main config (nil content when
+// missing), then its imports; cri is the CRI section in effect after them.
 func containerdDropIn(files []configFile, opts Options) (edit, error) {
-	// The CRI section in effect before the drop-in.
 	var notes []string
 	version, cri := 0, map[string]any{}
 	for i, f := range files {
@@ -259,12 +255,10 @@ func containerdDropIn(files []configFile, opts Options) (edit, error) {
 	return edit{content: out, changed: true, notes: notes}, err
 }
 
-// cdiAnnotationsPattern is the container_annotations entry that passes the CDI annotations
-// (cdi.k8s.io/<key>) through the CRI to the runtime.
+// cdiAnnotationsPattern passes the CDI annotations through the CRI to the runtime.
 const cdiAnnotationsPattern = "cdi.k8s.io/*"
 
-// withCDIAnnotations returns a runtime's container_annotations (nil when unset) with
-// cdiAnnotationsPattern appended when it is not there yet.
+// withCDIAnnotations returns a runtime's container_annotations with cdiAnnotationsPattern.
 func withCDIAnnotations(current any) ([]any, error) {
 	list, ok := current.([]any)
 	if !ok && current != nil {
@@ -368,8 +362,7 @@ func importStrings(doc map[string]any) ([]string, error) {
 	return out, nil
 }
 
-// resolveImport turns an imports entry into the path (or glob) containerd reads: relative
-// entries are relative to the importing file's directory.
+// resolveImport is the path (or glob) of an imports entry of the file parent.
 func resolveImport(entry, parent string) string {
 	p := filepath.Clean(entry)
 	if !filepath.IsAbs(p) {
@@ -389,9 +382,8 @@ func importCovers(entry, parent, dropIn string) bool {
 }
 
 // containerdFiles returns the files containerd would load, in its order: main, then its imports
-// (breadth first, globs sorted), leaving out skip. Links are followed, as containerd does; a
-// file that is not regular (a FIFO, a device) is left out too, with a warning, and a file that
-// cannot be read is an error.
+// (breadth first, globs sorted), but skip. Links are followed, as containerd does; a file that
+// is not regular is left out with a warning, and one that cannot be read is an error.
 func containerdFiles(main configFile, skip string) ([]configFile, []string, error) {
 	loaded := map[string]bool{filepath.Clean(main.path): true, filepath.Clean(skip): true}
 	out := []configFile{main}
@@ -468,11 +460,11 @@ type span struct{ start, end int }
 type topLevel struct {
 	imports    bool   // an imports key exists
 	lineStart  int    // start of the imports line (or of the key when it shares its line)
-	lineEnd    int    // just past the newline ending the imports key-value
+	lineEnd    int    // past the newline ending the imports key-value
 	open       int    // offset of imports' '['
 	close      int    // offset of imports' ']'
 	elems      []span // the array's string elements, quotes included
-	versionEnd int    // just past the newline ending the version line
+	versionEnd int    // past the newline ending the version line
 }
 
 // scanTopLevel finds the imports array and the version line among the keys that precede the
@@ -531,8 +523,7 @@ func scanTopLevel(data []byte) (topLevel, error) {
 	return t, nil
 }
 
-// lineEnd returns the offset past the end of the line at i: trailing blanks, a comment and
-// the newline.
+// lineEnd returns the offset past the line at i: trailing blanks, a comment, the newline.
 func lineEnd(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t') {
 		i++

@@ -5,11 +5,10 @@ import "fmt"
 // cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
 // applies each key over the ones before, so a drop-in naming one runtime keeps the others.
 
-// configureCRIO returns the cri-o drop-in (current: the existing one, nil for none), generated
-// whole: [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
-// opts.SetAsDefault (or when the existing drop-in already did), [crio.runtime] default_runtime.
-// A file gpu-ctk did not generate is refused with ErrNotOurs; one already holding the same keys
-// and values is returned unchanged.
+// configureCRIO returns the cri-o drop-in (current: nil for none), generated whole:
+// [crio.runtime.runtimes.<name>] with runtime_path and runtime_type "oci" and, with
+// opts.SetAsDefault (or when current did), [crio.runtime] default_runtime. A file gpu-ctk did
+// not generate is refused with ErrNotOurs; one holding the same settings is kept as it is.
 func configureCRIO(current []byte, opts Options) (edit, error) {
 	if !owned(current) {
 		return edit{}, fmt.Errorf("%w: it does not start with %q; choose another drop-in file with --config", ErrNotOurs, dropInMarker)

@@ -18,18 +18,16 @@ const (
 	dockerArgsKey     = "runtimeArgs"
 )
 
-// edit is a pure function's result: the file's new content, whether it differs, and what the
-// user should know about it.
+// edit is a pure function's result: new content, whether it differs, what the user should know.
 type edit struct {
 	content []byte
 	changed bool
 	notes   []string
 }
 
-// configureDocker returns daemon.json content (current; nil or empty for none) with
-// runtimes.<name> pointing at opts.RuntimePath and, with opts.SetAsDefault, default-runtime set
-// to it. Every other key is kept with its value's text verbatim, in its order; the result is
-// indented with four spaces. When nothing needs to change it returns current, unchanged.
+// configureDocker returns daemon.json (nil or empty for none) with runtimes.<name> pointing at
+// opts.RuntimePath and, with opts.SetAsDefault, default-runtime set to it; every other key is
+// kept verbatim, in its order.
 func configureDocker(current []byte, opts Options) (edit, error) {
 	top, runtimes, entry, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
@@ -99,8 +97,8 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	return dockerEdit(current, top, changed, notes)
 }
 
-// dockerEdit is the edit leaving daemon.json, current, as top: four-space indentation, final
-// newline. json.Indent only changes whitespace between tokens, so every value keeps its text.
+// dockerEdit is the edit leaving daemon.json as top, indented with four spaces: json.Indent
+// only changes whitespace between tokens, so every value keeps its text.
 func dockerEdit(current []byte, top *jsonobject.Object, changed bool, notes []string) (edit, error) {
 	if !changed {
 		return edit{content: current, notes: notes}, nil
@@ -113,8 +111,7 @@ func dockerEdit(current []byte, top *jsonobject.Object, changed bool, notes []st
 	return edit{content: b.Bytes(), changed: true, notes: notes}, nil
 }
 
-// loadDocker parses daemon.json down to runtime name's entry: runtimes is empty when absent,
-// entry nil when absent.
+// loadDocker parses daemon.json down to runtime name's entry (runtimes empty, entry nil: absent).
 func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.Object, err error) {
 	if top, err = parseJSONObject(current); err != nil {
 		return nil, nil, nil, err
@@ -135,8 +132,7 @@ func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.O
 	return top, runtimes, entry, nil
 }
 
-// jsonString returns the string member name of o ("" when o or the member is absent); what
-// names it in the error.
+// jsonString returns the string member name of o, "" when absent; what names it in the error.
 func jsonString(o *jsonobject.Object, name, what string) (string, error) {
 	var s string
 	if raw, ok := o.Get(name); ok && json.Unmarshal(raw, &s) != nil {
@@ -145,8 +141,7 @@ func jsonString(o *jsonobject.Object, name, what string) (string, error) {
 	return s, nil
 }
 
-// parseJSONObject parses a JSON object; blank input is an empty object. Syntax errors carry
-// line and column.
+// parseJSONObject parses a JSON object (blank: empty); syntax errors carry line and column.
 func parseJSONObject(data []byte) (*jsonobject.Object, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return &jsonobject.Object{}, nil

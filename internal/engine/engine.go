@@ -1,11 +1,7 @@
 // Package engine reads and edits container engines' configuration files to register gpu-runtime
-// as a runtime of docker, containerd or cri-o, and to remove it again.
-//
-// The per-engine edits (configureDocker, configureContainerdMain, containerdDropIn,
-// configureCRIO and their unconfigure counterparts) are pure: current content and Options
-// completed by withDefaults in, new content and whether it differs out. PlanConfigure and
-// PlanUnconfigure complete the Options, read the files those edits need and return a Plan;
-// Plan.Apply writes it.
+// as a runtime of docker, containerd or cri-o, and to remove it again. The per-engine edits
+// are pure (current content and Options in, new content out); PlanConfigure and
+// PlanUnconfigure read the files they need and return a Plan, which Plan.Apply writes.
 //
 // Guarantees:
 //   - Idempotent: configuring what is configured (or unconfiguring what is not) plans no
@@ -18,18 +14,16 @@
 //     their first line, and never backed up: a backup in a drop-in directory would itself be
 //     loaded (cri-o reads every file of crio.conf.d).
 //   - Unconfigure undoes configure where gpu-ctk can tell: a backup holding the same settings
-//     as unconfigure's result (differing only in layout) is written back byte for byte and
-//     removed; a file holding nothing but what configure wrote into it (an empty daemon.json
-//     object, containerd's bare `version` line) is removed, configure having created it;
-//     containerd's drop-in directory goes when left empty. Anything the user changed after
-//     configure is kept, and the file is backed up first.
+//     as unconfigure's result is written back byte for byte and removed; a file holding only
+//     what configure wrote into it (an empty daemon.json object, a bare `version` line) is
+//     removed, and containerd's drop-in directory when left empty. What the user changed after
+//     configure is kept, after a backup.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
 //   - Only regular files of at most 1 MiB are read, checked on an O_PATH handle before being
-//     opened without blocking: a FIFO or a device is never opened for reading. A config path
-//     that is a symbolic link to a regular file is edited where the link points and the link
-//     stays; a link to nothing or to anything else is refused (no file is ever created where a
-//     link points). A containerd import that is not a regular file is left out with a warning.
+//     opened without blocking; a containerd import that is not one is skipped with a warning.
+//     A config path that is a symbolic link to a regular file is edited where it points and the
+//     link stays; any other link is refused (no file is created where a link points).
 package engine
 
 import (
@@ -116,26 +110,23 @@ func withPath(err error, path string) error {
 
 // Options says what to register and where.
 type Options struct {
-	// RuntimeName is the runtime's name in the engine (docker --runtime, containerd/cri-o
-	// handler, Kubernetes RuntimeClass handler). Empty means DefaultRuntimeName.
+	// RuntimeName is the runtime's name in the engine (docker --runtime, the CRI handler of
+	// a RuntimeClass); empty: DefaultRuntimeName.
 	RuntimeName string
 	// RuntimePath is the absolute path of the gpu-runtime executable. Unconfigure ignores it.
 	RuntimePath string
 	// SetAsDefault makes RuntimeName the engine's default runtime. Configure never clears a
 	// default; unconfigure clears it only when it names RuntimeName.
 	SetAsDefault bool
-	// ConfigPath is daemon.json for docker, the main config for containerd, and the drop-in
-	// file for cri-o. Empty means the engine's default.
+	// ConfigPath is daemon.json for docker, the main config for containerd, the drop-in for
+	// cri-o; DropInPath is containerd's drop-in. Empty: the defaults.
 	ConfigPath string
-	// DropInPath is containerd's drop-in file. Empty means DefaultContainerdDropIn.
 	DropInPath string
-	// ContainerdConfigVersion is the config version to write when containerd's main config
-	// does not exist yet or is empty: 2 (containerd 1.3 and later, also read by 2.x) or 3
-	// (containerd 2.x). Zero means 2.
+	// ContainerdConfigVersion is the version to write into a new or empty containerd main
+	// config: 2 (containerd 1.3 and later, also read by 2.x; the default) or 3 (containerd 2.x).
 	ContainerdConfigVersion int
 }
 
-// defaultConfig is each engine's Options.ConfigPath when none is given.
 var defaultConfig = map[Engine]string{Docker: DefaultDockerConfig, Containerd: DefaultContainerdConfig, CRIO: DefaultCRIODropIn}
 
 var runtimeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -172,13 +163,12 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 
 // ParseEngine returns the Engine named s ("cri-o" is accepted for crio).
 func ParseEngine(s string) (Engine, error) {
-	switch strings.ToLower(s) {
-	case "docker":
-		return Docker, nil
-	case "containerd":
-		return Containerd, nil
-	case "crio", "cri-o":
-		return CRIO, nil
+	e := Engine(strings.ToLower(s))
+	if e == "cri-o" {
+		e = CRIO
 	}
-	return "", fmt.Errorf("%w %q: use docker, containerd or crio", ErrUnknownEngine, s)
+	if _, ok := defaultConfig[e]; !ok {
+		return "", fmt.Errorf("%w %q: use docker, containerd or crio", ErrUnknownEngine, s)
+	}
+	return e, nil
 }

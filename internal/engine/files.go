@@ -36,20 +36,18 @@ type Change struct {
 	Previous []byte      // the content planned from; nil when the file did not exist
 	Mode     fs.FileMode // the existing file's permissions, or 0644 for a new file
 	// RestoredFrom is the backup Content was read from (unconfigure putting a file back as it
-	// was before configure); Apply removes it once Content is written. Empty otherwise.
-	RestoredFrom string
-	// RemoveEmptyDir: after removing the file, remove its directory too if that is left empty.
-	RemoveEmptyDir bool
+	// was before configure); Apply removes it once Content is written.
+	RestoredFrom   string
+	RemoveEmptyDir bool // after removing the file, remove its directory if left empty
 }
 
 // A Plan is what configure or unconfigure changes, in the order it must happen, and what the
 // user should know. A Plan with no Changes means the engine is already as asked.
 type Plan struct {
-	Files   []string // the files examined
-	Changes []Change
-	Notes   []string // facts worth telling (a replaced default, a copied setting)
-	// Warnings say what was left out and why: a containerd import that is not a regular file.
-	Warnings []string
+	Files    []string // the files examined
+	Changes  []Change
+	Notes    []string // facts worth telling (a replaced default, a copied setting)
+	Warnings []string // what was left out and why (a containerd import that is not a regular file)
 	Next     []string // what the user must do once the changes are written
 }
 
@@ -101,8 +99,7 @@ var (
 	crioFile   = singleFile{backup: false, next: "restart cri-o: systemctl restart crio"}
 )
 
-// planSingleFile plans fn's edit of the engine's one file; undo, when not nil, is how
-// unconfigure tells the file as it was before configure.
+// planSingleFile plans fn's edit of the engine's one file; undo, if any, is unconfigure's rule.
 func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit, error), undo *undoRule) (*Plan, error) {
 	f, err := readConfig(opts.ConfigPath)
 	if err != nil {
@@ -133,7 +130,7 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if !owned(drop.content) {
 		return nil, fmt.Errorf("%s: %w: it does not start with %q; choose another drop-in file with --drop-in", drop.path, ErrNotOurs, dropInMarker)
 	}
-	// Relative imports are relative to the main config as named, not where its links lead.
+	// Imports are relative to the main config as named, not where its links lead.
 	files, warnings, err := containerdFiles(configFile{path: opts.ConfigPath, content: main.content}, opts.DropInPath)
 	if err != nil {
 		return nil, err
@@ -171,12 +168,11 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	return p, nil
 }
 
-// RuntimeClassFiles are where the package and make install put the RuntimeClass of the
-// runtime "gpu".
+// RuntimeClassFiles are where the package and make install put the RuntimeClass of "gpu".
 var RuntimeClassFiles = []string{"/usr/share/gpu-runtime/kubernetes/runtimeclass.yaml", "/usr/local/share/gpu-runtime/kubernetes/runtimeclass.yaml"}
 
-// runtimeClassHint says how Kubernetes pods reach the runtime: the installed RuntimeClass
-// file where there is one for this name, else the object to create.
+// runtimeClassHint says how Kubernetes pods reach the runtime: the installed RuntimeClass, or
+// the object to create.
 func runtimeClassHint(name string) string {
 	if name == DefaultRuntimeName {
 		for _, f := range RuntimeClassFiles {
@@ -208,9 +204,7 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
 	if dropEdit.changed {
 		c := drop.change(nil, false)
-		// The drop-in directory is gpu-ctk's choice (containerd has none): configure created it
-		// when it was missing.
-		c.RemoveEmptyDir = true
+		c.RemoveEmptyDir = true // gpu-ctk's choice of directory: configure created it if missing
 		p.Changes = append(p.Changes, c)
 	}
 	if p.Changed() {
@@ -239,11 +233,8 @@ type configFile struct {
 	mode    fs.FileMode
 }
 
-// readConfig reads the configuration file at path, which configure and unconfigure may write.
-// A symbolic link there is followed, and Apply replaces the file it resolves to, so that the
-// link stays (as atomicfile does for a bundle's config.json). A link to nothing is refused,
-// rather than a file created wherever it points, and so is a link to anything but a regular
-// file. The file is read by readRegular.
+// readConfig reads the file at path with readRegular, following a link there (Apply replaces
+// its target, so that the link stays); a link to nothing or to a non-regular file is refused.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
 	link := ""
@@ -283,12 +274,11 @@ func readConfig(path string) (configFile, error) {
 	return f, nil
 }
 
-// maxConfigSize bounds what gpu-ctk reads of an engine's configuration file, an import or a
-// backup: such files are kilobytes.
+// maxConfigSize bounds what gpu-ctk reads of a configuration file, an import or a backup.
 const maxConfigSize = 1 << 20
 
-// notRegularError says that a file gpu-ctk would read is not a regular file (kind says what
-// it is), or is larger than maxConfigSize (kind is empty).
+// notRegularError: a file gpu-ctk would read is not a regular file (kind says what it is) or
+// is larger than maxConfigSize (kind is empty).
 type notRegularError struct {
 	path, kind string
 	size       int64
@@ -301,12 +291,11 @@ func (e *notRegularError) Error() string {
 	return fmt.Sprintf("%s is a %s, not a regular file", e.path, e.kind)
 }
 
-// readRegular reads path, which must be a regular file of at most maxConfigSize bytes, and
-// returns its content (never nil) and permission bits. It checks on an O_PATH|O_NOFOLLOW
-// handle, then reads through that handle reopened O_NONBLOCK: a FIFO (whose open blocks until
-// a writer comes), a device, a socket or a symbolic link at path is never opened for reading,
-// and a file swapped in after the check is not what is read. An error wraps fs.ErrNotExist
-// when nothing is there, and is a *notRegularError for anything but a small regular file.
+// readRegular reads path, a regular file of at most maxConfigSize bytes, and returns its
+// content (never nil) and permission bits. It checks on an O_PATH|O_NOFOLLOW handle, then reads
+// that handle reopened O_NONBLOCK: a FIFO (whose open blocks), a device, a socket or a link is
+// never opened for reading, and a file swapped in after the check is not what is read. An error
+// wraps fs.ErrNotExist, or is a *notRegularError for anything but a small regular file.
 func readRegular(path string) ([]byte, fs.FileMode, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -362,13 +351,11 @@ func (f configFile) change(content []byte, backup bool) Change {
 }
 
 // undoRule says, for one engine's main file, when unconfigure's result is that file as it was
-// before configure.
+// before configure: same, a backup holding the same settings as the planned content (the two
+// differ at most in layout); bare, planned content that is what configure writes into a file
+// it creates, less the runtime (such a file did not exist before).
 type undoRule struct {
-	// same reports whether a backup holds the same settings as the planned content: the two
-	// differ at most in layout (whitespace, comments, quoting).
 	same func(backup, planned []byte) bool
-	// bare reports whether the planned content is exactly what configure writes into a file it
-	// creates, less the runtime: such a file did not exist before configure.
 	bare func(planned []byte) bool
 }
 
@@ -406,12 +393,10 @@ var containerdUndo = undoRule{
 }
 
 // undo plans writing content, unconfigure's result, to f, a file holding the user's settings,
-// so that f ends as it was before configure where that can be told:
-//   - the newest backup gpu-ctk made of f holding the same settings as content is written
-//     back byte for byte (the user's layout and comments return) and then removed, being the
-//     file itself again. f's current content needs no backup: it is the backup's plus our runtime.
-//   - otherwise, content that is bare removes f, with a note: configure created it.
-//   - otherwise content is written, after a backup of f.
+// so that f ends as it was before configure where that can be told: the newest backup of f
+// holding the same settings is written back byte for byte and removed (f needs no backup: it
+// is that one plus our runtime); else bare content removes f (configure created it); else
+// content is written after a backup of f.
 func (p *Plan) undo(f configFile, content []byte, rule undoRule) {
 	for _, b := range backupsOf(f.path) {
 		data, _, err := readRegular(b) // a regular file, not a link
@@ -461,9 +446,9 @@ func backupsOf(path string) []string {
 	return names
 }
 
-// Apply makes the plan's changes in order. For each it first checks that the file still has
-// the content planned from (ErrChanged otherwise), then copies it to a backup where Backup is
-// set, then replaces it atomically or removes it. It returns the backups made. now names them.
+// Apply makes the plan's changes in order: each file must still have the content planned from
+// (else ErrChanged), is backed up where Backup is set, then replaced atomically or removed. It
+// returns the backups made, named after now.
 func (p *Plan) Apply(now time.Time) ([]string, error) {
 	var backups []string
 	for _, c := range p.Changes {
@@ -506,12 +491,10 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 	return backups, nil
 }
 
-// MaxBackups is how many backups of a file gpu-ctk keeps: each configure or unconfigure that
-// changes a file makes one, and the oldest beyond this many are removed.
+// MaxBackups is how many backups of a file gpu-ctk keeps; older ones are removed.
 const MaxBackups = 5
 
-// pruneBackups removes the backups of path beyond the newest MaxBackups. A backup that
-// cannot be removed is left: pruning never fails a configure.
+// pruneBackups removes the backups of path beyond the newest MaxBackups, never failing.
 func pruneBackups(path string) {
 	all := backupsOf(path)
 	for _, old := range all[min(len(all), MaxBackups):] {
@@ -554,7 +537,7 @@ func writeBackup(path string, content []byte, mode fs.FileMode, now time.Time) (
 }
 
 // WriteDryRun writes what Apply would leave: each file to be written, whole, under a header
-// line, and a line for each file to be removed.
+// line; a line for each file to be removed.
 func (p *Plan) WriteDryRun(w io.Writer) error {
 	for _, c := range p.Changes {
 		what := fmt.Sprintf("would be written (mode %04o)", c.Mode)

@@ -21,8 +21,7 @@ func owned(content []byte) bool {
 	return len(bytes.TrimSpace(content)) == 0 || bytes.HasPrefix(content, []byte(dropInMarker))
 }
 
-// removeDropIn removes a drop-in (content nil, changed) when it exists; one gpu-ctk did not
-// generate is refused with ErrNotOurs.
+// removeDropIn removes a drop-in gpu-ctk generated (ErrNotOurs for another) when it exists.
 func removeDropIn(current []byte, _ Options) (edit, error) {
 	if current == nil {
 		return edit{}, nil
@@ -71,8 +70,7 @@ func renderTOML(header string, doc map[string]any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// sameTOML reports whether two documents hold the same keys and values; comments and layout
-// do not count.
+// sameTOML reports whether two documents hold the same keys and values, whatever the layout.
 func sameTOML(a, b []byte) (bool, error) {
 	da, err := parseTOML(a)
 	if err != nil {
@@ -85,8 +83,8 @@ func sameTOML(a, b []byte) (bool, error) {
 	return reflect.DeepEqual(da, db), nil
 }
 
-// subTable returns the table at path under doc; ok is false when a part is missing. A part
-// that exists but is not a table is an error.
+// subTable returns the table at path under doc; false when a part is missing, an error when
+// one is not a table.
 func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) {
 	t := doc
 	for i, key := range path {
@@ -167,8 +165,7 @@ func mergeTables(dst, src map[string]any) {
 	}
 }
 
-// kindOf names the type of a decoded TOML value for messages: "a table", "an array"…, never a
-// Go type.
+// kindOf names the type of a decoded TOML value in TOML's words: "a table", "an array"…
 func kindOf(v any) string {
 	switch v.(type) {
 	case map[string]any:

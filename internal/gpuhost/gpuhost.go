@@ -1,9 +1,7 @@
-// Package gpuhost builds the one view of the GPU host that every command plans against: the
-// device nodes under the device root, the driver and its GPUs (from NVML: in-process in
-// gpu-ctk, through a gpu-ctk child in the static gpu-runtime), the driver files, the MIG
-// capability interface, each GPU's health, and the MPS shares — from gpu-runtime's
-// configuration, with or without the discovery cache. The runtime's create, gpu-ctk cdi
-// generate, cdi inject, explain, doctor, info, health and mps all build it here.
+// Package gpuhost builds the one view of the GPU host that every command plans against, from
+// gpu-runtime's configuration: the device nodes, the driver and its GPUs (from NVML, or the
+// discovery cache), the driver files, the MIG capability interface, each GPU's health and the
+// MPS shares. The runtime's create and every gpu-ctk command that names GPUs build it here.
 package gpuhost
 
 import (
@@ -21,11 +19,10 @@ type QueryFunc func(ctx context.Context, driverRoot string) (discover.Driver, er
 type Options struct {
 	// Query asks NVML (required).
 	Query QueryFunc
-	// Cache: answer from the discovery cache (discovery.cache-file) when it still matches the
-	// host, as a create does; otherwise NVML is asked and the cache left alone.
-	Cache bool
-	// Health: read each GPU's health (health.file, the driver's /proc), never cached.
-	Health bool
+	// Cache: answer from the discovery cache when it still matches the host, as a create
+	// does; otherwise NVML is asked and the cache left alone.
+	Cache  bool
+	Health bool // read each GPU's health (never cached)
 	// FindDeviceNodes scans the device root; nil: discover.FindDeviceNodes (a seam for tests).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 }
@@ -38,9 +35,8 @@ type Result struct {
 	Warnings []string
 }
 
-// Driver asks NVML about cfg's driver root (query, bounded by discovery.timeout) and, with
-// health, reads each GPU's health: the part of the host the commands that name GPUs need
-// (gpu-ctk info, health, mps, doctor). Warnings say what of the health file was not trusted.
+// Driver asks NVML about cfg's driver root (bounded by discovery.timeout) and, with health,
+// reads each GPU's health; warnings say what of the health file was not trusted.
 func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, []string, error) {
 	ctx := context.Background()
 	if t := cfg.Discovery.TimeoutDuration(); t > 0 {
@@ -56,8 +52,7 @@ func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, [
 }
 
 // Build builds the host from cfg: the device nodes, then the driver (the cache or NVML,
-// bounded by discovery.timeout), then health; the MPS shares' configuration rides along
-// (which run is the create's question, per share).
+// bounded by discovery.timeout), then health; the MPS shares' configuration rides along.
 func Build(cfg config.Config, o Options) (Result, error) {
 	find := o.FindDeviceNodes
 	if find == nil {
@@ -81,7 +76,6 @@ func Build(cfg config.Config, o Options) (Result, error) {
 		return out, err
 	}
 	if o.Health {
-		// A small file and one /proc file per GPU: read for every create, never cached.
 		out.Warnings = append(out.Warnings, discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})...)
 	}
 	out.Host = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: nodes, MIGCaps: res.Host.MIGCaps,

@@ -70,7 +70,7 @@ func BenchmarkUpdateLDCacheAtCreate(b *testing.B) {
 			})
 			b.Run("loader-paths", func(b *testing.B) {
 				for b.Loop() {
-					if _, err := ldupdate.LoaderPaths(openRoot(b, root), paths); err != nil {
+					if _, err := ldupdate.LoaderPaths(openRoot(b, root), opts.Libraries); err != nil {
 						b.Fatal(err)
 					}
 				}

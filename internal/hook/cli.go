@@ -13,16 +13,10 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
-	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // ErrBypassed: docker's GPU hook ran, so the container was not created through gpu-runtime.
 var ErrBypassed = errors.New("container was created without gpu-runtime")
-
-type multi []string
-
-func (m *multi) String() string     { return fmt.Sprint(*m) }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // Usage is gpu-hook's help.
 const Usage = `usage: gpu-hook update-ldcache|proc-caps [flags] (run by gpu-runtime as an OCI hook)
@@ -86,9 +80,12 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 		}
 		return err
 	case "proc-caps":
-		var caps multi
+		var caps []string
 		procRoot := fs.String("proc-root", "/", "where the host's /proc is (driver.proc-root)")
-		fs.Var(&caps, "cap", "a MIG capability the container may open, e.g. gpu0/mig/gi1/access (repeatable)")
+		fs.Func("cap", "a MIG capability the container may open, e.g. gpu0/mig/gi1/access (repeatable)", func(c string) error {
+			caps = append(caps, c)
+			return nil
+		})
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -104,20 +101,19 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 // parseUpdateLDCache parses the flags of update-ldcache (args after the subcommand) on fs.
 func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLog, error) {
 	var opts LDCacheOptions
-	var libs multi
 	var timeout int
 	fs.StringVar(&opts.LDConfig, "ldconfig", "/sbin/ldconfig", "the host's ldconfig (a static executable), run where the cache cannot be updated in-process")
 	fs.StringVar(&opts.DriverVersion, "driver-version", "", "host driver version, for CUDA forward compatibility")
-	fs.Var(&libs, "library", "container path of an injected library (repeatable)")
+	fs.Func("library", "container path of an injected library (repeatable)", func(l string) error {
+		opts.Libraries = append(opts.Libraries, ldupdate.Library{Path: l})
+		return nil
+	})
 	fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
 	var log runcLog
 	fs.StringVar(&log.path, "log", "", "also append warnings and notes to this log file (the low-level runtime's --log)")
 	fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json (the low-level runtime's --log-format)")
 	if err := fs.Parse(args); err != nil {
 		return opts, log, err
-	}
-	for _, l := range libs {
-		opts.Libraries = append(opts.Libraries, ldupdate.Library{Path: l})
 	}
 	opts.Deadline = Deadline(timeout)
 	return opts, log, nil
@@ -134,13 +130,4 @@ func Deadline(seconds int) time.Duration {
 		d = time.Duration(seconds)*time.Second - 2*time.Second
 	}
 	return max(d, 500*time.Millisecond)
-}
-
-// Message is how main prints an error: a requirement failure verbatim (users search for
-// "unsatisfied condition: …"), anything else prefixed with the program name.
-func Message(err error) string {
-	if errors.Is(err, requirements.ErrUnsatisfied) {
-		return err.Error()
-	}
-	return "gpu-hook: " + err.Error()
 }

@@ -68,7 +68,7 @@ func TestRunMessages(t *testing.T) {
 		t.Run(tc.description, func(t *testing.T) {
 			var out, errb strings.Builder
 			err := Run(tc.argv0, tc.args, strings.NewReader(tc.stdin), &out, &errb)
-			if err == nil || Message(err) != tc.wantMsg {
+			if err == nil || "gpu-hook: "+err.Error() != tc.wantMsg {
 				t.Fatalf("message = %v\nwant      %s", err, tc.wantMsg)
 			}
 		})

@@ -29,11 +29,7 @@ func (l runcLog) write(level, msg string) error {
 	var line []byte
 	switch l.format {
 	case "json":
-		b, err := json.Marshal(struct {
-			Level string `json:"level"`
-			Msg   string `json:"msg"`
-			Time  string `json:"time"`
-		}{level, msg, ts})
+		b, err := json.Marshal(map[string]string{"level": level, "msg": msg, "time": ts}) // keys sorted, as logrus writes them
 		if err != nil {
 			return err
 		}

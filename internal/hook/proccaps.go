@@ -28,12 +28,6 @@ var capName = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^(mig/(config|monitor)|gpu[0-9]+/mig/gi[0-9]+(/ci[0-9]+)?/access)$`)
 })
 
-// statfs magic numbers (linux/magic.h).
-const (
-	procSuperMagic = 0x9fa0
-	tmpfsMagic     = 0x01021994
-)
-
 // ProcCaps makes the MIG capabilities caps (e.g. "gpu0/mig/gi1/access") the only ones the
 // container sees: a tmpfs over its CapabilitiesDir (once; a later call adds to it), each
 // access file bind-mounted read-only from the host's procRoot, all resolved inside root.
@@ -53,11 +47,11 @@ func ProcCaps(root, procRoot string, caps []string) error {
 		return fmt.Errorf("statfs %s in container root: %w", CapabilitiesDir, err)
 	}
 	switch fs.Type {
-	case procSuperMagic:
+	case unix.PROC_SUPER_MAGIC:
 		if err := unix.Mount("tmpfs", fdPath(h), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 			return fmt.Errorf("cover %s in container root: %w", CapabilitiesDir, err)
 		}
-	case tmpfsMagic: // covered by an earlier call: make it writable again to add to it
+	case unix.TMPFS_MAGIC: // covered by an earlier call: make it writable again to add to it
 		if err := unix.Mount("", fdPath(h), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 			return fmt.Errorf("remount %s in container root: %w", CapabilitiesDir, err)
 		}

@@ -108,7 +108,7 @@ func TestProcCapsErrors(t *testing.T) {
 		{"not procfs", notProc, []string{"mig/config"}, fmt.Sprintf("/proc/driver/nvidia/capabilities in container root is not procfs (statfs type %#x)", st.Type), ""},
 		{"an unknown capability", noProc, []string{"gpu0/mig/gi1/../../../x"}, `proc-caps: "gpu0/mig/gi1/../../../x" is not a MIG capability`, ""},
 	} {
-		if tc.root == notProc && (st.Type == procSuperMagic || st.Type == tmpfsMagic) {
+		if tc.root == notProc && (st.Type == unix.PROC_SUPER_MAGIC || st.Type == unix.TMPFS_MAGIC) {
 			continue // TMPDIR on tmpfs: covered as an earlier call's mount
 		}
 		err := ProcCaps(tc.root, "/", tc.caps)

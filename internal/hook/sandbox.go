@@ -30,15 +30,14 @@ import (
 //
 // So gpu-hook re-executes itself (SandboxCommand) in new mount and PID namespaces, where the
 // child bind-mounts the root's own mount onto the root, not recursively: the container's
-// volumes, /proc, /dev, /sys and every other mount under the root are not there for ldconfig
-// to write into or read. It mounts back only the injected libraries (descriptors the parent
-// opened inside the root) and a procfs of the new PID namespace (where /proc/1 is ldconfig,
-// rooted in the container root), pivots into the root, and executes a sealed in-memory copy
-// of the host's ldconfig (static: a dynamic one would run the image's loader). ldconfig reads
-// the configuration ReadConfig built, passed as a descriptor, and ignores the image's aux
-// cache (it could be a FIFO); gpu-hook kills the sandbox at its deadline, and the sandbox
-// dies with gpu-hook. ldconfig's output names the image's paths and quotes its
-// configuration: it goes to the low-level runtime's log, never into an error message.
+// volumes, /proc, /dev, /sys and every other mount under the root are not there for ldconfig.
+// It mounts back only the injected libraries (descriptors the parent opened inside the root)
+// and a procfs of the new PID namespace (where /proc/1 is ldconfig, in the container root),
+// pivots into the root, and executes a sealed in-memory copy of the host's static ldconfig (a
+// dynamic one would run the image's loader). ldconfig reads the configuration ReadConfig
+// built, as a descriptor, and ignores the image's aux cache (it could be a FIFO); the sandbox
+// is killed at the deadline and dies with gpu-hook. ldconfig's output names the image's paths
+// and quotes its configuration: it goes to the runtime's log, never into an error message.
 
 // SandboxCommand is the name gpu-hook re-executes itself under (moby/sys/reexec: argv[0]).
 const SandboxCommand = "gpu-hook-ldconfig-sandbox"
@@ -46,7 +45,7 @@ const SandboxCommand = "gpu-hook-ldconfig-sandbox"
 func init() {
 	reexec.Register(SandboxCommand, func() {
 		err := Sandbox(os.Args[1:])
-		fmt.Fprintln(os.Stderr, Message(err))
+		fmt.Fprintln(os.Stderr, "gpu-hook: "+err.Error())
 		os.Exit(1)
 	})
 }
@@ -61,30 +60,29 @@ const (
 // maxOutput bounds what is kept of ldconfig's output.
 const maxOutput = 16 << 10
 
-// runLDConfig runs the host's ldconfig over the root in the sandbox: it makes the SONAME links
-// of the libraries in in's directories (and every directory the image configures) and writes
-// the root's /etc/ld.so.cache, before the root's deadline; deadline is the whole update's
-// length, for the message. It returns ldconfig's output apart from the error, and warnings
-// about the image's loader configuration.
+// runLDConfig runs the host's ldconfig over the root in the sandbox, before the root's
+// deadline (deadline is the update's length, for the message): the SONAME links of the
+// libraries in in's directories (and the image's configured ones) and /etc/ld.so.cache. It
+// returns ldconfig's output apart from the error (wrapping ldupdate.ErrLDConfig), and
+// warnings about the image's loader configuration.
 func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput, deadline time.Duration) (output string, warnings []string, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
+		}
+	}()
 	bin, err := sealedExecutable(ldconfig)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
+		return "", nil, err
 	}
 	defer bin.Close()
 	conf, err := ldupdate.ReadConfig(root)
 	if err != nil {
-		return "", conf.Warnings, fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
+		return "", conf.Warnings, err
 	}
-	output, err = sandbox(root, ldconfig, bin, conf.Bytes(), in, deadline)
-	return output, conf.Warnings, err
-}
-
-// sandbox runs the sealed ldconfig bin with the flattened configuration conf in the sandbox.
-func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in ldupdate.LDConfigInput, deadline time.Duration) (output string, err error) {
-	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf))
+	confFile, err := sealedMemfd("ld.so.conf", bytes.NewReader(conf.Bytes()))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
+		return "", conf.Warnings, err
 	}
 	defer confFile.Close()
 	files := []*os.File{confFile, bin} // sandboxConfFD, sandboxLDConfigFD
@@ -95,7 +93,7 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 		// for ldconfig either.
 		h, err := root.Lookup(lib)
 		if errors.Is(err, confined.ErrBudget) {
-			return "", fmt.Errorf("%w: %w", ldupdate.ErrLDConfig, err)
+			return "", conf.Warnings, err
 		}
 		if err != nil {
 			continue
@@ -120,7 +118,7 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%w: start the ldconfig sandbox: %w", ldupdate.ErrLDConfig, err)
+		return "", conf.Warnings, fmt.Errorf("start the ldconfig sandbox: %w", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -136,13 +134,13 @@ func sandbox(root *confined.Root, ldconfig string, bin *os.File, conf []byte, in
 		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
 		_ = cmd.Process.Kill()
 		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
-		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries",
-			ldupdate.ErrLDConfig, ldconfig, deadline)
+		err = fmt.Errorf("%s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries", ldconfig, deadline)
+		return strings.TrimSpace(out.String()), conf.Warnings, err
 	}
 	if err != nil {
-		return strings.TrimSpace(out.String()), fmt.Errorf("%w: %s in the container root: %w", ldupdate.ErrLDConfig, ldconfig, err)
+		err = fmt.Errorf("%s in the container root: %w", ldconfig, err)
 	}
-	return strings.TrimSpace(out.String()), nil
+	return strings.TrimSpace(out.String()), conf.Warnings, err
 }
 
 // Sandbox is the child side, in new mount and PID namespaces: its arguments are the container

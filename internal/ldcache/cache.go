@@ -74,18 +74,16 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 	return c.GlibcHwcaps[i], true
 }
 
-// ParseCache parses the contents of an ld.so.cache file into a Cache that Encode writes back
-// unchanged. It reads every format Parse reads (an old-format cache alone gives entries with
-// no OS version or hwcap), but more strictly: the cache must be one ldconfig could have
-// written, so that Add can extend it where ldconfig would. Entries out of ldconfig's order, a
-// malformed extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing
-// past them, or more than MaxSize bytes are errors wrapping ErrFormat; a caller that gets one
-// can fall back to running ldconfig.
+// ParseCache parses an ld.so.cache file into a Cache that Encode writes back unchanged. It
+// reads every format Parse reads, but the cache must be one ldconfig could have written, so
+// that Add can extend it where ldconfig would: entries out of ldconfig's order, a malformed
+// extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing past them,
+// or more than MaxSize bytes are errors wrapping ErrFormat (the caller can run ldconfig).
 //
 // In a combined cache (ldconfig -c compat) ldconfig writes the string offsets of glibc-hwcaps
-// names relative to the new-format part, where its other offsets count from, while glibc
-// 2.36's loader and ldconfig -p read them relative to the start of the file and so never match
-// them. ParseCache reads them as ldconfig wrote them.
+// names relative to the new-format part, like its other offsets, while glibc 2.36's loader and
+// ldconfig -p read them from the start of the file and never match them. ParseCache reads
+// them as ldconfig wrote them.
 func ParseCache(data []byte) (*Cache, error) {
 	if len(data) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, larger than %d", ErrFormat, len(data), MaxSize)
@@ -177,10 +175,13 @@ func checkHwcapsNames(names []string) error {
 	return nil
 }
 
-// checkEntries checks that every glibc-hwcaps entry names a subdirectory and that the entries
-// are in ldconfig's order.
+// checkEntries checks that every entry has a name and a path, every glibc-hwcaps entry names
+// a subdirectory, and the entries are in ldconfig's order.
 func (c *Cache) checkEntries() error {
 	for i, e := range c.Entries {
+		if e.Name == "" || e.Path == "" || strings.IndexByte(e.Name, 0) >= 0 || strings.IndexByte(e.Path, 0) >= 0 {
+			return fmt.Errorf("entry %d (%s => %s): name and path must be non-empty, without NUL bytes", i, quote.Value(e.Name), quote.Value(e.Path))
+		}
 		if isExtension(e.Hwcap) && uint64(hwcapIndex(e.Hwcap)) >= uint64(len(c.GlibcHwcaps)) {
 			return fmt.Errorf("entry %d (%s): glibc-hwcaps subdirectory %d of %d", i, quote.Value(e.Name), hwcapIndex(e.Hwcap), len(c.GlibcHwcaps))
 		}
@@ -298,21 +299,18 @@ type Library struct {
 	Flags int32  // the library's ABI, from FlagsFor
 
 	// First puts the library before the entries it ties with in ldconfig's order (same key,
-	// flags, hwcap and OS version), as if ldconfig had read its directory first, so the loader
-	// finds it before them. Otherwise it goes after them, as if its directory came last.
-	// Either way glibc-hwcaps entries for the same key stay in front, where ldconfig puts
-	// them; the loader prefers those when the CPU supports their subdirectory.
+	// flags, hwcap and OS version), as if ldconfig had read its directory first; otherwise it
+	// goes after them, as if its directory came last. glibc-hwcaps entries for the same key
+	// stay in front either way, where ldconfig puts them (the loader prefers them when the CPU
+	// supports their subdirectory).
 	First bool
 }
 
 // Add puts libs into c where ldconfig would put them (see Library.First). A library replaces
-// an entry with the same name, flags and path and no hwcap; a replaced entry that ties with
-// the library keeps its place unless the library asks to go first. Libraries are added in
-// order, so of two First libraries that tie, the later ends up in front. Every entry c had is
-// kept otherwise, glibc-hwcaps entries included.
-//
-// Add checks every library before changing c, and reports every problem. It fails without
-// changing c if c's entries are not in ldconfig's order.
+// an entry with the same name, flags and path and no hwcap, which keeps its place if they tie
+// unless the library goes first. Of two First libraries that tie, the later added ends up in
+// front. Every other entry is kept, glibc-hwcaps entries included. Add checks every library,
+// and c's order, before changing c, and reports every problem.
 func (c *Cache) Add(libs ...Library) error {
 	var errs []error
 	for _, l := range libs {
@@ -373,10 +371,9 @@ func (c *Cache) add(e Entry, first bool) {
 }
 
 // FlagsFor returns the cache flags ldconfig records for a glibc library of the given word size
-// (32 or 64) and ELF machine, as the readelflib.c of each architecture in glibc's sysdeps sets
-// them: FLAG_ELF_LIBC6 plus the ABI. It fails where the flags depend on more than these two,
-// such as the float ABI of 32-bit Arm and RISC-V libraries, which is in the ELF header's
-// flags. machine is the ELF header's e_machine.
+// (32 or 64) and ELF e_machine, as each architecture's readelflib.c in glibc's sysdeps sets
+// them: FLAG_ELF_LIBC6 plus the ABI. It fails where the flags depend on more, such as the
+// float ABI of 32-bit Arm and RISC-V libraries (in the ELF header's flags).
 func FlagsFor(bits int, machine uint16) (int32, error) {
 	// e_machine values (ELF gABI): debug/elf is not imported for five numbers, which would
 	// link its package initialisation into gpu-runtime.
@@ -401,11 +398,10 @@ func FlagsFor(bits int, machine uint16) (int32, error) {
 	return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
 }
 
-// Encode returns c as an ld.so.cache file in the "glibc-ld.so.cache1.1" format that glibc 2.33
-// and later write by default (ldconfig -c new), in this machine's byte order with the
-// byte-order flag set, laid out byte for byte as glibc 2.36's ldconfig lays out the same
-// entries: its string table with shared suffixes, then the extension directory with the
-// generator and, if GlibcHwcaps is not empty, the glibc-hwcaps section.
+// Encode returns c in the "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since
+// glibc 2.33), in this machine's byte order with the byte-order flag set, laid out byte for
+// byte as glibc 2.36's ldconfig lays out the same entries: the string table with shared
+// suffixes, then the extension directory with the generator and any glibc-hwcaps section.
 //
 // For any c from ParseCache and Add, ParseCache(Encode(c)) equals c. Encode fails if an entry
 // has an empty or NUL-holding name or path, GlibcHwcaps is not sorted and distinct, an entry
@@ -424,11 +420,6 @@ var nativeEndianFlag = func() byte {
 }()
 
 func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) {
-	for i, e := range c.Entries {
-		if e.Name == "" || e.Path == "" || strings.IndexByte(e.Name, 0) >= 0 || strings.IndexByte(e.Path, 0) >= 0 {
-			return nil, fmt.Errorf("encode ld cache: entry %d (%s => %s): name and path must be non-empty, without NUL bytes", i, quote.Value(e.Name), quote.Value(e.Path))
-		}
-	}
 	if err := checkHwcapsNames(c.GlibcHwcaps); err != nil {
 		return nil, fmt.Errorf("encode ld cache: %w", err)
 	}
@@ -471,8 +462,8 @@ func (c *Cache) encode(order binary.ByteOrder, endianFlag byte) ([]byte, error) 
 	for i, e := range c.Entries {
 		p := b[newHeaderSize+uint64(i)*newEntrySize:]
 		order.PutUint32(p[0:], uint32(e.Flags)) //nolint:gosec // G115: the flags' bits, as ldconfig stores its int32
-		order.PutUint32(p[4:], off32(strStart)+strs.name(i))
-		order.PutUint32(p[8:], off32(strStart)+strs.path(i))
+		order.PutUint32(p[4:], off32(strStart)+strs.offsets[2*i])
+		order.PutUint32(p[8:], off32(strStart)+strs.offsets[2*i+1])
 		order.PutUint32(p[12:], e.OSVersion)
 		order.PutUint64(p[16:], e.Hwcap)
 	}
@@ -511,9 +502,6 @@ type stringTable struct {
 	// then the glibc-hwcaps names.
 	offsets []uint32
 }
-
-func (st stringTable) name(i int) uint32 { return st.offsets[2*i] }
-func (st stringTable) path(i int) uint32 { return st.offsets[2*i+1] }
 
 // newStringTable lays out every key, path and glibc-hwcaps name of c as glibc's
 // stringtable_finalize (elf/stringtable.c) does: distinct strings sorted by their bytes from

@@ -167,17 +167,8 @@ func parseOld(data []byte) ([]Entry, *newPart, error) {
 
 	// Old format alone: string offsets are relative to the end of the entries, and the string
 	// table runs to the end of the file.
-	strs := string(data[end:])
-	entries := make([]Entry, 0, nlibs)
-	for i := range nlibs {
-		e := data[oldHeaderSize+i*oldEntrySize:]
-		entry, err := makeEntry(binary.NativeEndian, e, strs)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
-		}
-		entries = append(entries, entry)
-	}
-	return entries, nil, nil
+	entries, err := makeEntries(binary.NativeEndian, data[oldHeaderSize:], nlibs, oldEntrySize, string(data[end:]))
+	return entries, nil, err
 }
 
 // parseNew parses a new-format cache starting at data[0], which is at offset off in the file.
@@ -201,38 +192,39 @@ func parseNew(data []byte, off uint64) ([]Entry, *newPart, error) {
 	if newHeaderSize+nlibs*newEntrySize > uint64(len(data)) {
 		return nil, nil, fmt.Errorf("%w: %d entries do not fit in %d bytes", ErrFormat, nlibs, len(data))
 	}
-	entries := make([]Entry, 0, nlibs)
 	// The entries' strings share one copy of data: converted once, not each allocated.
 	var strs string
 	if nlibs > 0 {
 		strs = string(data)
 	}
-	for i := range nlibs {
-		e := data[newHeaderSize+i*newEntrySize:]
-		entry, err := makeEntry(order, e, strs)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
-		}
-		entry.OSVersion = order.Uint32(e[12:])
-		entry.Hwcap = order.Uint64(e[16:])
-		entries = append(entries, entry)
+	entries, err := makeEntries(order, data[newHeaderSize:], nlibs, newEntrySize, strs)
+	if err != nil {
+		return nil, nil, err
 	}
 	return entries, &newPart{off: off, order: order, extOff: order.Uint32(data[32:])}, nil
 }
 
-// makeEntry decodes the flags, key and value fields common to both entry layouts from e,
-// resolving the string offsets in strs.
-func makeEntry(order binary.ByteOrder, e []byte, strs string) (Entry, error) {
-	flags := int32(order.Uint32(e[0:])) //nolint:gosec // G115: the field is C's int32_t flags, stored as its bits
-	name, err := cString(strs, order.Uint32(e[4:]))
-	if err != nil {
-		return Entry{}, fmt.Errorf("key: %w", err)
+// makeEntries decodes the n entries of size bytes (oldEntrySize or newEntrySize) at the start
+// of table, resolving their string offsets in strs.
+func makeEntries(order binary.ByteOrder, table []byte, n, size uint64, strs string) ([]Entry, error) {
+	entries := make([]Entry, n)
+	for i := range n {
+		e := table[i*size:]
+		flags := int32(order.Uint32(e[0:])) //nolint:gosec // G115: the field is C's int32_t flags, stored as its bits
+		name, err := cString(strs, order.Uint32(e[4:]))
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry %d: key: %w", ErrFormat, i, err)
+		}
+		path, err := cString(strs, order.Uint32(e[8:]))
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry %d: value: %w", ErrFormat, i, err)
+		}
+		entries[i] = Entry{Name: name, Path: path, Flags: flags, Bits: bits(flags)}
+		if size == newEntrySize {
+			entries[i].OSVersion, entries[i].Hwcap = order.Uint32(e[12:]), order.Uint64(e[16:])
+		}
 	}
-	path, err := cString(strs, order.Uint32(e[8:]))
-	if err != nil {
-		return Entry{}, fmt.Errorf("value: %w", err)
-	}
-	return Entry{Name: name, Path: path, Flags: flags, Bits: bits(flags)}, nil
+	return entries, nil
 }
 
 // cString returns the non-empty NUL-terminated string at strs[off:].

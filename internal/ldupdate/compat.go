@@ -37,11 +37,11 @@ const (
 )
 
 // CompatVersion returns the driver version of the newest libcuda.so.<version> in the image's
-// compat directory, or "" when there is none: the file name's, or its
-// .note.cuda.fwd_compatibility note's where that holds a version. Only regular files are
-// opened (without blocking), the maxCompatCandidates newest by name, with a warning when more
-// were skipped. A compat directory on another mount (a volume) is not considered, with a
-// warning; one of more than maxCompatList entries, or the budget's end, is an error.
+// compat directory, or "": its .note.cuda.fwd_compatibility note's where that holds one, else
+// the file name's. Only regular files are opened (without blocking), the maxCompatCandidates
+// newest by name, with a warning when more were skipped. A compat directory on another mount
+// is not considered, with a warning; more than maxCompatList entries, or the budget's end, is
+// an error.
 func CompatVersion(root *confined.Root) (string, []string, error) {
 	dir, err := root.Dir(CompatDir)
 	switch {
@@ -106,9 +106,8 @@ func CompatVersion(root *confined.Root) (string, []string, error) {
 	return best, warnings, nil
 }
 
-// noteVersion reads the forward-compatibility note of a compat library, if any, with the
-// bounded ELF reader; regular is false when the name is not a regular file of the root's
-// mount (it is then not opened for reading at all).
+// noteVersion reads the forward-compatibility note of a compat library, if any; regular is
+// false when name is not a regular file of the root's mount (it is then not read at all).
 func noteVersion(dir *confined.Dir, name string) (version string, regular bool) {
 	f, size, err := dir.Open(name, false)
 	if err != nil {

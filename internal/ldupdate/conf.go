@@ -52,14 +52,12 @@ func (c Config) Bytes() []byte {
 	return out.Bytes()
 }
 
-// ReadConfig returns the image's loader configuration as one file with no includes: the lines
-// of /etc/ld.so.conf with each `include` replaced by the lines of the files its patterns match
-// (sorted, as glibc's glob sorts them). ldconfig then parses only that text instead of opening
-// image files by name. Every file is read through the confined root (a regular file, without
-// blocking, as the container's user where the caller set one), at most once, within the
-// limits above. Files that cannot be read so are skipped with a warning naming them; a missing
-// /etc/ld.so.conf is an empty configuration, as for ldconfig. Only the budget's end is an
-// error.
+// ReadConfig returns the image's loader configuration as one file with no includes, which
+// ldconfig then parses instead of opening image files by name: /etc/ld.so.conf with each
+// `include` replaced by the lines of the files its patterns match (sorted, as by glibc's
+// glob). Each file is read once through the confined root, within the limits above; one that
+// cannot be is skipped with a warning naming it. A missing /etc/ld.so.conf is empty, as for
+// ldconfig. Only the budget's end is an error.
 func ReadConfig(root *confined.Root) (Config, error) {
 	var c Config
 	read := map[string]bool{}

@@ -21,11 +21,9 @@ import (
 // directory the image configures — 50–110 ms for an image with 1,500 libraries — while the
 // image's cache already records them all: the update adds the injected libraries to it and
 // writes it back, with the SONAME links ldconfig would make. It reads only regular files,
-// without blocking and within bounds: the cache (maxImageCache), the injected libraries' ELF
-// headers and dynamic sections (elf.go), the compat directory (maxCompatEntries) and, for an
-// image without a cache, the listings of the directories ldconfig would scan (maxScanEntries
-// each). A directory it would write in that lies on another mount (an image link into a
-// volume) is an error, never a fallback to ldconfig.
+// without blocking and within the bounds below (and elf.go's). A directory it would write in
+// that lies on another mount (an image link into a volume) is an error, never a fallback to
+// ldconfig.
 //
 // The result must equal the cache ldconfig -r writes over the same root with the compat
 // directory (when preferred) and the injected libraries' directories on its command line:
@@ -101,15 +99,11 @@ func (w *cacheWriter) write(p ldPlan) (method, reason string, err error) {
 	if musl != "" {
 		return MethodSkipped, fmt.Sprintf("the image has %s and no /etc/ld.so.cache: musl's loader reads no cache", musl), nil
 	}
-	// Later First libraries go in front of earlier ones: the compat directory's go last, to
-	// come first, and the injected ones in reverse, so ties keep their directories' order on
-	// ldconfig's command line.
+	// Later First libraries go in front of earlier ones: added in reverse, the compat
+	// directory's last, ties keep their directories' order on ldconfig's command line.
 	var libs []ldcache.Library
-	for i := len(injected) - 1; i >= 0; i-- {
-		libs = append(libs, injected[i].lib)
-	}
-	for i := len(compat) - 1; i >= 0; i-- {
-		libs = append(libs, compat[i].lib)
+	for _, e := range slices.Backward(append(compat, injected...)) {
+		libs = append(libs, e.lib)
 	}
 	if err := cache.Add(libs...); err != nil {
 		return ldconfig(err)
@@ -274,14 +268,14 @@ func readHostLibrary(src, name string) (soname string, flags int32, err error) {
 		return "", 0, err
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return "", 0, fmt.Errorf("stat %s: %w", src, err)
+	fi, err := f.Stat() // its error names src
+	if err != nil {
+		return "", 0, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if !fi.Mode().IsRegular() {
 		return "", 0, fmt.Errorf("%s: %w", src, confined.ErrNotRegular)
 	}
-	return libraryInfo(f, st.Size, name)
+	return libraryInfo(f, fi.Size(), name)
 }
 
 // libraryInfo reads the SONAME and cache flags of the library f (size bytes) named name.
@@ -541,10 +535,4 @@ func (w *cacheWriter) makeLinks(entries []ldEntry) error {
 		}
 	}
 	return nil
-}
-
-// isRegular says whether the handle h is on a regular file.
-func isRegular(h *os.File) bool {
-	var st unix.Stat_t
-	return unix.Fstat(int(h.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

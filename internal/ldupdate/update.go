@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
@@ -24,16 +25,16 @@ type Library struct {
 	// Path is its path in the container.
 	Path string
 	// Source, when not empty, is the host file it will be mounted from: an update before the
-	// mounts (gpu-runtime at create) reads it there and makes its directory in the root, as
-	// the low-level runtime would. Empty: it is read at Path, where the runtime mounted it.
+	// mounts (at create) reads it there and makes its directory in the root, as the low-level
+	// runtime would. Empty: it is read at Path, where the runtime mounted it.
 	Source string
 }
 
 // Options say what to update the loader cache for.
 type Options struct {
-	// LDConfig is the host's ldconfig (absolute path; a static executable), which the caller
-	// runs where the update cannot be done in-process: one that could not run is refused on
-	// every update, not on the first image that needs it.
+	// LDConfig is the host's static ldconfig (absolute), which the caller runs where the
+	// update cannot be in-process: one that could not run is refused on every update, not on
+	// the first image that needs it.
 	LDConfig string
 	// Libraries are the injected libraries.
 	Libraries []Library
@@ -82,14 +83,13 @@ func (r Result) Note(ldconfig string) string {
 	return ""
 }
 
-// Update makes the injected libraries loadable inside the container root: it creates each
-// library's development link (libcuda.so -> libcuda.so.550.54.15) where the image has none,
-// points the loader at newer CUDA forward-compatibility libraries, then adds the libraries to
-// the image's own /etc/ld.so.cache and makes their SONAME links, whatever the image's size.
-// Where that cannot be shown to give what ldconfig would, the result says so (MethodLDConfig)
-// and why; a musl image gets no cache. An error, wrapping ErrUpdate, ends the update where
-// ldconfig must not run either: the root's budget is spent (confined.ErrBudget), or what the
-// update must write lies on another mount (confined.ErrOtherMount).
+// Update makes the injected libraries loadable inside the container root: each library's
+// development link (libcuda.so -> libcuda.so.550.54.15) where the image has none, the loader
+// pointed at newer CUDA forward-compatibility libraries, the libraries added to the image's
+// own /etc/ld.so.cache and their SONAME links. Where that cannot be shown to give what
+// ldconfig would, the result says so (MethodLDConfig) and why; a musl image gets no cache. An
+// error, wrapping ErrUpdate, means ldconfig must not run either: the root's budget is spent
+// (confined.ErrBudget), or what must be written lies on another mount (confined.ErrOtherMount).
 func Update(root *confined.Root, o Options) (Result, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	var res Result
@@ -108,8 +108,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 }
 
 // Prepare makes the development links and the compat preference and returns ldconfig's
-// input, for a caller that has ldconfig write the cache: the reference the tests compare
-// Update with.
+// input: the reference the tests compare Update with.
 func Prepare(root *confined.Root, o Options) (LDConfigInput, []string, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	p, err := w.prepare(o)
@@ -134,10 +133,9 @@ var ErrTooManyLoaderPaths = fmt.Errorf("the image's loader configuration names m
 // LoaderPaths are the paths inside the root that the update for the libraries libs reads,
 // writes or lists, each once: the loader's cache and configuration, the directories ldconfig
 // may scan (configured ones included), the libraries' directories and the compat directory.
-// A mount at, above or below one is seen by the hook but not by an update at create, before
-// the mounts. ErrTooManyLoaderPaths or the budget's end is an error (the caller leaves the
-// update to the hook).
-func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
+// A mount at, above or below one is seen by the hook but not by an update at create.
+// ErrTooManyLoaderPaths or the budget's end is an error (the update is left to the hook).
+func LoaderPaths(r *confined.Root, libs []Library) ([]string, error) {
 	var paths []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -150,15 +148,15 @@ func LoaderPaths(r *confined.Root, libs []string) ([]string, error) {
 		add(p)
 	}
 	for _, lib := range libs {
-		add(path.Dir(path.Clean(lib)))
+		add(path.Dir(path.Clean(lib.Path)))
 	}
 	// The configured directories are scanned only for an image without a cache (an
 	// unreadable one sends the update to ldconfig, in the hook): reading the configuration
 	// costs ~0.2 ms on a distribution image, on every create.
 	if h, err := r.Lookup(ldcache.DefaultPath); err == nil {
-		regular := isRegular(h)
+		fi, err := h.Stat()
 		_ = h.Close()
-		if regular {
+		if err == nil && fi.Mode().IsRegular() {
 			return paths, nil
 		}
 	}
@@ -192,7 +190,6 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 	if _, err := w.root.MkdirAll("/etc", 0o755); err != nil { // kept open: the cache is written there
 		return p, err
 	}
-	seen := map[string]bool{}
 	w.sources = map[string]string{}
 	for _, l := range opts.Libraries {
 		if !path.IsAbs(l.Path) {
@@ -206,8 +203,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 				return p, err
 			}
 		}
-		if d := path.Dir(lib); !seen[d] {
-			seen[d] = true
+		if d := path.Dir(lib); !slices.Contains(p.Dirs, d) {
 			p.Dirs = append(p.Dirs, d)
 		}
 		if err := w.devLink(lib); err != nil {
@@ -241,9 +237,8 @@ func DevLinkName(file string) string {
 	return file[:i+3]
 }
 
-// devLink creates <dir>/<dev link name> -> <file> inside the root unless something exists
-// there, relative to the directory's handle in the root: an image's symlinked directory
-// cannot redirect the write out of the root.
+// devLink creates <dir>/<dev link name> -> <file> unless something exists there, relative to
+// the directory's handle in the root: an image's symlinked directory cannot redirect it.
 func (w *cacheWriter) devLink(lib string) error {
 	dir, file := path.Split(lib)
 	name := DevLinkName(file)

@@ -35,7 +35,7 @@ func TestLoaderPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	const libDir64 = "/usr/lib/x86_64-linux-gnu"
-	libs := []string{libDir64 + "/libcuda.so.550.54.15"}
+	libs := []Library{{Path: libDir64 + "/libcuda.so.550.54.15"}}
 	want := []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", CompatDir, libDir64}
 	for _, cache := range []bool{false, true} {
 		if cache {

@@ -191,9 +191,11 @@ type Options struct {
 	// UUIDs are the share's GPUs, resolved: the daemon sees only them (CUDA_VISIBLE_DEVICES),
 	// numbered 0..n-1 in this order.
 	UUIDs []string
-	// Wait bounds how long Start waits for the daemon's control pipe (default 10s).
-	Wait time.Duration
 }
+
+// startWait bounds how long Start waits for the daemon's control pipe, and then for it to
+// take the share's defaults.
+const startWait = 10 * time.Second
 
 // Start starts the share's daemon unless it runs, then sets its defaults. It reports what
 // it did.
@@ -201,9 +203,6 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	share, ok := cfg.Shares[name]
 	if !ok {
 		return "", fmt.Errorf("unknown MPS share %q", name)
-	}
-	if o.Wait == 0 {
-		o.Wait = 10 * time.Second
 	}
 	st := daemonState(cfg, name)
 	did := "already running"
@@ -217,23 +216,18 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 		}
 		did = fmt.Sprintf("started (pid %d)", pid)
 	}
-	if err := waitReady(cfg, name, o.Wait); err != nil {
+	if err := waitReady(cfg, name, startWait); err != nil {
 		return "", err
 	}
+	// A daemon that has just made its pipe may not answer yet: try again for a while.
 	cmds := defaults(share, len(o.UUIDs))
-	if len(cmds) > 0 {
-		// A daemon that has just made its pipe may not answer yet: try again for a while.
-		deadline := time.Now().Add(o.Wait)
-		for {
-			err := control(cfg, name, o, cmds)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	var err error
+	setDefaults := func() bool {
+		err = control(cfg, name, o, cmds)
+		return err == nil
+	}
+	if len(cmds) > 0 && !poll(startWait, 50*time.Millisecond, setDefaults) {
+		return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
 	}
 	// Only now can a client connect: its server gets the share's defaults.
 	if err := linkView(cfg, name); err != nil {
@@ -336,7 +330,7 @@ func openLog(dir string) (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, logName), err)
 		}
-		if why := notOwn(fd); why != "" { // made between the check and the open: only root can
+		if why := notOwnFile(fd, ""); why != "" { // made between the check and the open: only root can
 			_ = unix.Close(fd)
 			bad = append(bad, logName+" "+why)
 		}
@@ -348,30 +342,16 @@ func openLog(dir string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(dir, logName)), nil
 }
 
-// notOwnFile says why name in the directory dfd is not a file gpu-ctk may write as root; ""
-// when it is, or is absent.
+// notOwnFile says why name in the directory dfd (dfd itself when name is "") is not a file
+// gpu-ctk may write as root; "" when it is, or is absent.
 func notOwnFile(dfd int, name string) string {
 	var st unix.Stat_t
-	err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		return ""
-	}
-	if err != nil {
-		return err.Error()
-	}
-	return notOwnStat(st)
-}
-
-func notOwn(fd int) string {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err.Error()
-	}
-	return notOwnStat(st)
-}
-
-func notOwnStat(st unix.Stat_t) string {
+	err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH)
 	switch {
+	case errors.Is(err, unix.ENOENT):
+		return ""
+	case err != nil:
+		return err.Error()
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		return "is a symbolic link"
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
@@ -393,8 +373,7 @@ func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
 	}
 	defer func() { _ = logFile.Close() }()
 	cmd := exec.Command(o.Self, "mps", DaemonCommand, cfg.ShmDir(name), o.Control)
-	cmd.Env = env(cfg, name, o)
-	cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strings.Join(o.UUIDs, ","))
+	cmd.Env = append(env(cfg, name, o), "CUDA_VISIBLE_DEVICES="+strings.Join(o.UUIDs, ","))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -422,23 +401,37 @@ func env(cfg config.MPSConfig, name string, o Options) []string {
 
 // waitReady waits until the daemon runs (Check) and its control pipe exists.
 func waitReady(cfg config.MPSConfig, name string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
+	var gone error
+	ready := poll(wait, 20*time.Millisecond, func() bool {
 		st := daemonState(cfg, name)
 		_, err := os.Stat(filepath.Join(cfg.PipeDir(name), ControlSocket))
-		if st.Running && err == nil {
-			return nil
-		}
 		// Between its fork and its exec the daemon is still gpu-ctk: only a process that is
 		// gone has failed.
 		if st.PID != 0 && !st.Running && exited(st.PID, 0) {
-			return fmt.Errorf("the daemon of MPS share %q exited: %s; see %s", name, st.Why, cfg.LogDir(name))
+			gone = fmt.Errorf("the daemon of MPS share %q exited: %s; see %s", name, st.Why, cfg.LogDir(name))
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon of MPS share %q did not create its control pipe in %s within %s; see %s", name, cfg.PipeDir(name), wait, cfg.LogDir(name))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return st.Running && err == nil || gone != nil
+	})
+	switch {
+	case gone != nil:
+		return gone
+	case !ready:
+		return fmt.Errorf("the daemon of MPS share %q did not create its control pipe in %s within %s; see %s", name, cfg.PipeDir(name), wait, cfg.LogDir(name))
 	}
+	return nil
+}
+
+// poll calls done every interval until it returns true or wait has passed, and reports
+// whether it did.
+func poll(wait, interval time.Duration, done func() bool) bool {
+	deadline := time.Now().Add(wait)
+	for !done() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
 }
 
 // control sends commands to the share's daemon through nvidia-cuda-mps-control.
@@ -492,17 +485,10 @@ func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
 
 // exited waits for pid to be gone, or a zombie (a child of this process, reaped elsewhere).
 func exited(pid int, wait time.Duration) bool {
-	deadline := time.Now().Add(wait)
-	for {
+	return poll(wait, 20*time.Millisecond, func() bool {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || zombie(stat) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err != nil || zombie(stat)
+	})
 }
 
 func zombie(stat []byte) bool {

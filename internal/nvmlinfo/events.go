@@ -30,9 +30,8 @@ type Event struct {
 	// on its GPU, with the instance ids: GI and CI are NoInstance for the whole GPU.
 	GPU    discover.GPU
 	GI, CI uint32
-	// MIGDevices are the MIG devices the instance ids name, looked up when the event arrives
-	// (MIG devices come and go): one for a compute instance, each of a GPU instance's for a GPU
-	// instance alone, none for the whole GPU or ids that name no MIG device now.
+	// MIGDevices are the MIG devices the instance ids name now (they come and go): a compute
+	// instance's, or each of a GPU instance's; none for the whole GPU or ids naming none.
 	MIGDevices []discover.MIGDevice
 }
 
@@ -40,8 +39,8 @@ type Event struct {
 var ErrEventsNotSupported = errors.New("NVML events not supported")
 
 // Events waits on NVML's Xid critical error and double-bit ECC error events of every GPU of a
-// driver root. One process may hold one at a time (go-nvml binds NVML process-wide); Close
-// releases NVML, so that a driver can be reloaded, and OpenEvents may then be called again.
+// driver root. A process holds one at a time (go-nvml binds NVML process-wide); Close releases
+// NVML, so that a driver can be reloaded.
 type Events struct {
 	lib      nvml.Interface
 	devs     device.Interface
@@ -54,9 +53,9 @@ type Events struct {
 // watchedEvents are the event types a watcher registers for.
 const watchedEvents = uint64(nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError)
 
-// OpenEvents initialises NVML from the driver root and registers every GPU for Xid critical
-// errors and double-bit ECC errors (MIG devices take no registrations: their events come on
-// their GPU). An error means NVML or the driver is not there, or no GPU can report events.
+// OpenEvents initialises NVML from the driver root and registers every GPU for the events
+// (MIG devices' come on their GPU). An error means NVML or the driver is not there, or no GPU
+// can report events.
 func OpenEvents(root string) (*Events, error) {
 	lib, probe, _, err := load(root)
 	if err != nil {
@@ -109,8 +108,8 @@ func (e *Events) Warnings() []string { return e.warnings }
 // GPUs are the GPUs watched: index and UUID.
 func (e *Events) GPUs() []discover.GPU { return e.gpus }
 
-// Wait waits up to timeout for the next event; ok is false when none came. An error means
-// NVML cannot go on (the GPU or the driver went away): Close, and open again.
+// Wait waits up to timeout for the next event; false when none came. After an error (the GPU
+// or the driver went away), Close and open again.
 func (e *Events) Wait(timeout time.Duration) (ev Event, ok bool, err error) {
 	ms := uint32(min(max(timeout.Milliseconds(), 0), int64(^uint32(0)>>1)))
 	data, ret := e.set.Wait(ms)
@@ -147,8 +146,8 @@ func (e *Events) Wait(timeout time.Duration) (ev Event, ok bool, err error) {
 }
 
 // migDevicesOf returns the MIG devices of a GPU in GPU instance gi and, unless ci is
-// NoInstance, compute instance ci, as they are now. A device NVML cannot describe is left out;
-// a walk NVML fails gives the devices found before.
+// NoInstance, compute instance ci. A device NVML cannot describe is left out; a failed walk
+// gives the devices found before.
 func migDevicesOf(devs device.Interface, gpu nvml.Device, gi, ci uint32) []discover.MIGDevice {
 	var out []discover.MIGDevice
 	_ = visitMIGDevices(devs, gpu, -1, func(i int, mig device.MigDevice) error {

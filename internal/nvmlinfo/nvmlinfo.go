@@ -23,9 +23,8 @@ import (
 // DriverRootHint ends every error about an NVML library that cannot be found or loaded.
 const DriverRootHint = "set driver.root in the gpu-runtime config (" + config.DefaultPath + ") to where the NVIDIA driver is installed"
 
-// QueryContext is Query bounded by ctx, as discover.Options.Query wants it: NVML cannot be
-// interrupted, so on a hung driver the query is left behind (the process is short-lived) and
-// ctx's error is returned.
+// QueryContext is Query bounded by ctx: NVML cannot be interrupted, so on a hung driver the
+// query is left behind (the process is short-lived) and ctx's error returned.
 func QueryContext(ctx context.Context, root string) (discover.Driver, error) {
 	type answer struct {
 		driver discover.Driver
@@ -96,7 +95,7 @@ func Query(root string) (discover.Driver, error) {
 }
 
 // queryExcluded lists the GPUs the driver excludes (NVreg_ExcludedGpus), which NVML does not
-// count among its devices. Drivers whose NVML predates the call have none to report.
+// count among its devices; none from an NVML that predates the call.
 func queryExcluded(lib nvml.Interface) ([]discover.ExcludedGPU, error) {
 	if lib.Extensions().LookupSymbol("nvmlGetExcludedDeviceCount") != nil {
 		return nil, nil
@@ -154,16 +153,14 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 	return g, nil
 }
 
-// queries keeps the first error of a run of NVML queries (get): the queries after it are
-// not asked.
+// queries keeps the first error of a run of NVML queries (get); later ones are not asked.
 type queries struct {
 	lib nvml.Interface
 	of  string // what the queries are about, for the error: " of GPU 3"
 	err error
 }
 
-// get returns what query answers; the zero value when it fails ("<what><of>: <NVML's error>"),
-// or when a query of q failed before.
+// get returns what query answers; zero when it fails ("<what><of>: <NVML's error>") or q has.
 func get[T any](q *queries, what string, query func() (T, nvml.Return)) T {
 	var zero T
 	if q.err != nil {
@@ -205,17 +202,16 @@ func queryMIG(lib nvml.Interface, devs device.Interface, dev nvml.Device, g *dis
 }
 
 // visitMIGDevices calls visit with each MIG device of a GPU in MIG mode and its index, the I
-// of its "G:I" name, in NVML's order (go-nvlib's Device.VisitMigDevices). visit's error is
-// returned as it is; an error of the walk itself wraps discover.ErrNVML.
+// of its "G:I" name, in NVML's order. visit's error is returned as it is; the walk's wraps
+// discover.ErrNVML.
 func visitMIGDevices(devs device.Interface, gpu nvml.Device, gpuIndex int, visit func(int, device.MigDevice) error) error {
 	d, err := devs.NewDevice(gpu)
 	if err != nil {
 		return fmt.Errorf("%w: get MIG devices of GPU %d: %w", discover.ErrNVML, gpuIndex, err)
 	}
-	// Hand-written around go-nvlib's walk, for two things it does otherwise: it wraps visit's
-	// error as text (%v), losing discover.ErrNVML, so the error is kept here; and it goes on
-	// past an index NVML answers NOT_FOUND for, up to the maximum count, while the enumeration
-	// whose positions I counts ends there, so a device after such a gap ends the walk.
+	// Around go-nvlib's walk, which wraps visit's error as text (%v), losing discover.ErrNVML,
+	// and goes on past an index NVML answers NOT_FOUND for, while the enumeration I counts
+	// positions in ends there: a device after such a gap ends the walk.
 	var visitErr error
 	next, ended := 0, false
 	err = d.VisitMigDevices(func(i int, mig device.MigDevice) error {
@@ -242,7 +238,7 @@ func visitMIGDevices(devs device.Interface, gpu nvml.Device, gpuIndex int, visit
 var errEnumerationEnded = errors.New("end of NVML's MIG device enumeration")
 
 // queryMIGDevice reads one MIG device: its profile from go-nvlib (the name NVIDIA's tools
-// print), its ids, UUID and memory from NVML (go-nvlib has no getters of its own for them).
+// print), the rest from NVML.
 func queryMIGDevice(lib nvml.Interface, mig device.MigDevice) (discover.MIGDevice, error) {
 	q := &queries{lib: lib}
 	d := discover.MIGDevice{

@@ -50,8 +50,8 @@ type Rule struct {
 }
 
 // Open opens path as an O_PATH handle, without following a symbolic link at path, and checks
-// r on that handle. The handle cannot be read from: Reopen it, or give a reader that takes a
-// path (the CDI library) /proc/self/fd/<its descriptor>, which reaches the same inode. A
+// r on that handle. The handle cannot be read from: open its FDPath, which reaches the same
+// inode (a reader that takes a path, such as the CDI library, can be given it). A
 // missing file is an error wrapping fs.ErrNotExist; a file that does not pass r, an *Error.
 func Open(path string, r Rule) (*os.File, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -97,34 +97,25 @@ func check(f *os.File, path string, r Rule) error {
 	return nil
 }
 
-// Reopen opens the file of h, a handle Open returned, for reading, without blocking; name
-// is the file's path in messages.
-func Reopen(h *os.File, name string) (*os.File, error) {
-	f, err := os.OpenFile(FDPath(h), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	return f, nil
-}
-
 // FDPath is the /proc/self/fd path of h: opening it opens h's inode.
 func FDPath(h *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(h.Fd())) }
 
-// Read reads the file at path if it passes r: Open, Reopen, and at most r.Max bytes (a file
-// that grew past it since the check is refused too).
+// Read reads the file at path if it passes r: Open, then the handle's inode opened for reading
+// without blocking, and at most r.Max bytes (a file that grew past it since the check is
+// refused too).
 func Read(path string, r Rule) ([]byte, error) {
 	h, err := Open(path, r)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	f, err := Reopen(h, path)
+	f, err := os.OpenFile(FDPath(h), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", r.What, err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("read %s: %w", r.What, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, r.Max+1))

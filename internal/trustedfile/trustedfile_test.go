@@ -143,13 +143,4 @@ func TestOpenReadsTheCheckedInode(t *testing.T) {
 	if data, err := os.ReadFile(FDPath(h)); err != nil || string(data) != "checked" {
 		t.Errorf("through %s: %q, %v", FDPath(h), data, err)
 	}
-	f, err := Reopen(h, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 16)
-	if n, _ := f.Read(buf); string(buf[:n]) != "checked" {
-		t.Errorf("Reopen read %q", buf[:n])
-	}
 }

@@ -5,18 +5,15 @@ import (
 	"slices"
 )
 
-// Files names the driver files a capability brings. Libraries are SONAME prefixes
-// ("libcuda"): the file injected is "<prefix>.so.<driver version>". Binaries are file
-// names looked up in the driver's binary directories. Sockets and Configs are absolute
-// paths relative to the driver root; they are injected when present.
+// Files names the driver files a capability brings, injected when present. Libraries are
+// SONAME prefixes ("libcuda"): the file is "<prefix>.so.<driver version>". Binaries are looked
+// up in the driver's binary directories; Sockets and Configs are paths in the driver root.
 type Files struct {
 	Libraries []string
 	Binaries  []string
 	Sockets   []string
 	Configs   []string
-	// Required names the library prefixes without which the capability cannot work;
-	// their absence is an error rather than a skipped file.
-	Required []string
+	Required  []string // the library prefixes whose absence is an error, not a skipped file
 }
 
 // FilesOf returns what capability c injects. Compat32 and Display have no files of their own:
@@ -83,8 +80,8 @@ var table = [...]struct {
 	}},
 }
 
-// FileDirs returns the directory of every socket and config file in the table, relative to
-// the driver root, in the order of All, repeats included: what discovery's cache must watch.
+// FileDirs returns the directory of every socket and config file, in the order of All,
+// repeats included: what discovery's cache must watch.
 func FileDirs() []string {
 	var out []string
 	for _, c := range All {

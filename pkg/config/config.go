@@ -57,24 +57,20 @@ type Config struct {
 
 // CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving may take.
 type CDIConfig struct {
-	// SpecDirs are the directories of CDI specs, lowest precedence first (the CDI library's
-	// and the engines' defaults).
+	// SpecDirs are the directories of CDI specs, lowest precedence first.
 	SpecDirs []string `toml:"spec-dirs"`
-	// AllowedKinds are the CDI kinds (vendor.com/class) whose devices gpu-runtime resolves for
-	// a container that names them (NVIDIA_VISIBLE_DEVICES, cdi.k8s.io/ annotations, volume
-	// mounts): by default those gpu-runtime serves. A name of another kind fails the create: the
-	// container must not pick any vendor's device, one that bind-mounts host data among them.
+	// AllowedKinds are the CDI kinds (vendor.com/class) gpu-runtime resolves for a container
+	// that names them: by default those it serves. Another kind fails the create: a container
+	// must not pick any vendor's device, one that bind-mounts host data among them.
 	AllowedKinds []string `toml:"allowed-kinds"`
-	// Timeout bounds gpu-runtime's hand-off of a create that names CDI devices to gpu-ctk
-	// (reading the specs, discovery, editing config.json): gpu-ctk is killed when it passes
-	// and the create fails (a Go duration, at least 1s).
+	// Timeout bounds gpu-runtime's hand-off of a create naming CDI devices to gpu-ctk, which
+	// is killed when it passes (a Go duration, at least 1s).
 	Timeout string `toml:"timeout"`
 }
 
 // TimeoutDuration is CDI.Timeout parsed (validated by Load/Parse).
 func (c CDIConfig) TimeoutDuration() time.Duration { return duration(c.Timeout) }
 
-// duration is a duration that clean validated.
 func duration(s string) time.Duration {
 	d, _ := time.ParseDuration(s)
 	return d
@@ -82,8 +78,8 @@ func duration(s string) time.Duration {
 
 // RuntimeConfig is the [runtime] table: the low-level runtime and logging.
 type RuntimeConfig struct {
-	// Runtimes lists low-level OCI runtimes to try in order; the first one found is used. An
-	// entry without a slash is looked up in PATH, an absolute path is used as is.
+	// Runtimes are the low-level OCI runtimes to try in order, names looked up in PATH or
+	// absolute paths; the first one found is used.
 	Runtimes []string `toml:"runtimes"`
 	// LogFile is a file to log to besides runc's --log; "" means none.
 	LogFile string `toml:"log-file"`
@@ -98,8 +94,7 @@ type DriverConfig struct {
 	Root string `toml:"root"`
 	// DevRoot is where the /dev/nvidia* device nodes live.
 	DevRoot string `toml:"dev-root"`
-	// ProcRoot is where the driver's /proc files are read (/proc/driver/nvidia*,
-	// /proc/devices): MIG capabilities and the discovery cache's view of the driver.
+	// ProcRoot is where the driver's /proc files (/proc/driver/nvidia*, /proc/devices) are read.
 	ProcRoot string `toml:"proc-root"`
 }
 
@@ -109,13 +104,12 @@ type HookConfig struct {
 	Path string `toml:"path"`
 	// LDConfig is the host's ldconfig, run confined to the container root.
 	LDConfig string `toml:"ldconfig"`
-	// Timeout is how long the runtime lets each hook gpu-runtime writes run before it kills
-	// the hook and fails the create (a Go duration, whole seconds, at least 1s).
+	// Timeout is how long the runtime lets each of our hooks run before it kills the hook and
+	// fails the create (a Go duration, whole seconds, at least 1s).
 	Timeout string `toml:"timeout"`
 	// LDCacheAtCreate has gpu-runtime update the container's loader cache itself at create,
-	// before the low-level runtime runs, wherever that gives what the update-ldcache hook
-	// would, and leave that hook out of the spec: one process less per GPU container. False
-	// leaves the update to the hook on every container.
+	// wherever that gives what the update-ldcache hook would, and leave that hook out: one
+	// process less per GPU container. False leaves it to the hook.
 	LDCacheAtCreate bool `toml:"ldcache-at-create"`
 }
 
@@ -126,8 +120,7 @@ func (h HookConfig) TimeoutSeconds() int {
 
 // DiscoveryConfig controls how the host is discovered on each create.
 type DiscoveryConfig struct {
-	// Cache keeps NVML and driver-file discovery results in CacheFile, re-queried only
-	// when the host's fingerprint (driver files, device nodes, /proc) changes.
+	// Cache keeps discovery results in CacheFile until the host's fingerprint changes.
 	Cache     bool   `toml:"cache"`
 	CacheFile string `toml:"cache-file"`
 	// Timeout bounds the NVML query (a Go duration, e.g. "10s"; "0s" = no bound).
@@ -139,9 +132,8 @@ func (d DiscoveryConfig) TimeoutDuration() time.Duration { return duration(d.Tim
 
 // RequestConfig says which channels may request GPUs (multi-tenant hardening).
 type RequestConfig struct {
-	// AcceptEnvvarWhenUnprivileged honours NVIDIA_VISIBLE_DEVICES (and the other device
-	// variables) from containers without CAP_SYS_ADMIN. Set false on multi-tenant hosts,
-	// where images bake NVIDIA_VISIBLE_DEVICES=all.
+	// AcceptEnvvarWhenUnprivileged honours NVIDIA_VISIBLE_DEVICES from containers without
+	// CAP_SYS_ADMIN: false on multi-tenant hosts, where images bake NVIDIA_VISIBLE_DEVICES=all.
 	AcceptEnvvarWhenUnprivileged bool `toml:"accept-envvar-when-unprivileged"`
 	// AcceptDeviceListAsVolumeMounts honours /dev/null mounts at
 	// /var/run/nvidia-container-devices/<device> (how a device plugin allocates).
@@ -151,8 +143,7 @@ type RequestConfig struct {
 // logLevels are the accepted values of runtime.log-level, as logrus parses them.
 var logLevels = []string{"panic", "fatal", "error", "warn", "warning", "info", "debug", "trace"}
 
-// Default returns the configuration used when there is no file, and the value of every key a
-// file leaves out.
+// Default returns the configuration without a file, and the value of every key a file leaves out.
 func Default() Config {
 	return Config{
 		Runtime: RuntimeConfig{
@@ -194,8 +185,7 @@ func Default() Config {
 	}
 }
 
-// Path returns the configuration file to load: the value of $GPU_RUNTIME_CONFIG if it is set
-// and not empty, else DefaultPath. getenv is usually os.Getenv.
+// Path returns the configuration file to load: $GPU_RUNTIME_CONFIG if not empty, else DefaultPath.
 func Path(getenv func(string) string) string {
 	if p := getenv(EnvPath); p != "" {
 		return p
@@ -219,10 +209,9 @@ func Load(path string) (Config, []string, error) {
 // MaxSize is the largest configuration file read. The shipped one is 3 KiB.
 const MaxSize = 1 << 20
 
-// readFile reads a configuration file that must be a regular file of at most MaxSize
-// bytes. It is opened without blocking and checked on the handle before anything is read:
-// GPU_RUNTIME_CONFIG naming a FIFO, /dev/zero or a huge file must neither hang nor bloat
-// any call, delete and kill included.
+// readFile reads a regular file of at most MaxSize bytes, opened without blocking and checked
+// on the handle first: GPU_RUNTIME_CONFIG naming a FIFO, /dev/zero or a huge file must neither
+// hang nor bloat any call, delete and kill included.
 func readFile(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -263,9 +252,8 @@ func fileType(m fs.FileMode) string {
 	return m.Type().String()
 }
 
-// LoadFromEnv loads the file named by $GPU_RUNTIME_CONFIG, or DefaultPath. Unlike the
-// default file, a file named explicitly must exist: a typo in the variable must not
-// silently mean defaults.
+// LoadFromEnv loads Path(getenv). A file named by $GPU_RUNTIME_CONFIG must exist: a typo in
+// the variable must not silently mean defaults.
 func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 	p := Path(getenv)
 	if getenv(EnvPath) != "" {
@@ -277,11 +265,9 @@ func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 }
 
 // LoadRuntimeFromEnv is LoadFromEnv for the calls that only pass through to the low-level
-// runtime (start, delete, state, kill…): it reads only the [runtime] section — which
-// runtime, and where and how to log — in one lenient pass, and leaves every other section at
-// its default. A file whose [runtime] section cannot be read gets LoadFromEnv's full
-// diagnosis as the error, with Default(). Problems elsewhere in the file are create's to
-// report: they do not change which runtime a delete must reach.
+// runtime (start, delete, kill…): it reads only the [runtime] section, leniently, and leaves
+// the rest at its default, since problems elsewhere do not change which runtime a delete must
+// reach. A [runtime] section that cannot be read gets LoadFromEnv's error, with Default().
 func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
 	p := Path(getenv)
 	data, err := readFile(p)
@@ -300,9 +286,8 @@ func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
 	return Default(), err
 }
 
-// parseRuntime decodes only the [runtime] section of data over Default(); false when it
-// cannot be decoded or a value in it is bad. For a file Parse accepts, it gives Parse's
-// [runtime] section (FuzzParse checks).
+// parseRuntime decodes only the [runtime] section of data over Default(); false when it is
+// bad. For a file Parse accepts, it gives Parse's [runtime] section (FuzzParse checks).
 func parseRuntime(data []byte) (Config, bool) {
 	cfg := Default()
 	doc := struct {
@@ -314,9 +299,8 @@ func parseRuntime(data []byte) (Config, bool) {
 	return cfg, true
 }
 
-// Parse parses the contents of a configuration file named name in messages. Keys it leaves
-// out keep their Default() values. Errors wrap ErrInvalid; warnings name the unknown keys
-// ignored, and come back even with an error about a bad value.
+// Parse parses a configuration file named name in messages over Default(). Errors wrap
+// ErrInvalid; warnings name the unknown keys ignored, even with an error about a bad value.
 func Parse(data []byte, name string) (Config, []string, error) {
 	cfg := Default()
 	var warnings []string
@@ -335,8 +319,8 @@ func Parse(data []byte, name string) (Config, []string, error) {
 	return cfg, warnings, nil
 }
 
-// decode decodes data into v; strict refuses keys v does not have (a *toml.StrictMissingError
-// that still decodes the known ones).
+// decode decodes data into v; strict reports keys v lacks (a *toml.StrictMissingError, the
+// known ones decoded).
 func decode(data []byte, v any, strict bool) error {
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	if strict {
@@ -345,8 +329,7 @@ func decode(data []byte, v any, strict bool) error {
 	return dec.Decode(v)
 }
 
-// Level returns the logrus level of Runtime.LogLevel, valid in a Config from Load or Parse;
-// for any other Config, logrus.InfoLevel when it is not a level.
+// Level returns the logrus level of Runtime.LogLevel; logrus.InfoLevel when it is not one.
 func (c Config) Level() logrus.Level {
 	l, err := logrus.ParseLevel(c.Runtime.LogLevel)
 	if err != nil {
@@ -447,8 +430,7 @@ func array[T any](v []T, format func(T) string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// configError is an error about a file's contents: it reads as msg and wraps ErrInvalid and,
-// if there is one, the go-toml error behind it.
+// configError reads as msg and wraps ErrInvalid and the go-toml error behind it, if any.
 type configError struct {
 	msg string
 	err error
@@ -467,9 +449,8 @@ func invalid(cause error, format string, args ...any) error {
 	return &configError{msg: fmt.Sprintf(format, args...), err: cause}
 }
 
-// decodeError reports go-toml's error with the line and column it gives. The file not being
-// TOML at all comes first, wherever it is; a value of the wrong type is worded as the file
-// spells it (go-toml's words name Go types).
+// decodeError reports go-toml's error with its line and column. The file not being TOML comes
+// first, wherever it is; a value of the wrong type is worded in TOML's words, not Go's.
 func decodeError(data []byte, name string, err error) error {
 	var doc map[string]any
 	if syntax := toml.Unmarshal(data, &doc); syntax != nil {
@@ -505,23 +486,17 @@ next:
 	return warnings
 }
 
-// valueKind is the TOML type a known key takes.
-type valueKind int
+// valueKind is the TOML type a known key takes, in TOML's words.
+type valueKind string
 
 const (
-	kindTable valueKind = iota
-	kindString
-	kindStrings
-	kindBool
-	kindInt
-	kindInts
+	kindTable   valueKind = "a table"
+	kindString  valueKind = "a string"
+	kindStrings valueKind = "an array of strings"
+	kindBool    valueKind = "a boolean"
+	kindInt     valueKind = "an integer"
+	kindInts    valueKind = "an array of integers"
 )
-
-// kindNames are the kinds in TOML's words.
-var kindNames = [...]string{kindTable: "a table", kindString: "a string", kindStrings: "an array of strings",
-	kindBool: "a boolean", kindInt: "an integer", kindInts: "an array of integers"}
-
-func (k valueKind) String() string { return kindNames[k] }
 
 // kindOf is the kind of a Config field's type.
 func kindOf(t reflect.Type) valueKind {
@@ -542,9 +517,9 @@ func kindOf(t reflect.Type) valueKind {
 	}
 }
 
-// field finds the Config field at key as go-toml matches keys to fields (its toml tag, ignoring
-// case; any name below a map). It returns the field's type and the key as Config spells it; n <
-// len(key) when key goes on below a value, a table where the file may not have one.
+// field finds the Config field at key as go-toml matches keys (toml tag, any case; any name
+// below a map): its type and the key as Config spells it; n < len(key) when key goes on below
+// a value.
 func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
 	t = reflect.TypeFor[Config]()
 	for n = 0; n < len(key); n++ {
@@ -571,9 +546,9 @@ func field(key []string) (t reflect.Type, spelled []string, n int, ok bool) {
 	return t, spelled, n, true
 }
 
-// typeMismatch words go-toml's error at key, when it is about a value of the wrong type, as
-// "<key> must be <kind>, not <kind>"; doc is the file decoded as TOML. Below an inline table
-// it names the first wrong key in sorted order, which is go-toml's where the table has one.
+// typeMismatch words go-toml's error at key about a value of the wrong type as "<key> must
+// be <kind>, not <kind>"; doc is the file decoded. In an inline table it names the first wrong
+// key in sorted order, as go-toml does.
 func typeMismatch(doc map[string]any, key []string) (string, bool) {
 	t, spelled, n, ok := field(key)
 	if !ok || doc == nil {
@@ -601,8 +576,8 @@ func typeMismatch(doc map[string]any, key []string) (string, bool) {
 	return fmt.Sprintf("%s must be %s, not %s", quote.TOMLKey(spelled...), want, got), true
 }
 
-// mismatch names the TOML type of v, a value go-toml decoded into an any, when it is not
-// want; "" when it is (or v is nil: nothing there).
+// mismatch names the TOML type of v, decoded into an any, when it is not want; "" when it is
+// or v is nil.
 func mismatch(v any, want valueKind) string {
 	var got valueKind
 	switch v := v.(type) {
@@ -642,5 +617,5 @@ func mismatch(v any, want valueKind) string {
 	if got == want {
 		return ""
 	}
-	return got.String()
+	return string(got)
 }

@@ -2,18 +2,16 @@ package config
 
 import "slices"
 
-// HealthConfig is the [health] table: which devices are kept from containers, and what the
-// health watcher (gpu-ctk health watch) records.
+// HealthConfig is the [health] table: which devices are kept from containers, and what
+// gpu-ctk health watch records.
 type HealthConfig struct {
-	// File is the health file: one record per unhealthy device, written by gpu-ctk health
-	// (watch, mark, clear) and read on every GPU create. "" = none (the driver's /proc signals
-	// still count).
+	// File is the health file, written by gpu-ctk health and read on every GPU create; "" =
+	// none (the driver's /proc signals still count).
 	File string `toml:"file"`
 	// All says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device: HealthAllSkip
 	// (leave it out, with a warning) or HealthAllFail (fail the create).
 	All string `toml:"all"`
-	// IgnoreXids are the Xids the watcher does not count against a device: application
-	// errors, which say nothing about the GPU.
+	// IgnoreXids are the Xids the watcher ignores: application errors, not the GPU's.
 	IgnoreXids []int `toml:"ignore-xids"`
 }
 

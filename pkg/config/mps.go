@@ -13,14 +13,13 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// MPSConfig is the [mps] table: MPS shares, each served by its own control daemon whose
-// defaults (active thread percentage, pinned memory limit) the administrator sets. A
-// container joins a share; it cannot raise its limits.
+// MPSConfig is the [mps] table: MPS shares, each served by its own control daemon with the
+// administrator's defaults. A container joins a share; it cannot raise its limits.
 type MPSConfig struct {
 	// Root holds <root>/<share>/{pipe,client,log,shm}.
 	Root string `toml:"root"`
-	// Share, when set, is the share every GPU container of this configuration joins, whatever
-	// it asks: a runtime handler (Kubernetes RuntimeClass) per share reads a config of its own.
+	// Share is the share every GPU container joins whatever it asks, if set: a runtime handler
+	// (Kubernetes RuntimeClass) per share reads a config of its own.
 	Share string `toml:"share"`
 	// Shares are the shares by name ([mps.shares.<name>]).
 	Shares map[string]MPSShare `toml:"shares"`
@@ -32,22 +31,21 @@ type MPSShare struct {
 	Devices []string `toml:"devices"`
 	// ActiveThreadPercentage is the share of each GPU's SMs (1-100; 0: not set, MPS's 100).
 	ActiveThreadPercentage int `toml:"active-thread-percentage"`
-	// PinnedMemoryLimit is the device memory a client may pin per GPU, in a form MPS
-	// accepts once normalised: "60G", "61440M" ("60GiB", "60GB" are read as 60G); "" = none.
+	// PinnedMemoryLimit is the device memory a client may pin per GPU: "60G", "61440M"
+	// ("60GiB", "60GB" are read as 60G); "" = none.
 	PinnedMemoryLimit string `toml:"pinned-memory-limit"`
 	// UID is the user the share serves: MPS servers run as their first client's UID unless
 	// in multi-user mode, so a container of another user cannot use it.
 	UID int `toml:"uid"`
 }
 
-// The directories of a share under Root: the daemon's pipe (clients connect there) and log
-// directories, and the tmpfs its servers and clients share as /dev/shm.
+// A share's directories: the daemon's pipe (clients connect there) and log directories, and
+// the tmpfs its servers and clients share as /dev/shm.
 func (m MPSConfig) PipeDir(share string) string { return filepath.Join(m.Root, share, "pipe") }
 func (m MPSConfig) LogDir(share string) string  { return filepath.Join(m.Root, share, "log") }
 func (m MPSConfig) ShmDir(share string) string  { return filepath.Join(m.Root, share, "shm") }
 
-// ClientDir is a share's client view of its pipe directory: what its containers see there
-// (the control socket clients connect to, and nothing else).
+// ClientDir is what a share's containers see of its pipe directory: only the control socket.
 func (m MPSConfig) ClientDir(share string) string { return filepath.Join(m.Root, share, "client") }
 
 // PIDFile holds the pid of the share's control daemon, written by gpu-ctk mps start.
@@ -59,8 +57,8 @@ func (m MPSConfig) ShareNames() []string { return slices.Sorted(maps.Keys(m.Shar
 // shareNameRE: a share's name is a directory name under Root and a volume-mount path element.
 var shareNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
-// memoryLimitRE: a number and a unit, as MPS's set_default_device_pinned_mem_limit takes it
-// (M or G), or with the B/iB spellings people write.
+// memoryLimitRE: a number and a unit, M or G as set_default_device_pinned_mem_limit takes it,
+// or with the B/iB spellings people write.
 var memoryLimitRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,9})\s*(M|MB|MiB|G|GB|GiB)$`) })
 
 // MPSMemoryLimit is a pinned-memory limit in the form MPS accepts: "60G", "61440M".

@@ -27,12 +27,10 @@ func Keys() []string {
 	return out
 }
 
-// Set returns data, a configuration file named name, with key ("section.name") set to value,
-// everything else — comments, order, blank lines — as it was: the key's line is rewritten
-// where it is, or added at the end of its section (and the section at the end of the file
-// when there is none). value is what a user types: a string as is, true or false, a list as
-// comma-separated items or a TOML array. The result must pass Parse: a bad key or value is
-// an error naming it, and nothing is returned.
+// Set returns data, a configuration file named name, with key ("section.name") set to value
+// and all else as it was: the key's line is rewritten in place, or added at the end of its
+// section (or of the file, with the section). value is what a user types: a string as is,
+// true or false, a list as comma-separated items or a TOML array. The result must pass Parse.
 func Set(data []byte, name, key, value string) ([]byte, error) {
 	t, spelled, _, ok := field(strings.Split(key, "."))
 	if !ok || len(spelled) != 2 || quote.TOMLKey(spelled...) != key || kindOf(t) == kindTable { // tables and shares' keys: edited in the file
@@ -129,8 +127,8 @@ func setLine(data []byte, section, field, line string) []byte {
 	return []byte(text + "[" + section + "]\n" + line + "\n")
 }
 
-// valueLines counts the lines after the key's line that its value continues on: a multi-line array
-// goes on until its brackets balance (brackets in strings and comments do not count).
+// valueLines counts the lines after the key's a multi-line array continues on, until its
+// brackets balance (brackets in strings and comments do not count).
 func valueLines(rest string, after []string) int {
 	depth := bracketDepth(rest)
 	n := 0

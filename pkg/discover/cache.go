@@ -2,6 +2,7 @@ package discover
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/hex"
@@ -42,15 +43,14 @@ const CacheVersion = 7
 type cacheFile struct {
 	Version     int
 	Fingerprint string
-	// Inputs are fingerprintInputs at the time of writing.
-	Inputs []string
-	Host   Host
+	Inputs      []string // fingerprintInputs at the time of writing
+	Host        Host
 }
 
 // ErrTimeout: NVML did not answer in time.
 var ErrTimeout = errors.New("GPU discovery timed out")
 
-// errStale: the cache answers for a host that has since changed (a normal event).
+// errStale: the cache was written by another gpu-runtime version (a normal event).
 var errStale = errors.New("discovery cache is stale")
 
 // Options configure Discover.
@@ -63,8 +63,8 @@ type Options struct {
 	CacheFile string
 	// Timeout bounds the NVML query; 0 means no bound.
 	Timeout time.Duration
-	// Query asks NVML about the driver root. It runs only when the cache cannot answer, and
-	// must honour the context's deadline (gpu-runtime runs `gpu-ctk info --json` and kills it).
+	// Query asks NVML, only when the cache cannot answer, honouring the context's deadline
+	// (gpu-runtime runs `gpu-ctk info --json` and kills it).
 	Query func(ctx context.Context, driverRoot string) (Driver, error)
 }
 
@@ -78,24 +78,20 @@ type Result struct {
 }
 
 // Discover returns the host's driver facts and files: from the cache when its fingerprint
-// still matches the host, else by querying NVML and scanning the driver root (and then
-// refreshing the cache). devices is the current device-node scan, part of the fingerprint.
-// A cache never answers for a host that changed: the fingerprint covers the driver root
-// path, the NVML library file, the driver root's ld.so.cache and library directories, the
-// GPU and capability device nodes, and the driver's /proc entries.
+// still matches the host, else by querying NVML and scanning the driver root (then refreshing
+// the cache). devices, the current device-node scan, is part of the fingerprint, with the
+// driver root, the NVML library, the root's ld.so.cache and library directories and the
+// driver's /proc entries: a cache never answers for a host that changed.
 func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	var res Result
 	var inputs []string
 	var fp string
 	if opts.CacheFile != "" {
-		c, problem := readCache(opts.CacheFile)
-		if problem == nil {
-			if fingerprint(opts, devices, c.Inputs) == c.Fingerprint {
-				return Result{Host: c.Host, CacheHit: true}, nil
-			}
-			problem = fmt.Errorf("%w: %s: the host changed", errStale, opts.CacheFile)
+		c, state, problem := checkCache(opts, devices)
+		if state == CacheFresh {
+			return Result{Host: c.Host, CacheHit: true}, nil
 		}
-		if !errors.Is(problem, fs.ErrNotExist) && !errors.Is(problem, errStale) {
+		if problem != nil && !errors.Is(problem, errStale) {
 			res.CacheProblem = problem.Error()
 		}
 		inputs = fingerprintInputs(opts)
@@ -109,7 +105,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	caps, err := ReadMIGCaps(orRoot(opts.ProcRoot), driver.GPUs)
+	caps, err := ReadMIGCaps(cmp.Or(opts.ProcRoot, "/"), driver.GPUs)
 	if err != nil {
 		return res, err
 	}
@@ -133,16 +129,22 @@ const (
 // CheckCache says what the cache at opts.CacheFile would do for the next create, without
 // querying NVML or writing anything (gpu-ctk doctor). The error explains CacheUnusable.
 func CheckCache(opts Options, devices DeviceNodes) (string, error) {
-	c, problem := readCache(opts.CacheFile)
+	_, state, err := checkCache(opts, devices)
+	return state, err
+}
+
+// checkCache reads the cache and says whether it answers for the host as it is now.
+func checkCache(opts Options, devices DeviceNodes) (cacheFile, string, error) {
+	c, err := readCache(opts.CacheFile)
 	switch {
-	case errors.Is(problem, fs.ErrNotExist):
-		return CacheMissing, nil
-	case problem != nil:
-		return CacheUnusable, problem
+	case errors.Is(err, fs.ErrNotExist):
+		return c, CacheMissing, nil
+	case err != nil:
+		return c, CacheUnusable, err
 	case fingerprint(opts, devices, c.Inputs) != c.Fingerprint:
-		return CacheStale, nil
+		return c, CacheStale, nil
 	}
-	return CacheFresh, nil
+	return c, CacheFresh, nil
 }
 
 func queryWithTimeout(opts Options) (Driver, error) {
@@ -162,14 +164,11 @@ func queryWithTimeout(opts Options) (Driver, error) {
 	return d, err
 }
 
-// fingerprintInputs lists the files whose stat the fingerprint covers besides the driver root's
-// ld.so.cache (which fingerprint always stamps first), each as "<label> <path>": every path the
-// NVML library may be loaded from (a driver upgrade replaces it) and every directory a discovered
-// or discoverable file lives in — library, binary, socket and config directories and each firmware
-// version directory — so that a file added to or removed from any of them changes a directory's
-// stamp. The NVML paths and library directories come from the ld.so.cache, so while its stamp is
-// unchanged so is this list, except for firmware version directories, whose parent is stamped too:
-// the cache keeps the list and a hit needs no ld.so.cache parse.
+// fingerprintInputs lists, as "<label> <path>", what the fingerprint stamps besides the driver
+// root's ld.so.cache: every path NVML may be loaded from (an upgrade replaces it) and every
+// directory a driver file may live in (libraries, binaries, sockets, configs, firmware versions),
+// so that adding or removing a file changes a stamp. The list follows from the ld.so.cache and
+// the stamped firmware directories, so the cache keeps it: a hit needs no ld.so.cache parse.
 func fingerprintInputs(opts Options) []string {
 	entries := rootLDCache(opts.DriverRoot) // parsed once for both uses below
 	var inputs []string
@@ -193,8 +192,8 @@ func fingerprintInputs(opts Options) []string {
 	return inputs
 }
 
-// fingerprint hashes the driver and device roots, the stat of the driver root's
-// ld.so.cache and of every input, the device nodes and the driver's /proc entries.
+// fingerprint hashes the roots, the stat of the ld.so.cache and of every input, the device
+// nodes and the driver's /proc entries.
 func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	// FNV-128a, not a cryptographic hash: the inputs are the host's (root's) files, not
 	// anything a container controls, and crypto/* would add start-up cost to every call.
@@ -214,7 +213,6 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	for _, in := range inputs {
 		stamp(in)
 	}
-	// GPU, capability (MIG) and IMEX nodes.
 	var nodes []string
 	for p, n := range devices.Nodes {
 		nodes = append(nodes, fmt.Sprintf("%s %s %d:%d", p, n.Type, n.Major, n.Minor))
@@ -224,22 +222,13 @@ func fingerprint(opts Options, devices DeviceNodes, inputs []string) string {
 	}
 	sort.Strings(nodes)
 	_, _ = fmt.Fprintf(h, "nodes %s\n", strings.Join(nodes, ","))
-	// The driver's view of GPUs and MIG instances, where /proc has it: a MIG
-	// reconfiguration changes the capabilities tree (and the caps nodes above).
-	pr := orRoot(opts.ProcRoot)
+	// A MIG reconfiguration changes the capabilities tree (and the caps nodes above).
+	pr := cmp.Or(opts.ProcRoot, "/")
 	stamp("version " + filepath.Join(pr, "proc/driver/nvidia/version"))
 	stamp("mig-minors " + filepath.Join(pr, ProcMIGMinors))
 	_, _ = fmt.Fprintf(h, "gpus %s\n", strings.Join(listTree(filepath.Join(pr, "proc/driver/nvidia/gpus"), 1), ","))
 	_, _ = fmt.Fprintf(h, "caps %s\n", strings.Join(listTree(filepath.Join(pr, ProcCapabilities), 6), ","))
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// orRoot is a proc root as set, "/" when unset.
-func orRoot(procRoot string) string {
-	if procRoot == "" {
-		return "/"
-	}
-	return procRoot
 }
 
 // listTree lists the entry names under dir, depth levels deep.
@@ -264,7 +253,7 @@ func listTree(dir string, depth int) []string {
 var cacheRule = trustedfile.Rule{What: "discovery cache", Mode: 0o600, Max: maxCacheSize}
 
 // readCache returns the cache file if it is trustworthy (cacheRule), of this version and has
-// a driver version; the caller checks its fingerprint.
+// a driver version; not its fingerprint.
 func readCache(p string) (cacheFile, error) {
 	data, err := trustedfile.Read(p, cacheRule)
 	if err != nil {
@@ -297,7 +286,6 @@ func readCache(p string) (cacheFile, error) {
 //	file,<kind>,<capability>,<prefix>,<bits>,<host path>,<container path>
 const cacheMagic = "gpu-runtime discovery cache"
 
-// cacheFields is the number of fields of each record kind.
 var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 9, "mig": 9, "excluded": 3, "caps": 4, "file": 7}
 
 // migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.

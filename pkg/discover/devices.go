@@ -12,8 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DeviceNode is a device node found under the device root, with the numbers, mode and
-// owner read from it.
+// DeviceNode is a device node found under the device root, as stat reads it.
 type DeviceNode struct {
 	Path     string // path in a container, e.g. /dev/nvidia0
 	HostPath string // where it was found on the host (under the device root)
@@ -76,8 +75,8 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 	return dn, nil
 }
 
-// StatDeviceNode stats one node (container path such as /dev/nvidiactl) under devRoot. It must
-// be a character or block device itself: a symlink or regular file is ErrDeviceNode.
+// StatDeviceNode stats containerPath (/dev/nvidiactl) under devRoot: a symlink or anything
+// but a character or block device is ErrDeviceNode.
 func StatDeviceNode(devRoot, containerPath string) (DeviceNode, error) {
 	hostPath := filepath.Join(devRoot, containerPath)
 	var st unix.Stat_t

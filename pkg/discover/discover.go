@@ -4,9 +4,7 @@
 // the health file.
 package discover
 
-import (
-	"errors"
-)
+import "errors"
 
 // GPU is one physical GPU as NVML reports it.
 type GPU struct {
@@ -17,8 +15,8 @@ type GPU struct {
 	Brand             string `json:"brand"`
 	BusID             string `json:"bus_id"`
 	ComputeCapability string `json:"compute_capability"`
-	// Persistence is NVML's persistence mode, "enabled" or "disabled" ("" when the driver
-	// cannot say). It is not cached: only gpu-ctk doctor reads it.
+	// Persistence is "enabled" or "disabled" ("" when the driver cannot say); not cached:
+	// only gpu-ctk doctor reads it.
 	Persistence string `json:"persistence_mode,omitempty"`
 	// MIGCapable says the GPU can be partitioned with MIG; MIGCurrent and MIGPending are
 	// its current mode and the mode it takes at the next reset (enabled = true).
@@ -27,8 +25,7 @@ type GPU struct {
 	MIGPending bool `json:"mig_pending,omitempty"`
 	// MIGDevices are its MIG devices in NVML's enumeration order (nvmlDeviceGetMigDeviceHandleByIndex).
 	MIGDevices []MIGDevice `json:"mig_devices,omitempty"`
-	// Health is why the GPU must not be given to containers (nil: nothing says so); read
-	// afresh for each container by ReadHealth, never cached.
+	// Health is why the GPU must not be given to containers; set by ReadHealth, never cached.
 	Health *Health `json:"health,omitempty"`
 }
 
@@ -39,31 +36,26 @@ func (g GPU) MIGEnabled() bool { return g.MIGCurrent && g.MIGPending }
 // MIGDevice is one MIG device: a compute instance of a GPU instance.
 type MIGDevice struct {
 	// Index is I of the "G:I" name: the position in NVML's enumeration of the parent's MIG devices.
-	Index   int    `json:"index"`
-	UUID    string `json:"uuid"`    // "MIG-…"
-	GI      int    `json:"gi"`      // GPU instance id
-	CI      int    `json:"ci"`      // compute instance id
-	Profile string `json:"profile"` // e.g. "3g.40gb", "1c.3g.40gb", "1g.10gb+me"
-	// MemoryMiB is the device's memory.
-	MemoryMiB int `json:"memory_mib"`
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`    // "MIG-…"
+	GI        int    `json:"gi"`      // GPU instance id
+	CI        int    `json:"ci"`      // compute instance id
+	Profile   string `json:"profile"` // e.g. "3g.40gb", "1c.3g.40gb", "1g.10gb+me"
+	MemoryMiB int    `json:"memory_mib"`
 	// GICap and CICap are the minors of the GPU and compute instance capabilities
-	// (/dev/nvidia-caps/nvidia-cap<N>), read from the driver's /proc by discovery (not NVML);
-	// 0 when the driver does not list them (minor 0 is never a MIG capability).
+	// (/dev/nvidia-caps/nvidia-cap<N>), from the driver's /proc; 0 when it lists none.
 	GICap int `json:"gi_cap"`
 	CICap int `json:"ci_cap"`
-	// Health is why the MIG device must not be given to containers, for reasons of its own
-	// (its GPU's are the GPU's); nil: nothing says so. Read by ReadHealth, never cached.
+	// Health is why the MIG device itself must not be given to containers (see GPU.Health).
 	Health *Health `json:"health,omitempty"`
 }
 
 // MIGCaps is how the driver exposes MIG capabilities, read from its /proc files.
 type MIGCaps struct {
-	// Major is the character major of /dev/nvidia-caps/* (the "nvidia-caps" line of
-	// /proc/devices); 0 when the driver uses the /proc interface instead: the capability is
-	// the access file itself, and no device node exists.
+	// Major is the character major of /dev/nvidia-caps/* (from /proc/devices); 0 when the
+	// driver uses the /proc interface: the capability is the access file, with no device node.
 	Major int `json:"major"`
-	// Config and Monitor are the minors of the mig/config and mig/monitor capabilities; 0
-	// when the driver does not list them.
+	// Config and Monitor are the minors of mig/config and mig/monitor; 0 when not listed.
 	Config  int `json:"config"`
 	Monitor int `json:"monitor"`
 }
@@ -76,8 +68,7 @@ type Driver struct {
 	// Excluded are the GPUs the driver excludes (NVreg_ExcludedGpus): NVML does not count
 	// them among GPUs, and they have no index.
 	Excluded []ExcludedGPU `json:"excluded_gpus,omitempty"`
-	// NVMLPath is the host path of the libnvidia-ml that answered.
-	NVMLPath string `json:"nvml_path"`
+	NVMLPath string        `json:"nvml_path"` // the libnvidia-ml that answered
 }
 
 // Sentinel errors callers tell apart.

@@ -31,13 +31,11 @@ type File struct {
 	Kind Kind `json:"kind"`
 	// Capability is the capability that brings this file; "" for files every GPU container gets.
 	Capability capabilities.Capability `json:"capability,omitempty"`
-	// Prefix is the library's SONAME prefix (libraries only).
-	Prefix string `json:"prefix,omitempty"`
-	// Bits is 64 or 32 for libraries.
-	Bits int `json:"bits,omitempty"`
-	// HostPath is the file to mount (symlinks already resolved inside the driver root).
-	HostPath string `json:"host_path"`
-	// ContainerPath is where it goes: the path it was found at, minus the driver root.
+	Prefix     string                  `json:"prefix,omitempty"` // a library's SONAME prefix
+	Bits       int                     `json:"bits,omitempty"`   // 64 or 32 for libraries
+	// HostPath is the file to mount (symlinks resolved inside the driver root); ContainerPath
+	// is where it goes: the path it was found at, minus the driver root.
+	HostPath      string `json:"host_path"`
 	ContainerPath string `json:"container_path"`
 }
 
@@ -59,11 +57,10 @@ var (
 	firmwareDirs = []string{"/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"}
 )
 
-// FindDriverFiles lists the driver files of the given driver version under root: every
-// library of the capability table whose file name is "<prefix>.so.<version>" (found through
-// the root's ld.so.cache directories, then the standard directories, and their vdpau/
-// subdirectories), the binaries, GSP firmware, sockets and config files that exist.
-// Missing files are simply absent from the result.
+// FindDriverFiles lists the driver files of version under root that exist: every library of
+// the capability table named "<prefix>.so.<version>" (in the root's ld.so.cache directories,
+// then the standard ones, and their vdpau/ subdirectories), binaries, GSP firmware, sockets
+// and config files.
 func FindDriverFiles(root, version string) ([]File, error) {
 	if version == "" {
 		return nil, errors.New("find driver files: empty driver version")
@@ -83,7 +80,7 @@ func FindDriverFiles(root, version string) ([]File, error) {
 			found := map[int]bool{}
 			for _, dirs := range [][]string{dirs64, dirs32} {
 				for _, dir := range dirs {
-					f, ok := findLibrary(root, dir, name)
+					f, ok := find(root, path.Join(dir, name), KindLibrary, 0)
 					if !ok || found[f.Bits] {
 						continue
 					}
@@ -136,9 +133,8 @@ func FindDriverFiles(root, version string) ([]File, error) {
 // firmwareVersionDir is where a driver version's GSP firmware lives under a firmware dir.
 func firmwareVersionDir(dir, version string) string { return path.Join(dir, version) }
 
-// libSearchDirs returns the root-relative directories to search, 64-bit and 32-bit: those
-// the root's ld.so.cache names for driver libraries first, then the standard ones, each
-// followed by its vdpau/ subdirectory.
+// libSearchDirs returns the root-relative library directories, 64-bit and 32-bit: those the
+// root's ld.so.cache names for driver libraries, then the standard ones, each with vdpau/.
 func libSearchDirs(entries []ldcache.Entry) (dirs64, dirs32 []string) {
 	var cache64, cache32 []string
 	prefixes := capabilities.LibraryPrefixes()
@@ -177,21 +173,8 @@ func dedupe(in []string) []string {
 	return out
 }
 
-func findLibrary(root, dir, name string) (File, bool) {
-	f, ok := find(root, path.Join(dir, name), KindLibrary, 0)
-	if !ok {
-		return File{}, false
-	}
-	bits, err := elfBits(f.HostPath)
-	if err != nil {
-		return File{}, false
-	}
-	f.Bits = bits
-	return f, true
-}
-
 // find looks up root-relative path p, resolving symlinks inside root, and checks the
-// result has the wanted type (0 = regular file).
+// result has the wanted type (0 = regular file); a library must be ELF, its Bits set.
 func find(root, p string, kind Kind, typ fs.FileMode) (File, bool) {
 	lexical := inRootLexical(root, p)
 	if _, err := os.Lstat(lexical); err != nil {
@@ -205,7 +188,13 @@ func find(root, p string, kind Kind, typ fs.FileMode) (File, bool) {
 	if err != nil || fi.Mode().Type() != typ {
 		return File{}, false
 	}
-	return File{Kind: kind, HostPath: resolved, ContainerPath: path.Clean(p)}, true
+	f := File{Kind: kind, HostPath: resolved, ContainerPath: path.Clean(p)}
+	if kind == KindLibrary {
+		if f.Bits, err = elfBits(resolved); err != nil {
+			return File{}, false
+		}
+	}
+	return f, true
 }
 
 // elfBits reads the ELF class of a shared library from its identification bytes (without

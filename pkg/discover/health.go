@@ -2,6 +2,7 @@ package discover
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -22,12 +23,10 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
-// Health says why a device must not be given to containers; nil: nothing says it is unhealthy.
-//
-// Three signals count, none of them needing NVML: the driver's /proc entry of a GPU that
-// discovery knows is gone (HealthGone), the driver says it excluded the GPU (HealthExcluded),
-// or the health file — written by gpu-ctk health watch from NVML events, or by an operator
-// with gpu-ctk health mark — has a record for the GPU or MIG device (HealthRecorded).
+// Health says why a device must not be given to containers. Three signals count, none
+// needing NVML: the driver's /proc entry of a known GPU is gone (HealthGone), the driver
+// excluded the GPU (HealthExcluded), or the health file — written by gpu-ctk health watch from
+// NVML events, or gpu-ctk health mark — has a record for the GPU or MIG device (HealthRecorded).
 type Health struct {
 	Signal string `json:"signal"`
 	// Reason says what is wrong: "Xid 79: GPU has fallen off the bus", "double-bit ECC error",
@@ -35,8 +34,7 @@ type Health struct {
 	Reason string `json:"reason"`
 	// Xid is the Xid of an Xid error; 0 for none.
 	Xid uint64 `json:"xid,omitempty"`
-	// Since is when the health file's record was made; zero for the driver's signals, which
-	// are facts of the moment they are read.
+	// Since is when the health file's record was made; zero for the driver's signals.
 	Since time.Time `json:"since,omitzero"`
 	// Source is the file that says it: the health file, or the driver's /proc file.
 	Source string `json:"source"`
@@ -69,15 +67,14 @@ func (h Health) Fix(uuid string) string {
 	}
 }
 
-// ExcludedGPU is a GPU the driver was told to leave alone (NVreg_ExcludedGpus): NVML does not
-// enumerate it, so it has no index, only what nvmlGetExcludedDeviceInfoByIndex says.
+// ExcludedGPU is a GPU the driver excludes (NVreg_ExcludedGpus): NVML does not enumerate it,
+// so it has no index, only what nvmlGetExcludedDeviceInfoByIndex says.
 type ExcludedGPU struct {
 	UUID  string `json:"uuid"`
 	BusID string `json:"bus_id"`
 }
 
-// Where is " at <bus>", the GPU's bus as the driver's /proc names it, or "" when the bus id
-// does not parse.
+// Where is " at <bus>" as the driver's /proc names the bus, or "" when it does not parse.
 func (x ExcludedGPU) Where() string {
 	if bus, ok := ProcBusID(x.BusID); ok {
 		return " at " + bus
@@ -93,9 +90,8 @@ func (x ExcludedGPU) Reason() string {
 // The driver's per-GPU /proc directory, relative to the proc root.
 const ProcGPUs = "proc/driver/nvidia/gpus"
 
-// ProcBusID is the name of a GPU's directory under /proc/driver/nvidia/gpus for NVML's bus
-// id ("00000000:0F:00.0" → "0000:0f:00.0", the kernel module's "%04x:%02x:%02x.%x"); false
-// when busID is not of that form.
+// ProcBusID is the name of a GPU's directory under ProcGPUs for NVML's bus id, false when it
+// does not parse: "00000000:0F:00.0" → "0000:0f:00.0", the kernel's "%04x:%02x:%02x.%x".
 func ProcBusID(busID string) (string, bool) {
 	domain, rest, ok1 := strings.Cut(busID, ":")
 	bus, rest, ok2 := strings.Cut(rest, ":")
@@ -122,17 +118,14 @@ type HealthOptions struct {
 	ProcRoot string
 }
 
-// ReadHealth sets the Health of every GPU and MIG device of gpus, in place: a GPU whose
-// driver /proc entry is gone, or that the driver says it excluded, then every device the
-// health file has a record for. A MIG device is also unhealthy when its GPU is (Device
-// health in pkg/plan); its own field says only what concerns it. It reads one small /proc
-// file per GPU and the health file, and never NVML. Problems that leave a signal unread
-// (an untrusted or corrupt health file) come back as warnings: such a file is ignored.
+// ReadHealth sets the Health of every GPU and MIG device of gpus, in place, from the driver's
+// /proc (one small file per GPU) and the health file, never NVML. A MIG device's own field says
+// only what concerns it (pkg/plan adds its GPU's). An untrusted or corrupt health file is
+// ignored, with a warning.
 func ReadHealth(gpus []GPU, opts HealthOptions) []string {
-	// Each GPU's entry is opened relative to the gpus directory: shorter lookups than whole
-	// paths, and without the directory (the driver not loaded, or another proc root)
-	// nothing is known of any GPU, at the cost of this one call.
-	gpusDir := filepath.Join(orRoot(opts.ProcRoot), ProcGPUs)
+	// Entries are opened relative to the gpus directory: shorter lookups, and without it (no
+	// driver loaded) nothing is known of any GPU, at the cost of this one call.
+	gpusDir := filepath.Join(cmp.Or(opts.ProcRoot, "/"), ProcGPUs)
 	dir, err := unix.Open(gpusDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		defer func() { _ = unix.Close(dir) }()
@@ -178,11 +171,9 @@ func ReadHealth(gpus []GPU, opts HealthOptions) []string {
 // (kernel-open/nvidia/nv-procfs.c: "GPU Excluded:\t %s\n", "Yes" or "No").
 var excludedLine = []byte("GPU Excluded:")
 
-// procHealth reads what the driver's /proc says of the GPU at busID, given the gpus
-// directory (dir, an O_PATH handle of gpusDir): gone when the directory has no entry for it,
-// excluded when its information file says "GPU Excluded: Yes". An unreadable or unknown bus
-// id says nothing. It costs an openat, one read and a close (raw system calls: this runs for
-// every GPU of every create).
+// procHealth reads what the driver's /proc (dir, an O_PATH handle of gpusDir) says of the GPU
+// at busID: gone without an entry, excluded when its information file says "GPU Excluded:
+// Yes"; nil otherwise. Raw system calls: this runs for every GPU of every create.
 func procHealth(dir int, gpusDir, busID string) *Health {
 	name, ok := ProcBusID(busID)
 	if !ok {
@@ -220,8 +211,7 @@ func procHealth(dir int, gpusDir, busID string) *Health {
 		Source: gpusDir + "/" + name + "/information"}
 }
 
-// HealthRecord is one record of the health file: a device (a GPU or a MIG device, by UUID)
-// kept from containers, why, and since when.
+// HealthRecord is one record of the health file: a GPU or MIG device kept from containers.
 type HealthRecord struct {
 	UUID   string
 	Reason string
@@ -245,9 +235,8 @@ const MaxHealthReason = 256
 // ErrHealthFormat marks a health file that is not one.
 var ErrHealthFormat = errors.New("not a health file")
 
-// ValidHealthUUID reports whether s is a GPU or MIG device UUID as the health file holds
-// them: "GPU-" or "MIG-" (in any case, as NVIDIA_VISIBLE_DEVICES matches them) and then
-// letters, digits and dashes.
+// ValidHealthUUID reports whether s is "GPU-" or "MIG-" (in any case, as
+// NVIDIA_VISIBLE_DEVICES matches them) and then letters, digits and dashes.
 func ValidHealthUUID(s string) bool {
 	if len(s) <= 4 || len(s) > 96 || !(strings.EqualFold(s[:4], "GPU-") || strings.EqualFold(s[:4], "MIG-")) {
 		return false
@@ -352,9 +341,8 @@ func quoteShort(s string) string {
 	return s
 }
 
-// ReadHealthFile reads the health file at p if it passes trustedfile's rule (root's own, mode
-// 0600) and is one. A missing file is an error wrapping fs.ErrNotExist; any other error says
-// why the file is ignored.
+// ReadHealthFile reads the health file at p if it is root's own with mode 0600
+// (trustedfile); an error wraps fs.ErrNotExist or says why the file is ignored.
 func ReadHealthFile(p string) ([]HealthRecord, error) {
 	data, err := trustedfile.Read(p, trustedfile.Rule{What: "health file", Mode: 0o600, Max: maxHealthSize})
 	if err != nil {
@@ -367,11 +355,10 @@ func ReadHealthFile(p string) ([]HealthRecord, error) {
 	return records, nil
 }
 
-// UpdateHealthFile changes the health file at p: update gets its records (none when there is
-// no file) and returns the new ones, which replace the file atomically, root-owned with mode
-// 0600. Updates are serialised by an advisory lock on p + ".lock", so the watcher and an
-// operator's gpu-ctk health mark never lose each other's records. A file that cannot be
-// trusted or read is started afresh: its problem comes back as a warning.
+// UpdateHealthFile replaces the health file at p atomically (mode 0600) with what update
+// returns for its records. An advisory lock on p + ".lock" serialises updates, so the watcher
+// and gpu-ctk health mark never lose each other's records. A file that cannot be trusted or
+// read is started afresh, with a warning.
 func UpdateHealthFile(p string, update func([]HealthRecord) ([]HealthRecord, error)) (warning string, err error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return "", fmt.Errorf("create health file directory: %w", err)

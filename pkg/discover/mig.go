@@ -22,9 +22,8 @@ const (
 // ErrProcFormat marks a driver /proc file this package cannot read.
 var ErrProcFormat = errors.New("unexpected driver /proc file")
 
-// CapPath is the capability (relative to ProcCapabilities, as mig-minors names it) of a GPU
-// instance, or with ci >= 0 of a compute instance, of the GPU with device minor gpuMinor:
-// "gpu0/mig/gi1/access", "gpu0/mig/gi1/ci0/access".
+// CapPath is the capability, relative to ProcCapabilities, of a GPU instance or (ci >= 0) a
+// compute instance of the GPU with minor gpuMinor: "gpu0/mig/gi1/access", "gpu0/mig/gi1/ci0/access".
 func CapPath(gpuMinor, gi, ci int) string {
 	p := fmt.Sprintf("gpu%d/mig/gi%d", gpuMinor, gi)
 	if ci >= 0 {
@@ -33,14 +32,12 @@ func CapPath(gpuMinor, gi, ci int) string {
 	return p + "/access"
 }
 
-// ReadMIGCaps reads how the driver under procRoot exposes MIG capabilities and fills in
-// the capability minors of the MIG devices of gpus (in place): the nvidia-caps major from
-// /proc/devices, the minors from /proc/driver/nvidia-caps/mig-minors, which lists every
-// capability the driver could create, checked against the capabilities that exist
-// (/proc/driver/nvidia/capabilities/…/access), or from those files' DeviceFileMinor line
-// when mig-minors is missing. A malformed file is an error naming file and line; a
-// capability the driver does not list gets minor 0, which is never a MIG capability's (the
-// driver numbers them from 1). Hosts without MIG read nothing.
+// ReadMIGCaps reads how the driver under procRoot exposes MIG capabilities and fills in the
+// capability minors of gpus' MIG devices (in place): the nvidia-caps major from /proc/devices,
+// the minors of the capabilities that exist (/proc/driver/nvidia/capabilities/…/access) from
+// mig-minors, which lists every possible one, else from their DeviceFileMinor line. A malformed
+// file is an error naming file and line; an unlisted capability gets minor 0, never a MIG
+// capability's. Hosts without MIG read nothing.
 func ReadMIGCaps(procRoot string, gpus []GPU) (MIGCaps, error) {
 	var caps MIGCaps
 	needed := false
@@ -125,9 +122,8 @@ func charMajor(file, name string) (int, error) {
 	return 0, nil
 }
 
-// readMIGMinors reads mig-minors: "config 1", "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13",
-// keyed by the capability's path under ProcCapabilities ("mig/config",
-// "gpu0/mig/gi1/access"). A missing file is an empty map.
+// readMIGMinors reads mig-minors ("config 1", "gpu0/gi1/access 12"), keyed by the path under
+// ProcCapabilities ("mig/config", "gpu0/mig/gi1/access"); a missing file is an empty map.
 func readMIGMinors(file string) (map[string]int, error) {
 	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {

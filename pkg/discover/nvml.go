@@ -26,9 +26,8 @@ func rootLDCache(root string) []ldcache.Entry {
 	return entries
 }
 
-// ldcacheFile is the driver root's ld.so.cache with symlinks resolved inside the root: a
-// link to /etc/ld.so.cache must not read the host's own cache. ok is false when it does
-// not exist there (p is then the lexical path).
+// ldcacheFile is the driver root's ld.so.cache, symlinks resolved inside the root (a link to
+// /etc/ld.so.cache must not read the host's); false, with the lexical path, when missing.
 func ldcacheFile(root string) (p string, ok bool) {
 	p = inRootLexical(root, ldcache.DefaultPath)
 	resolved, err := resolveInRoot(root, p)
@@ -83,8 +82,7 @@ func inRootLexical(root, p string) string {
 	return path.Join(root, p)
 }
 
-// resolveInRoot resolves hostPath (which lies under root) with every symlink interpreted
-// inside root, and checks that the result exists.
+// resolveInRoot resolves hostPath, under root, with symlinks inside root; the result exists.
 func resolveInRoot(root, hostPath string) (string, error) {
 	rel := strings.TrimPrefix(hostPath, strings.TrimSuffix(root, "/"))
 	resolved, err := securejoin.SecureJoin(root, rel)

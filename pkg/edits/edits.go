@@ -122,9 +122,7 @@ func (e Edits) Apply(spec *specs.Spec) error {
 	for _, name := range e.RemoveHooks {
 		opts = append(opts, oci.WithoutHooksNamed(name))
 	}
-	if len(e.UnsetEnv) > 0 {
-		opts = append(opts, oci.WithoutEnv(e.UnsetEnv...))
-	}
+	opts = append(opts, oci.WithoutEnv(e.UnsetEnv...))
 	if len(e.Env) > 0 {
 		opts = append(opts, oci.WithEnv(e.Env...))
 	}

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -50,12 +51,8 @@ func WithDevices(ds ...Device) SpecOpt {
 			if d.Type != "c" && d.Type != "b" {
 				return fmt.Errorf("add device %s: type %q is not c or b", d.Path, d.Type)
 			}
-			access := d.Access
-			if access == "" {
-				access = "rwm"
-			}
 			major, minor := d.Major, d.Minor
-			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: access}
+			rules[i] = specs.LinuxDeviceCgroup{Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: cmp.Or(d.Access, "rwm")}
 			paths[i], ruleKeys[i], nodes[i] = filepath.Clean(d.Path), ruleKey(rules[i]), d.LinuxDevice
 		}
 		if s.Linux == nil {

@@ -158,15 +158,14 @@ func object(parent *jsonobject.Object, path string, decoded []string) (*jsonobje
 // JSON decoder (runc's) would merge them.
 func decodeObject(data []byte, path string, decoded []string) (*jsonobject.Object, error) {
 	o, err := jsonobject.Parse(data)
-	if err == nil {
-		if dup := o.Duplicate(decoded); dup != "" {
-			err = fmt.Errorf("%w: %s", errAmbiguous, dup)
-		}
-	} else if errors.Is(err, io.ErrUnexpectedEOF) {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
 		err = errors.New("unexpected end of JSON input") // as json.Unmarshal says it
+	case err == nil && o.Duplicate(decoded) != "":
+		err = fmt.Errorf("%w: %s", errAmbiguous, o.Duplicate(decoded))
 	}
 	if err != nil && path != "" {
-		err = fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err != nil {
 		return nil, err
@@ -358,11 +357,19 @@ func decodeNumbers(data []byte, v any) error {
 // remove or reorder elements): keys never move from one element to another.
 func keepUnknown(orig, out any, typ reflect.Type) any {
 	switch typ = deref(typ); typ.Kind() {
-	case reflect.Struct:
+	case reflect.Struct, reflect.Map:
 		o, ok1 := orig.(map[string]any)
 		n, ok2 := out.(map[string]any)
 		if !ok1 || !ok2 {
 			return out
+		}
+		if typ.Kind() == reflect.Map {
+			for k, nv := range n {
+				if ov, present := o[k]; present {
+					n[k] = keepUnknown(ov, nv, typ.Elem())
+				}
+			}
+			return n
 		}
 		fields := fieldsOf(typ)
 		for k, ov := range o {
@@ -396,18 +403,6 @@ func keepUnknown(orig, out any, typ reflect.Type) any {
 			k := knownForm(nv, et)
 			if ovs := unmatched[k]; len(ovs) > 0 {
 				n[j], unmatched[k] = keepUnknown(ovs[0], nv, et), ovs[1:]
-			}
-		}
-		return n
-	case reflect.Map:
-		o, ok1 := orig.(map[string]any)
-		n, ok2 := out.(map[string]any)
-		if !ok1 || !ok2 {
-			return out
-		}
-		for k, nv := range n {
-			if ov, present := o[k]; present {
-				n[k] = keepUnknown(ov, nv, typ.Elem())
 			}
 		}
 		return n

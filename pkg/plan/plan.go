@@ -112,59 +112,46 @@ func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	if !req.IsGPU() {
 		return p, nil
 	}
-	var errs []error
+	var err error
 	native := req.NativeDevices()
 	if native {
-		errs = p.native(req, host)
+		err = p.native(req, host)
 	}
-	if len(cdi) > 0 && len(errs) == 0 {
-		if err := p.addCDI(req, host, cdi, native); err != nil {
-			errs = append(errs, err)
-		}
+	if len(cdi) > 0 && err == nil {
+		err = p.addCDI(req, host, cdi, native)
 	}
-	if len(errs) > 0 {
-		return Plan{}, errors.Join(errs...)
+	if err != nil {
+		return Plan{}, err
 	}
 	// An unsatisfied requirement leaves the plan to the caller, to show (gpu-ctk explain).
 	return p, p.checkRequirements(req, host)
 }
 
-// native plans the devices the request names itself and the edits of a GPU container.
-func (p *Plan) native(req request.Request, host Host) []error {
-	var errs []error
+// native plans the devices the request names itself and the edits of a GPU container. Every
+// problem is in the error (errors.Join drops the nil ones).
+func (p *Plan) native(req request.Request, host Host) error {
 	devices, err := selectDevices(req, host.Driver)
 	if err == nil && req.MPSShare != "" {
 		devices, err = mpsDevices(req, host, devices)
 	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	devices, healthWarnings, err := screenAll(req, devices, host.UnhealthyAll)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	devices, healthWarnings, healthErr := screenAll(req, devices, host.UnhealthyAll)
+	errs := []error{err, healthErr}
 	p.Devices = devices
 	for _, d := range devices {
 		de, err := d.Edits(host)
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err)
 		p.Edits.Add(de)
 	}
-	if req.MPSShare != "" && len(errs) == 0 {
+	if req.MPSShare != "" && errors.Join(errs...) == nil {
 		p.Edits.Add(mpsEdits(req.MPSShare, host.MPS.Config))
 	}
 	if req.MIGConfig || req.MIGMonitor {
 		me, err := migAccessEdits(req, devices, host)
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err)
 		p.Edits.Add(me)
 	}
 	common, libs, warnings, err := Common(req.Capabilities, host)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, err)
 	p.Warnings = append(healthWarnings, warnings...)
 	if req.MPSShare != "" {
 		common.Mounts = withoutMPSPrograms(common.Mounts)
@@ -182,7 +169,7 @@ func (p *Plan) native(req request.Request, host Host) []error {
 		}
 		p.Edits.Add(edits.Edits{DeviceNodes: []edits.DeviceNode{node}})
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
 // addCDI adds the CDI devices a request names: the GPUs they give join the plan's devices,
@@ -252,11 +239,7 @@ func (p *Plan) checkRequirements(req request.Request, host Host) error {
 	if !req.ChecksRequirements() {
 		return nil
 	}
-	list := make([]requirements.Requirement, len(req.Requirements))
-	for i, r := range req.Requirements {
-		list[i] = requirements.Requirement(r)
-	}
-	warnings, err := requirements.Check(list, RequirementHost(host.Driver, p.Devices))
+	warnings, err := requirements.Check(req.Requirements, RequirementHost(host.Driver, p.Devices))
 	p.Warnings = append(p.Warnings, warnings...)
 	return err
 }

@@ -7,6 +7,7 @@ package request
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 // Environment variable names read from the container.
@@ -64,7 +66,7 @@ type Request struct {
 	Capabilities   capabilities.Set
 	// Requirements holds each NVIDIA_REQUIRE_* expression (NVIDIA_REQUIRE_JETPACK* excluded),
 	// sorted by variable name, and for a legacy CUDA image the implied cuda>= requirement.
-	Requirements   []Requirement
+	Requirements   []requirements.Requirement
 	DisableRequire bool
 	// Legacy is set for a legacy CUDA image: CUDA_VERSION set and NVIDIA_REQUIRE_CUDA empty.
 	Legacy bool
@@ -82,12 +84,6 @@ type Request struct {
 	// DockerGPUs says the spec carries docker's --gpus hook: NVIDIA_VISIBLE_DEVICES was then
 	// written by docker from the flag (--gpus 3 becomes 0,1,2), and errors name the flag.
 	DockerGPUs bool
-}
-
-// Requirement is one NVIDIA_REQUIRE_* variable.
-type Requirement struct {
-	Name       string // the variable, e.g. NVIDIA_REQUIRE_CUDA; "CUDA_VERSION" for the legacy rule
-	Expression string
 }
 
 // IsGPU reports whether the container asked for GPU injection at all.
@@ -237,14 +233,10 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	if len(tokens) == 0 {
 		return NoGPU, nil, nil
 	}
-	for _, tok := range tokens {
-		switch tok {
-		case "all", "none", "void":
-			if len(tokens) > 1 {
-				return NoGPU, nil, fmt.Errorf("%w: %s: %q cannot be combined with other devices (all, none and void each stand alone)",
-					ErrInvalid, quote.Var(EnvVisibleDevices, value), tok)
-			}
-		}
+	alone := func(tok string) bool { return tok == "all" || tok == "none" || tok == "void" }
+	if i := slices.IndexFunc(tokens, alone); i >= 0 && len(tokens) > 1 {
+		return NoGPU, nil, fmt.Errorf("%w: %s: %q cannot be combined with other devices (all, none and void each stand alone)",
+			ErrInvalid, quote.Var(EnvVisibleDevices, value), tokens[i])
 	}
 	switch tokens[0] {
 	case "void":
@@ -264,27 +256,23 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	return DeviceList, tokens, nil
 }
 
-// Requirements returns the requirement checks a container environment asks for, including
-// a legacy CUDA image's implied cuda>= rule, and whether NVIDIA_DISABLE_REQUIRE turns them
-// off. It is what gpu-hook's prestart check evaluates.
-func Requirements(list []string) (reqs []Requirement, disabled bool) {
-	return envRequirements(ParseEnv(list))
-}
-
-// envRequirements is Requirements for a parsed environment: the single definition the
-// planner (through build) and gpu-hook share.
-func envRequirements(env Env) ([]Requirement, bool) {
-	reqs := requirements(env)
+// envRequirements returns the requirement checks a container environment asks for, including
+// a legacy CUDA image's implied cuda>= rule (named CUDA_VERSION), and whether
+// NVIDIA_DISABLE_REQUIRE turns them off.
+func envRequirements(env Env) ([]requirements.Requirement, bool) {
+	reqs := requireVars(env)
 	if cuda, ok := env[EnvCUDAVersion]; ok && env[EnvRequireCUDA] == "" {
 		if r, ok := legacyRequirement(cuda); ok {
 			reqs = append(reqs, r)
 		}
 	}
-	return reqs, parseBool(env[EnvDisableRequire])
+	disabled, _ := strconv.ParseBool(env[EnvDisableRequire]) // anything but a true value: false
+	return reqs, disabled
 }
 
-func requirements(env Env) []Requirement {
-	var out []Requirement
+// requireVars returns the NVIDIA_REQUIRE_* variables that Request.Requirements holds.
+func requireVars(env Env) []requirements.Requirement {
+	var out []requirements.Requirement
 	for k, v := range env {
 		if !strings.HasPrefix(k, EnvRequirePrefix) || strings.HasPrefix(k, "NVIDIA_REQUIRE_JETPACK") {
 			continue
@@ -292,25 +280,17 @@ func requirements(env Env) []Requirement {
 		if strings.TrimSpace(v) == "" {
 			continue
 		}
-		out = append(out, Requirement{Name: k, Expression: v})
+		out = append(out, requirements.Requirement{Name: k, Expression: v})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // legacyRequirement turns CUDA_VERSION=12.4.1 into cuda>=12.4.
-func legacyRequirement(version string) (Requirement, bool) {
+func legacyRequirement(version string) (requirements.Requirement, bool) {
 	parts := strings.SplitN(strings.TrimSpace(version), ".", 3)
 	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
-		return Requirement{}, false
+		return requirements.Requirement{}, false
 	}
-	return Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]}, true
-}
-
-func parseBool(v string) bool {
-	switch v {
-	case "1", "t", "T", "true", "TRUE", "True":
-		return true
-	}
-	return false
+	return requirements.Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]}, true
 }

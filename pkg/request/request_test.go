@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -28,15 +29,15 @@ func TestFromEnv(t *testing.T) {
 		{description: "mixed index and UUID", env: []string{"NVIDIA_VISIBLE_DEVICES=0,GPU-abc"}, want: Request{Mode: DeviceList, Devices: []string{"0", "GPU-abc"}, Capabilities: def}},
 		{description: "last duplicate env entry wins", env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=1"}, want: Request{Mode: DeviceList, Devices: []string{"1"}, Capabilities: def}},
 		{description: "legacy CUDA image: all GPUs, all capabilities, cuda requirement", env: []string{"CUDA_VERSION=12.4.1"},
-			want: Request{Mode: AllGPUs, Capabilities: all, Legacy: true, Requirements: []Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=12.4"}}}},
+			want: Request{Mode: AllGPUs, Capabilities: all, Legacy: true, Requirements: []requirements.Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=12.4"}}}},
 		{description: "legacy image with empty visible devices: not GPU", env: []string{"CUDA_VERSION=12.4.1", "NVIDIA_VISIBLE_DEVICES="}, want: Request{Mode: NoGPU}},
 		{description: "legacy image with explicit capabilities keeps them", env: []string{"CUDA_VERSION=11.0", "NVIDIA_DRIVER_CAPABILITIES=compute"},
-			want: Request{Mode: AllGPUs, Capabilities: capabilities.Set{capabilities.Compute: true}, Legacy: true, Requirements: []Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=11.0"}}}},
+			want: Request{Mode: AllGPUs, Capabilities: capabilities.Set{capabilities.Compute: true}, Legacy: true, Requirements: []requirements.Requirement{{Name: "CUDA_VERSION", Expression: "cuda>=11.0"}}}},
 		{description: "CUDA image with NVIDIA_REQUIRE_CUDA is not legacy", env: []string{"CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"}, want: Request{Mode: NoGPU}},
 		{description: "requirements sorted, jetpack and empty ones skipped", env: []string{
 			"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_X=driver>=500", "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
 			"NVIDIA_REQUIRE_JETPACK=csv-mounts=all", "NVIDIA_REQUIRE_EMPTY= ", "NVIDIA_DISABLE_REQUIRE=true"},
-			want: Request{Mode: AllGPUs, Capabilities: def, DisableRequire: true, Requirements: []Requirement{
+			want: Request{Mode: AllGPUs, Capabilities: def, DisableRequire: true, Requirements: []requirements.Requirement{
 				{Name: "NVIDIA_REQUIRE_CUDA", Expression: "cuda>=12.0"}, {Name: "NVIDIA_REQUIRE_X", Expression: "driver>=500"}}}},
 		{description: "disable require is a strict boolean", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DISABLE_REQUIRE=yes"}, want: Request{Mode: AllGPUs, Capabilities: def}},
 		{description: "capabilities all", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, want: Request{Mode: AllGPUs, Capabilities: all}},

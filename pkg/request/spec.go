@@ -3,8 +3,11 @@ package request
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -35,7 +38,12 @@ type Policy struct {
 // FromSpec reads a container's request from its spec under a policy. Warnings say which
 // request was ignored and why.
 func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
-	req, warnings, err := fromSpec(spec, p)
+	var list []string
+	if spec.Process != nil {
+		list = spec.Process.Env
+	}
+	env, trusted := ParseEnv(list), p.AcceptEnvWhenUnprivileged || Privileged(spec)
+	req, warnings, err := fromSpec(spec, p, env, trusted)
 	if err != nil {
 		return req, warnings, err
 	}
@@ -46,18 +54,13 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 	if len(annotations) == 0 {
 		return req, warnings, nil
 	}
-	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+	if !trusted {
 		// A tenant can write pod annotations: on a multi-tenant host they grant nothing.
-		return req, append(warnings, fmt.Sprintf("CDI annotations %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-			quote.List(sortedKeys(annotations)))), nil
+		return req, append(warnings, "CDI annotations "+quote.List(slices.Sorted(maps.Keys(annotations)))+" ignored: "+untrusted), nil
 	}
 	req.CDIAnnotations = annotations
 	if req.Mode == NoGPU { // asked for by annotations alone: its requirements still apply
-		var list []string
-		if spec.Process != nil {
-			list = spec.Process.Env
-		}
-		req.Requirements, req.DisableRequire = envRequirements(ParseEnv(list))
+		req.Requirements, req.DisableRequire = envRequirements(env)
 	}
 	return req, warnings, nil
 }
@@ -76,34 +79,20 @@ func cdiAnnotations(all map[string]string) map[string]string {
 	return out
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+// untrusted says why a request of an unprivileged container was ignored.
+const untrusted = "the container is unprivileged and request.accept-envvar-when-unprivileged is false"
 
-// fromSpec is FromSpec for the environment and volume-mount channels.
-func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
-	var list []string
-	if spec.Process != nil {
-		list = spec.Process.Env
-	}
-	env := ParseEnv(list)
+// fromSpec is FromSpec for the environment (env) and volume-mount channels; trusted says the
+// container's own request is honoured.
+func fromSpec(spec *specs.Spec, p Policy, env Env, trusted bool) (Request, []string, error) {
 	if p.AcceptVolumeMounts {
-		ids, err := VolumeMountDevices(spec.Mounts)
-		if err != nil {
-			return Request{}, nil, err
-		}
-		share, err := VolumeMountShare(spec.Mounts)
+		ids, share, err := volumeMounts(spec.Mounts)
 		if err != nil {
 			return Request{}, nil, err
 		}
 		if len(ids) > 0 || share != "" {
 			var warnings []string
-			if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
+			if !trusted {
 				// The devices come from the orchestrator; the container's own env may not
 				// add IMEX channels or MIG access, so it is not even parsed.
 				env, warnings = withoutEnvAccess(env)
@@ -121,16 +110,12 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 		}
 	}
 	visible, set := env[EnvVisibleDevices]
-	if !p.AcceptEnvWhenUnprivileged && !Privileged(spec) {
-		if share, ok := env[EnvMPSShare]; ok && share != "" {
-			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
-				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
-				quote.Var(EnvMPSShare, share))}, nil
+	if !trusted {
+		if share := env[EnvMPSShare]; share != "" {
+			return Request{Mode: NoGPU}, []string{quote.Var(EnvMPSShare, share) + " ignored: " + untrusted + "; no GPU injected"}, nil
 		}
 		if req, err := build(env, visible, set); err != nil || req.IsGPU() {
-			return Request{Mode: NoGPU}, []string{fmt.Sprintf(
-				"%s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false; no GPU injected",
-				quote.Var(EnvVisibleDevices, visible))}, nil
+			return Request{Mode: NoGPU}, []string{quote.Var(EnvVisibleDevices, visible) + " ignored: " + untrusted + "; no GPU injected"}, nil
 		}
 		return Request{Mode: NoGPU}, nil, nil
 	}
@@ -155,27 +140,6 @@ func fromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 // MPSMountDir is where a device plugin names an MPS share: a /dev/null mount at
 // <MPSMountDir>/<share>.
 const MPSMountDir = DeviceListMountDir + "/mps"
-
-// VolumeMountShare returns the MPS share a /dev/null mount at MPSMountDir/<share> names, ""
-// for none; two are an error.
-func VolumeMountShare(mounts []specs.Mount) (string, error) {
-	share := ""
-	for _, m := range mounts {
-		dest := path.Clean(m.Destination)
-		name, ok := strings.CutPrefix(dest, MPSMountDir+"/")
-		if m.Source != "/dev/null" || !ok {
-			continue
-		}
-		if strings.Contains(name, "/") || name == "" {
-			return "", fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, quote.Value(dest))
-		}
-		if share != "" && share != name {
-			return "", fmt.Errorf("%w: volume mounts name two MPS shares, %s and %s: a container joins one", ErrInvalid, quote.Value(share), quote.Value(name))
-		}
-		share = name
-	}
-	return share, nil
-}
 
 // migAccessAllowed refuses MIG config or monitor access to a container without CAP_SYS_ADMIN
 // in its bounding set: only MIG managers need it, and they run privileged.
@@ -214,8 +178,7 @@ func withoutEnvAccess(env Env) (Env, []string) {
 	if !asked {
 		return out, nil
 	}
-	return out, []string{fmt.Sprintf("%s, %s and %s ignored: the container is unprivileged and request.accept-envvar-when-unprivileged is false",
-		EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor)}
+	return out, []string{EnvIMEXChannels + ", " + EnvMIGConfig + " and " + EnvMIGMonitor + " ignored: " + untrusted}
 }
 
 // CDIAnnotationPrefix starts the annotation keys that name CDI devices (their values are
@@ -251,14 +214,8 @@ func escapesMarkerText(rawSpec []byte) bool {
 			return true
 		case 'u':
 			if i+5 < len(rawSpec) {
-				var r rune
-				ok := true
-				for _, c := range rawSpec[i+2 : i+6] {
-					v, isHex := hexValue(c)
-					ok = ok && isHex
-					r = r<<4 | rune(v)
-				}
-				if ok && markerChar(r) {
+				r, err := strconv.ParseUint(string(rawSpec[i+2:i+6]), 16, 16)
+				if err == nil && markerChar(rune(r)) {
 					return true
 				}
 			}
@@ -273,18 +230,6 @@ func escapesMarkerText(rawSpec []byte) bool {
 	return false
 }
 
-func hexValue(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // markerChar: a character of the markers' alphabet.
 func markerChar(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == '/'
@@ -292,43 +237,48 @@ func markerChar(r rune) bool {
 
 // Privileged reports whether the container has CAP_SYS_ADMIN in its bounding set.
 func Privileged(spec *specs.Spec) bool {
-	if spec.Process == nil || spec.Process.Capabilities == nil {
-		return false
-	}
-	for _, c := range spec.Process.Capabilities.Bounding {
-		if c == "CAP_SYS_ADMIN" {
-			return true
-		}
-	}
-	return false
+	return spec.Process != nil && spec.Process.Capabilities != nil && slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 }
 
-// VolumeMountDevices returns the devices named by /dev/null mounts under
-// DeviceListMountDir, sorted: indices, UUIDs, MIG names, and CDI devices as
-// cdi/<vendor>/<class>=<dev>, which come back as their qualified name.
-func VolumeMountDevices(mounts []specs.Mount) ([]string, error) {
-	var ids []string
+// volumeMounts returns what /dev/null mounts under DeviceListMountDir name: the devices,
+// sorted (indices, UUIDs, MIG names, and CDI devices as cdi/<vendor>/<class>=<dev>, which come
+// back as their qualified name), and the MPS share of a mount at MPSMountDir/<share> ("" for
+// none; two are an error). A malformed device mount is reported before a malformed share's.
+func volumeMounts(mounts []specs.Mount) (ids []string, share string, err error) {
+	var shareErr error
 	for _, m := range mounts {
 		dest := path.Clean(m.Destination)
-		if m.Source != "/dev/null" || !strings.HasPrefix(dest, DeviceListMountDir+"/") {
+		id, ok := strings.CutPrefix(dest, DeviceListMountDir+"/")
+		if m.Source != "/dev/null" || !ok {
 			continue
 		}
-		id := strings.TrimPrefix(dest, DeviceListMountDir+"/")
-		if strings.HasPrefix(id, "mps/") {
-			continue // an MPS share: VolumeMountShare
+		if name, ok := strings.CutPrefix(dest, MPSMountDir+"/"); ok {
+			switch {
+			case shareErr != nil:
+			case strings.Contains(name, "/") || name == "":
+				shareErr = fmt.Errorf("%w: volume mount %s does not name one MPS share", ErrInvalid, quote.Value(dest))
+			case share != "" && share != name:
+				shareErr = fmt.Errorf("%w: volume mounts name two MPS shares, %s and %s: a container joins one", ErrInvalid, quote.Value(share), quote.Value(name))
+			default:
+				share = name
+			}
+			continue
 		}
 		if name, ok := strings.CutPrefix(id, "cdi/"); ok {
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
-				return nil, fmt.Errorf("%w: volume mount %s: %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(dest), quote.Value(name), quote.Error(err))
+				return nil, "", fmt.Errorf("%w: volume mount %s: %s is not a CDI device name (vendor.com/class=name): %w", ErrInvalid, quote.Value(dest), quote.Value(name), quote.Error(err))
 			}
 			ids = append(ids, name)
 			continue
 		}
 		if strings.Contains(id, "/") || strings.Contains(id, ",") {
-			return nil, fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, quote.Value(dest))
+			return nil, "", fmt.Errorf("%w: volume mount %s does not name one device", ErrInvalid, quote.Value(dest))
 		}
 		ids = append(ids, id)
 	}
+	if shareErr != nil {
+		return nil, "", shareErr
+	}
 	sort.Strings(ids)
-	return ids, nil
+	return ids, share, nil
 }

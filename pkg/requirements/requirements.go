@@ -3,9 +3,9 @@
 // "cuda>=12.4 brand=tesla,driver>=535,driver<536". It is pure: it reads only the values it is
 // given and never touches the host.
 //
-// Grammar. An expression is split on runs of whitespace (spaces, tabs, any Unicode space, as
-// strings.Fields; empty terms are dropped) into OR-terms, and each OR-term on "," into AND-factors, so AND binds tighter:
-// the example reads cuda>=12.4 || (brand=tesla && driver>=535 && driver<536). A factor is
+// Grammar. An expression is split on runs of white space (any Unicode space, as strings.Fields)
+// into OR-terms, and each OR-term on "," into AND-factors, so AND binds tighter: the example
+// reads cuda>=12.4 || (brand=tesla && driver>=535 && driver<536). A factor is
 // <key><op><value> with op one of = != < <= > >=. The operator is the whole run of the
 // characters "<>=!" after the key, so "cuda>>12" and "cuda=>12" are malformed rather than
 // read as a stray character in the value. Keys:
@@ -16,38 +16,32 @@
 //   - brand: the brand of each selected GPU (tesla, nvidia, geforce, quadro, titan, unknown…);
 //     only = and != apply, compared case-insensitively.
 //
-// Versions compare numerically by dot components, see CompareVersions. Keys are case-sensitive:
-// "CUDA>=12" has an unknown key (see below).
-//
-// Per-GPU keys. An arch or brand factor holds only if it holds for every selected GPU; with no
-// GPU selected it holds.
+// Versions compare numerically by dot components (CompareVersions). Keys are case-sensitive:
+// "CUDA>=12" has an unknown key. An arch or brand factor holds only if it holds for every
+// selected GPU (so with none selected). An empty or white-space expression is satisfied.
 //
 // Guarantees and decisions:
 //
-//   - An empty or whitespace-only expression has no terms and is satisfied.
 //   - Malformed input (empty factor, missing key, operator or value, an unknown operator,
 //     operator characters in the value, a bad version, brand with an ordering operator, a
 //     non-printable character) is an error wrapping ErrMalformed that names the expression and
 //     the term or factor; Check also names the variable. Expression text always appears quoted
 //     in errors and warnings, each value cut to 256 bytes (internal/quote), and only printable
 //     text reaches the unsatisfied message.
-//   - An unknown key (NVIDIA_REQUIRE_FOO=foo>=1) is not an error. NVIDIA silently skips such
-//     factors, and refusing them would refuse images NVIDIA runs, so the factor counts as
-//     satisfied; unlike NVIDIA, Check reports it as a warning naming the variable, the
-//     expression and the key, and listing the known keys. The factor must still be
-//     well-formed.
+//   - An unknown key (NVIDIA_REQUIRE_FOO=foo>=1) is not an error: NVIDIA silently skips such
+//     factors, and refusing them would refuse images NVIDIA runs. The factor, still
+//     well-formed, counts as satisfied; unlike NVIDIA, Check warns, naming the variable, the
+//     expression, the key and the known keys.
 //   - A host value the evaluation needs but cannot parse (an empty driver version, say) is an
 //     error wrapping ErrInvalidVersion and never ErrMalformed: the image is not at fault.
-//   - Check's unsatisfied error reads, verbatim at its start, as NVIDIA's does:
-//     "unsatisfied condition: <first OR-term as written>" (a term longer than 256 bytes cut,
-//     its length said), plus ", please update your driver
-//     to a newer version, or use an earlier cuda container" when that term starts with
-//     "cuda>=", plus what the host has, on one line:
-//     " (host: cuda 12.4, driver 550.54.15)", and when the expression has an arch or brand
-//     factor and GPUs are selected, each GPU's facts, GPUs with the same facts sharing an
-//     entry: " (host: cuda 12.4, driver 550.54.15; GPU 0: arch 8.0, brand tesla; GPUs 1,2:
-//     arch 9.0, brand nvidia)". A host value that is empty is shown as "unknown", one with
-//     spaces or non-printable characters is quoted.
+//   - Check's unsatisfied error starts verbatim as NVIDIA's: "unsatisfied condition: <first
+//     OR-term as written>" (cut past 256 bytes, its length said), plus ", please update your
+//     driver to a newer version, or use an earlier cuda container" when that term starts with
+//     "cuda>=". Then, on the same line, what the host has: " (host: cuda 12.4, driver
+//     550.54.15; GPU 0: arch 8.0, brand tesla; GPUs 1,2: arch 9.0, brand nvidia)", the GPUs
+//     only when the expression has an arch or brand factor, those with the same facts sharing
+//     an entry. An empty host value shows as "unknown", one with spaces or non-printable
+//     characters quoted.
 //   - Check parses every requirement before evaluating any, so a malformed one is reported
 //     even when an earlier one is unsatisfied.
 package requirements
@@ -55,6 +49,7 @@ package requirements
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -96,6 +91,9 @@ const (
 	OpGreater      Op = ">"
 	OpGreaterEqual Op = ">="
 )
+
+// operators lists the operators, opChars their characters.
+var operators = []Op{OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual}
 
 const opChars = "<>=!"
 
@@ -142,13 +140,7 @@ type Factor struct {
 
 // Known reports whether f's key is one this package evaluates; factors with other keys are
 // satisfied.
-func (f Factor) Known() bool {
-	switch f.Key {
-	case KeyCUDA, KeyDriver, KeyArch, KeyBrand:
-		return true
-	}
-	return false
-}
+func (f Factor) Known() bool { return slices.Contains(knownKeys, f.Key) }
 
 // Parse parses a requirement expression. An error wraps ErrMalformed and names the expression
 // and the offending term or factor.
@@ -207,14 +199,9 @@ func parseFactor(raw string) (Factor, error) {
 	if start == 0 {
 		return Factor{}, errors.New("missing key before the operator")
 	}
-	end := start
-	for end < len(raw) && strings.IndexByte(opChars, raw[end]) >= 0 {
-		end++
-	}
-	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start:end]), Value: raw[end:]}
-	switch f.Op {
-	case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
-	default:
+	value := strings.TrimLeft(raw[start:], opChars)
+	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start : len(raw)-len(value)]), Value: value}
+	if !slices.Contains(operators, f.Op) {
 		return Factor{}, fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 	}
 	if f.Value == "" {
@@ -233,12 +220,10 @@ func parseFactor(raw string) (Factor, error) {
 func (f Factor) check() error {
 	switch f.Key {
 	case KeyCUDA, KeyDriver, KeyArch:
-		switch f.Op {
-		case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
-		default:
+		if !slices.Contains(operators, f.Op) {
 			return fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 		}
-		_, err := parseVersion(f.Value)
+		_, err := ParseVersion(f.Value)
 		return err
 	case KeyBrand:
 		if f.Op != OpEqual && f.Op != OpNotEqual {
@@ -253,27 +238,25 @@ func (f Factor) check() error {
 
 // UnknownKeys returns the factors of e whose key this package does not evaluate, in order.
 func (e Expression) UnknownKeys() []Factor {
+	return e.factors(func(f Factor) bool { return !f.Known() })
+}
+
+// involvesGPUs reports whether e has an arch or brand factor.
+func (e Expression) involvesGPUs() bool {
+	return len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0
+}
+
+// factors returns the factors of e that keep accepts, in order.
+func (e Expression) factors(keep func(Factor) bool) []Factor {
 	var out []Factor
 	for _, t := range e.Terms {
 		for _, f := range t.Factors {
-			if !f.Known() {
+			if keep(f) {
 				out = append(out, f)
 			}
 		}
 	}
 	return out
-}
-
-// involvesGPUs reports whether e has an arch or brand factor.
-func (e Expression) involvesGPUs() bool {
-	for _, t := range e.Terms {
-		for _, f := range t.Factors {
-			if f.Key == KeyArch || f.Key == KeyBrand {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Eval reports whether h satisfies e: some term has every factor satisfied. An expression
@@ -284,29 +267,20 @@ func (e Expression) Eval(h Host) (bool, error) {
 	if len(e.Terms) == 0 {
 		return true, nil
 	}
+terms:
 	for _, t := range e.Terms {
-		ok, err := t.eval(h)
-		if err != nil {
-			return false, fmt.Errorf("evaluate %s: %w", quote.Value(t.Raw), err)
+		for _, f := range t.Factors {
+			ok, err := f.eval(h)
+			if err != nil {
+				return false, fmt.Errorf("evaluate %s: %w", quote.Value(t.Raw), err)
+			}
+			if !ok {
+				continue terms
+			}
 		}
-		if ok {
-			return true, nil
-		}
+		return true, nil
 	}
 	return false, nil
-}
-
-func (t Term) eval(h Host) (bool, error) {
-	for _, f := range t.Factors {
-		ok, err := f.eval(h)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 func (f Factor) eval(h Host) (bool, error) {
@@ -339,15 +313,15 @@ func (f Factor) eval(h Host) (bool, error) {
 
 // compare compares the host value have against f's version; what names have in errors.
 func (f Factor) compare(have, what string) (bool, error) {
-	hv, err := parseVersion(have)
+	hv, err := ParseVersion(have)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	want, err := parseVersion(f.Value)
+	want, err := ParseVersion(f.Value)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	c := compareParsed(hv, want)
+	c := hv.Compare(want)
 	switch f.Op {
 	case OpEqual:
 		return c == 0, nil
@@ -365,22 +339,20 @@ func (f Factor) compare(have, what string) (bool, error) {
 	return false, fmt.Errorf("%w: unknown operator %s", ErrMalformed, quote.Value(string(f.Op)))
 }
 
-// Check evaluates every requirement against h; all must hold. Empty and whitespace-only
-// expressions are satisfied.
-//
-// Every expression is parsed first, so a malformed one is reported (wrapping ErrMalformed,
-// naming the variable, the expression and the factor) even when an earlier one is unsatisfied;
-// the first malformed one in the given order is returned. Then the requirements are evaluated
-// in order and the first unsatisfied one is returned as an error wrapping ErrUnsatisfied whose
-// text is the message described in the package documentation. An unusable host value is an
-// error wrapping ErrInvalidVersion.
-//
-// The warnings, returned with or without an error, name each factor with an unknown key in
-// every requirement parsed; such factors count as satisfied.
+// Check evaluates every requirement against h; all must hold. All are parsed first (the first
+// malformed one is the error), then evaluated in order: the first unsatisfied one is an error
+// wrapping ErrUnsatisfied whose text the package documentation describes. The warnings,
+// returned with or without an error, name the factors with unknown keys of every requirement
+// parsed.
 func Check(reqs []Requirement, h Host) (warnings []string, err error) {
-	exprs, warnings, err := parseAll(reqs)
-	if err != nil {
-		return warnings, err
+	exprs := make([]Expression, len(reqs))
+	for i, r := range reqs {
+		if exprs[i], err = parse(r.Expression); err != nil {
+			return warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
+		}
+		if w := unknownKeysWarning(r, exprs[i].UnknownKeys()); w != "" {
+			warnings = append(warnings, w)
+		}
 	}
 	for i, e := range exprs {
 		ok, err := e.Eval(h)
@@ -394,22 +366,6 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 	return warnings, nil
 }
 
-func parseAll(reqs []Requirement) ([]Expression, []string, error) {
-	var warnings []string
-	exprs := make([]Expression, len(reqs))
-	for i, r := range reqs {
-		e, err := parse(r.Expression)
-		if err != nil {
-			return nil, warnings, fmt.Errorf("%w %s: %w", ErrMalformed, label(r), err)
-		}
-		if w := unknownKeysWarning(r, e.UnknownKeys()); w != "" {
-			warnings = append(warnings, w)
-		}
-		exprs[i] = e
-	}
-	return exprs, warnings, nil
-}
-
 // unknownKeysWarning is the one warning for a requirement's factors with unknown keys (""
 // for none), naming at most a few distinct keys.
 func unknownKeysWarning(r Requirement, unknown []Factor) string {
@@ -417,10 +373,8 @@ func unknownKeysWarning(r Requirement, unknown []Factor) string {
 		return ""
 	}
 	var keys []string
-	seen := map[string]bool{}
 	for _, f := range unknown {
-		if !seen[f.Key] {
-			seen[f.Key] = true
+		if !slices.Contains(keys, f.Key) {
 			keys = append(keys, f.Key)
 		}
 	}

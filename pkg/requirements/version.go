@@ -1,6 +1,7 @@
 package requirements
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -16,29 +17,24 @@ import (
 // component ("12..0", ".1", "1.") or a component that is not made of ASCII digits ("a.b",
 // "12-rc", "+1") is rejected with an error wrapping ErrInvalidVersion.
 func CompareVersions(a, b string) (int, error) {
-	va, err := parseVersion(a)
+	va, err := ParseVersion(a)
 	if err != nil {
 		return 0, err
 	}
-	vb, err := parseVersion(b)
+	vb, err := ParseVersion(b)
 	if err != nil {
 		return 0, err
 	}
-	return compareParsed(va, vb), nil
+	return va.Compare(vb), nil
 }
-
-// ParseVersion parses a dotted numeric version as CompareVersions does, for callers that
-// compare one version many times (a sort parses each once).
-func ParseVersion(s string) (Version, error) { return parseVersion(s) }
-
-// Compare returns -1, 0 or +1 as v is less than, equal to or greater than w.
-func (v Version) Compare(w Version) int { return compareParsed(v, w) }
 
 // Version holds the components of a dotted version with leading zeros removed ("0" for zero).
 // Comparison reads missing components as "0", which makes trailing zero components irrelevant.
 type Version []string
 
-func parseVersion(s string) (Version, error) {
+// ParseVersion parses a dotted numeric version as CompareVersions does, for callers that
+// compare one version many times (a sort parses each once).
+func ParseVersion(s string) (Version, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w %s: empty", ErrInvalidVersion, quote.Value(s))
 	}
@@ -62,10 +58,13 @@ func parseVersion(s string) (Version, error) {
 	return v, nil
 }
 
-func compareParsed(a, b Version) int {
-	n := max(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if c := compareComponent(component(a, i), component(b, i)); c != 0 {
+// Compare returns -1, 0 or +1 as v is less than, equal to or greater than w.
+func (v Version) Compare(w Version) int {
+	for i := range max(len(v), len(w)) {
+		// Decimal numbers without leading zeros: the longer is larger, equal lengths
+		// compare digit by digit.
+		a, b := component(v, i), component(w, i)
+		if c := cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)); c != 0 {
 			return c
 		}
 	}
@@ -77,21 +76,4 @@ func component(v Version, i int) string {
 		return v[i]
 	}
 	return "0"
-}
-
-// compareComponent compares two decimal numbers without leading zeros: the longer is larger,
-// and equal lengths compare digit by digit.
-func compareComponent(a, b string) int {
-	switch {
-	case len(a) != len(b):
-		if len(a) < len(b) {
-			return -1
-		}
-		return 1
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
