@@ -32,9 +32,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
-// HookName is the file name of the hook binary.
-const HookName = plan.HookName
-
 // ErrRuntimeNotFound: none of the configured low-level runtimes exists.
 var ErrRuntimeNotFound = errors.New("low-level runtime not found")
 
@@ -335,7 +332,7 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
 // gpu-runtime executable, else from PATH.
 func HookPath(configured, executable string) (string, error) {
-	return toolPath(HookName, configured, executable, "set hook.path in the gpu-runtime config")
+	return toolPath(plan.HookName, configured, executable, "set hook.path in the gpu-runtime config")
 }
 
 // toolPath finds one of our binaries: the configured path, else next to executable, else PATH.

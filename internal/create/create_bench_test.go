@@ -147,7 +147,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	h := fakehost.BuildT(b, fakehost.Default(8))
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "bin")
-	hook := filepath.Join(bin, HookName)
+	hook := filepath.Join(bin, plan.HookName)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		b.Fatal(err)
 	}

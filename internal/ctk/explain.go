@@ -243,7 +243,7 @@ func conditions(in create.Injection) []ExplainedCondition {
 	var out []ExplainedCondition
 	for _, r := range req.Requirements {
 		c := ExplainedCondition{Name: r.Name, Expression: r.Expression, Satisfied: true}
-		if _, err := requirements.Check([]requirements.Requirement{requirements.Requirement(r)}, host); err != nil {
+		if _, err := requirements.Check([]requirements.Requirement{r}, host); err != nil {
 			c.Satisfied, c.Detail = false, err.Error()
 		}
 		out = append(out, c)

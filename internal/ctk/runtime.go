@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
@@ -274,7 +274,7 @@ func dockerHookNote(w io.Writer, runtimePath string, h host) {
 // as packaging makes it), not NVIDIA's hook of the same name.
 func isGPUHook(p string) bool {
 	target, err := filepath.EvalSymlinks(p)
-	return err == nil && filepath.Base(target) == create.HookName
+	return err == nil && filepath.Base(target) == plan.HookName
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {
