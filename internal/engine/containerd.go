@@ -14,6 +14,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // containerd configuration.
@@ -402,15 +403,15 @@ func containerdFiles(main configFile, skip string) ([]configFile, []string, erro
 		var content []byte
 		resolved, err := filepath.EvalSymlinks(path)
 		if err == nil {
-			content, _, err = readRegular(resolved)
+			content, _, err = trustedfile.ReadRegular(resolved, maxConfigSize, false)
 		}
-		var nr *notRegularError
-		if errors.As(err, &nr) && nr.kind != "" {
+		var nr *trustedfile.NotRegularError
+		if errors.As(err, &nr) && nr.Kind != "" {
 			what := path
-			if nr.path != path {
-				what += " (a link to " + nr.path + ")"
+			if nr.Path != path {
+				what += " (a link to " + nr.Path + ")"
 			}
-			warnings = append(warnings, fmt.Sprintf("containerd import %s is a %s, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports", what, nr.kind))
+			warnings = append(warnings, fmt.Sprintf("containerd import %s is a %s, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports", what, nr.Kind))
 			continue
 		}
 		if err != nil {

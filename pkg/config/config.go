@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -22,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -30,6 +28,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 const (
@@ -196,7 +195,7 @@ func Path(getenv func(string) string) string {
 // Load reads and parses the configuration file at path; a missing file is Default(). Warnings
 // (unknown keys) come back for the caller to log; the rest of the file still applies.
 func Load(path string) (Config, []string, error) {
-	data, err := readFile(path)
+	data, _, err := trustedfile.ReadRegular(path, MaxSize, true)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Default(), nil, nil
 	}
@@ -206,51 +205,10 @@ func Load(path string) (Config, []string, error) {
 	return Parse(data, path)
 }
 
-// MaxSize is the largest configuration file read. The shipped one is 3 KiB.
+// MaxSize is the largest configuration file read. The shipped one is 3 KiB. It is read as
+// trustedfile.ReadRegular reads, a link at its path followed: GPU_RUNTIME_CONFIG naming a FIFO,
+// /dev/zero or a huge file must neither hang nor bloat any call, delete and kill included.
 const MaxSize = 1 << 20
-
-// readFile reads a regular file of at most MaxSize bytes, opened without blocking and checked
-// on the handle first: GPU_RUNTIME_CONFIG naming a FIFO, /dev/zero or a huge file must neither
-// hang nor bloat any call, delete and kill included.
-func readFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", fileType(fi.Mode()))
-	}
-	if fi.Size() > MaxSize {
-		return nil, fmt.Errorf("%d bytes, more than the %d a configuration file may have", fi.Size(), MaxSize)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err == nil && len(data) > MaxSize {
-		err = fmt.Errorf("grew past %d bytes while read", MaxSize)
-	}
-	return data, err
-}
-
-// fileType names a file's type for messages.
-func fileType(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return m.Type().String()
-}
 
 // LoadFromEnv loads Path(getenv). A file named by $GPU_RUNTIME_CONFIG must exist: a typo in
 // the variable must not silently mean defaults.
@@ -270,7 +228,7 @@ func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 // reach. A [runtime] section that cannot be read gets LoadFromEnv's error, with Default().
 func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
 	p := Path(getenv)
-	data, err := readFile(p)
+	data, _, err := trustedfile.ReadRegular(p, MaxSize, true)
 	if errors.Is(err, fs.ErrNotExist) && getenv(EnvPath) == "" {
 		return Default(), nil
 	}
