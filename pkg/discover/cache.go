@@ -47,8 +47,13 @@ type cacheFile struct {
 	Host        Host
 }
 
-// ErrTimeout: NVML did not answer in time.
-var ErrTimeout = errors.New("GPU discovery timed out")
+// ErrTimeout: NVML did not answer in time. It is a context.DeadlineExceeded too.
+var ErrTimeout error = timeoutError{}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string { return "GPU discovery timed out" }
+func (timeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // errStale: the cache was written by another gpu-runtime version (a normal event).
 var errStale = errors.New("discovery cache is stale")
@@ -97,7 +102,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 		inputs = fingerprintInputs(opts)
 		fp = fingerprint(opts, devices, inputs)
 	}
-	driver, err := queryWithTimeout(opts)
+	driver, err := Query(opts)
 	if err != nil {
 		return res, err
 	}
@@ -147,7 +152,9 @@ func checkCache(opts Options, devices DeviceNodes) (cacheFile, string, error) {
 	return c, CacheFresh, nil
 }
 
-func queryWithTimeout(opts Options) (Driver, error) {
+// Query asks NVML with opts.Query about opts.DriverRoot, bounded by opts.Timeout: past it, the
+// error is ErrTimeout's, which names the setting and the fix.
+func Query(opts Options) (Driver, error) {
 	if opts.Query == nil {
 		return Driver{}, errors.New("discover: no NVML query configured")
 	}
