@@ -524,31 +524,18 @@ func scanTopLevel(data []byte) (topLevel, error) {
 	return t, nil
 }
 
-// lineEnd returns the offset past the line at i: trailing blanks, a comment, the newline.
+// lineEnd returns the offset past the newline ending the line at i (len(data) on the last
+// line): after a key-value, only blanks and a comment can follow on its line.
 func lineEnd(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t') {
-		i++
+	if n := bytes.IndexByte(data[i:], '\n'); n >= 0 {
+		return i + n + 1
 	}
-	if i < len(data) && data[i] == '#' {
-		for i < len(data) && data[i] != '\n' {
-			i++
-		}
-	}
-	if i < len(data) && data[i] == '\r' {
-		i++
-	}
-	if i < len(data) && data[i] == '\n' {
-		i++
-	}
-	return i
+	return len(data)
 }
 
 // splice replaces data[from:to] with s, in a new slice.
 func splice(data []byte, from, to int, s string) []byte {
-	out := make([]byte, 0, len(data)-(to-from)+len(s))
-	out = append(out, data[:from]...)
-	out = append(out, s...)
-	return append(out, data[to:]...)
+	return slices.Concat(data[:from], []byte(s), data[to:])
 }
 
 // verifyImports checks that a textual edit changed nothing but imports (want; nil: no key).
