@@ -5,20 +5,15 @@
 package gpuhost
 
 import (
-	"context"
-
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
-// QueryFunc asks NVML about a driver root, honouring ctx's deadline.
-type QueryFunc func(ctx context.Context, driverRoot string) (discover.Driver, error)
-
 // Options say how to build the host.
 type Options struct {
 	// Query asks NVML (required).
-	Query QueryFunc
+	Query discover.QueryFunc
 	// Cache: answer from the discovery cache when it still matches the host, as a create
 	// does; otherwise NVML is asked and the cache left alone.
 	Cache  bool
@@ -38,7 +33,7 @@ type Result struct {
 // Driver asks NVML about cfg's driver root (bounded by discovery.timeout: past it, the error
 // is discover.ErrTimeout's) and, with health, reads each GPU's health; warnings say what of
 // the health file was not trusted.
-func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, []string, error) {
+func Driver(cfg config.Config, query discover.QueryFunc, health bool) (discover.Driver, []string, error) {
 	d, err := discover.Query(options(cfg, query))
 	if err != nil || !health {
 		return d, nil, err
@@ -78,7 +73,7 @@ func Build(cfg config.Config, o Options) (Result, error) {
 }
 
 // options are discover's options for cfg, without the cache.
-func options(cfg config.Config, query QueryFunc) discover.Options {
+func options(cfg config.Config, query discover.QueryFunc) discover.Options {
 	return discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
 		Timeout: cfg.Discovery.TimeoutDuration(), Query: query}
 }

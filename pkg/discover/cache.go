@@ -68,10 +68,13 @@ type Options struct {
 	CacheFile string
 	// Timeout bounds the NVML query; 0 means no bound.
 	Timeout time.Duration
-	// Query asks NVML, only when the cache cannot answer, honouring the context's deadline
-	// (gpu-runtime runs `gpu-ctk info --json` and kills it).
-	Query func(ctx context.Context, driverRoot string) (Driver, error)
+	// Query asks NVML, only when the cache cannot answer (gpu-runtime runs `gpu-ctk info
+	// --json` and kills it at the deadline).
+	Query QueryFunc
 }
+
+// QueryFunc asks NVML about a driver root, honouring ctx's deadline.
+type QueryFunc func(ctx context.Context, driverRoot string) (Driver, error)
 
 // Result says what Discover did, for logs.
 type Result struct {
