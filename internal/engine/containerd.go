@@ -103,7 +103,7 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	case at == len(current) && !bytes.HasSuffix(current, []byte("\n")):
 		insert = "\n" + insert
 	}
-	out := splice(current, at, at, insert)
+	out := slices.Concat(current[:at], []byte(insert), current[at:])
 	if err := verifyImports(current, out, append(imports, opts.DropInPath)); err != nil {
 		return edit{}, err
 	}
@@ -141,10 +141,10 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 			text = append(text, string(current[top.elems[i].start:top.elems[i].end]))
 		}
 	}
-	out := splice(current, top.lineStart, top.lineEnd, "")
+	out := slices.Concat(current[:top.lineStart], current[top.lineEnd:])
 	if kept != nil {
 		// Rewrite the array from the kept elements' own text.
-		out = splice(current, top.open, top.close+1, "["+strings.Join(text, ", ")+"]")
+		out = slices.Concat(current[:top.open], []byte("["+strings.Join(text, ", ")+"]"), current[top.close+1:])
 	}
 	if err := verifyImports(current, out, kept); err != nil {
 		return edit{}, err
@@ -531,11 +531,6 @@ func lineEnd(data []byte, i int) int {
 		return i + n + 1
 	}
 	return len(data)
-}
-
-// splice replaces data[from:to] with s, in a new slice.
-func splice(data []byte, from, to int, s string) []byte {
-	return slices.Concat(data[:from], []byte(s), data[to:])
 }
 
 // verifyImports checks that a textual edit changed nothing but imports (want; nil: no key).
