@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // The host's ldconfig runs against a container root that the image controls. Run as
@@ -260,7 +261,7 @@ func mountLibrary(root *os.File, lib string, src *os.File) error {
 	if !isRegular(h) {
 		return fmt.Errorf("injected library %s: its mount target is not a regular file", lib)
 	}
-	if err := unix.Mount(fdPath(src), fdPath(h), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(trustedfile.FDPath(src), trustedfile.FDPath(h), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("injected library %s: mount it: %w", lib, err)
 	}
 	return nil
@@ -275,7 +276,7 @@ func mountProc(root *os.File) error {
 	}
 	defer h.Close()
 	// Through the handle's magic link: the resolved directory, never a path re-walked.
-	if err := unix.Mount("proc", fdPath(h), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("proc", trustedfile.FDPath(h), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount procfs in container root: %w", err)
 	}
 	return nil
