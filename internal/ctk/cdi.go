@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
@@ -133,9 +134,9 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", file, err)
 	}
-	got, err := cdi.Parse(data)
+	got, err := cdilib.ParseSpec(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return fmt.Errorf("%s: not a CDI spec: %w", file, err)
 	}
 	diffs := cdi.Diff(got, want)
 	if len(diffs) == 0 {
