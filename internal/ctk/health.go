@@ -179,16 +179,12 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk health mark", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why it is kept from containers (required; one line)")
 	xid := fs.Uint64("xid", 0, "the Xid, when an Xid error is the reason")
-	// The UUID may come first, flags following it (gpu-ctk health mark GPU-… --reason …).
-	var uuid string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		uuid, args = args[0], args[1:]
-	}
 	if help, err := parseFlags(fs, args, healthMarkUsage, stdout); help || err != nil {
 		return err
 	}
-	if uuid == "" && fs.NArg() > 0 { // the UUID after flags: flags may follow it too
-		uuid = fs.Arg(0)
+	// Flags may follow the UUID too (gpu-ctk health mark GPU-… --reason …).
+	uuid := fs.Arg(0)
+	if uuid != "" {
 		if help, err := parseFlags(fs, fs.Args()[1:], healthMarkUsage, stdout); help || err != nil {
 			return err
 		}
