@@ -79,11 +79,8 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --capabilities: %w", ErrUsage, err)
 	}
-	if *format == "" {
-		*format = "yaml"
-		if strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json") {
-			*format = "json"
-		}
+	if *format == "" && (strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json")) {
+		*format = "json" // else cdi.Marshal's default, yaml
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
