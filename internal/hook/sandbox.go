@@ -2,10 +2,12 @@ package hook
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -105,7 +107,15 @@ func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput
 			args = append(args, lib)
 		}
 	}
-	cmd := reexec.Command(append(append(args, "--"), in.Dirs...)...)
+	left := deadline
+	if d := root.Deadline(); !d.IsZero() {
+		left = time.Until(d)
+	}
+	// At the deadline the sandbox is killed: PID 1 of its namespace, it takes all in it along.
+	ctx, cancel := context.WithTimeout(context.Background(), max(left, 0))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, reexec.Self()) // reexec.Command, with the deadline
+	cmd.Args = append(append(args, "--"), in.Dirs...)
 	cmd.Env = ldconfigEnv
 	cmd.ExtraFiles = files
 	var out limitedBuffer
@@ -121,24 +131,11 @@ func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput
 	if err := cmd.Start(); err != nil {
 		return "", conf.Warnings, fmt.Errorf("start the ldconfig sandbox: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	left := deadline
-	if d := root.Deadline(); !d.IsZero() {
-		left = time.Until(d)
-	}
-	timer := time.NewTimer(max(left, 0))
-	defer timer.Stop()
-	select {
-	case err = <-done:
-	case <-timer.C:
-		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
-		_ = cmd.Process.Kill()
-		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
+	err = cmd.Wait()
+	switch {
+	case err != nil && ctx.Err() != nil:
 		err = fmt.Errorf("%s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries", ldconfig, deadline)
-		return strings.TrimSpace(out.String()), conf.Warnings, err
-	}
-	if err != nil {
+	case err != nil:
 		err = fmt.Errorf("%s in the container root: %w", ldconfig, err)
 	}
 	return strings.TrimSpace(out.String()), conf.Warnings, err
