@@ -99,7 +99,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 	}
 	res.Warnings = w.warnings
 	if res.Method == MethodLDConfig {
-		res.LDConfig = p.LDConfigInput
+		res.LDConfig = p
 	}
 	if fatal(err) {
 		err = fmt.Errorf("%w: %w", ErrUpdate, err)
@@ -112,7 +112,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 func Prepare(root *confined.Root, o Options) (LDConfigInput, []string, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	p, err := w.prepare(o)
-	return p.LDConfigInput, w.warnings, err
+	return p, w.warnings, err
 }
 
 // ErrLDConfig marks a configured ldconfig that cannot be run (and, in the hook, a failed or
@@ -175,15 +175,10 @@ func LoaderPaths(r *confined.Root, libs []Library) ([]string, error) {
 	return paths, nil
 }
 
-// ldPlan is what prepare found: ldconfig's input, with cleaned library paths, and whether the
-// compat directory's libcuda is preferred.
-type ldPlan struct {
-	LDConfigInput
-	compat bool
-}
-
-func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
-	var p ldPlan
+// prepare makes the development links and the compat preference (w.compat) and returns
+// ldconfig's input, with cleaned library paths.
+func (w *cacheWriter) prepare(opts Options) (LDConfigInput, error) {
+	var p LDConfigInput
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
@@ -221,7 +216,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 				return p, err
 			}
 			p.Dirs = append([]string{CompatDir}, p.Dirs...)
-			p.compat = true
+			w.compat = true
 		}
 	}
 	return p, nil
