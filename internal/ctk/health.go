@@ -90,7 +90,7 @@ type DeviceHealth struct {
 // deviceHealth lists the health of every device of drv (its GPUs' Health read), the GPUs
 // the driver excludes, and the health file's records of devices drv does not have.
 func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file string) []DeviceHealth {
-	var out []DeviceHealth
+	out := []DeviceHealth{} // --json prints [], not null
 	known := map[string]bool{}
 	add := func(index, uuid, kind string, h *discover.Health) {
 		state := "healthy"
@@ -141,9 +141,6 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 	}
 	devices := deviceHealth(drv, records, cfg.Health.File)
 	if asJSON {
-		if devices == nil {
-			devices = []DeviceHealth{}
-		}
 		return writeJSON(stdout, devices)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
