@@ -83,13 +83,10 @@ func (r Result) Note(ldconfig string) string {
 	return ""
 }
 
-// Update makes the injected libraries loadable inside the container root: each library's
-// development link (libcuda.so -> libcuda.so.550.54.15) where the image has none, the loader
-// pointed at newer CUDA forward-compatibility libraries, the libraries added to the image's
-// own /etc/ld.so.cache and their SONAME links. Where that cannot be shown to give what
-// ldconfig would, the result says so (MethodLDConfig) and why; a musl image gets no cache. An
-// error, wrapping ErrUpdate, means ldconfig must not run either: the root's budget is spent
-// (confined.ErrBudget), or what must be written lies on another mount (confined.ErrOtherMount).
+// Update makes the injected libraries loadable inside the container root, as the package
+// says; a musl image gets no cache. An error, wrapping ErrUpdate, means ldconfig must not run
+// either: the root's budget is spent (confined.ErrBudget), or what must be written lies on
+// another mount (confined.ErrOtherMount).
 func Update(root *confined.Root, o Options) (Result, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	var res Result
