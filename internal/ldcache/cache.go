@@ -75,7 +75,7 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 }
 
 // ParseCache parses an ld.so.cache file into a Cache that Encode writes back unchanged. It
-// reads every format Parse reads, but the cache must be one ldconfig could have written, so
+// reads every format Load reads, but the cache must be one ldconfig could have written, so
 // that Add can extend it where ldconfig would: entries out of ldconfig's order, a malformed
 // extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing past them,
 // or more than MaxSize bytes are errors wrapping ErrFormat (the caller can run ldconfig).
