@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
@@ -78,11 +79,8 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --capabilities: %w", ErrUsage, err)
 	}
-	if *format == "" {
-		*format = "yaml"
-		if strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json") {
-			*format = "json"
-		}
+	if *format == "" && (strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json")) {
+		*format = "json" // else cdi.Marshal's default, yaml
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
@@ -133,9 +131,9 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", file, err)
 	}
-	got, err := cdi.Parse(data)
+	got, err := cdilib.ParseSpec(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return fmt.Errorf("%s: not a CDI spec: %w", file, err)
 	}
 	diffs := cdi.Diff(got, want)
 	if len(diffs) == 0 {

@@ -482,3 +482,15 @@ func TestEveryHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSpecBroken: cdi generate --check on a file that is no CDI spec names the file.
+func TestCheckSpecBroken(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nvidia.yaml")
+	if err := os.WriteFile(p, []byte("cdiVersion: 0.5.0\nkind: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := checkSpec(p, nil, io.Discard)
+	if want := p + ": not a CDI spec: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error = %v, want prefix %q", err, want)
+	}
+}

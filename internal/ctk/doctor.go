@@ -167,11 +167,10 @@ func (d *doctor) checkDriver() {
 	}
 	defer f.Close()
 	line, _ := bufio.NewReader(io.LimitReader(f, 4096)).ReadString('\n')
+	_, after, _ := strings.Cut(line, "Kernel Module")
 	version := "unknown version"
-	if i := strings.Index(line, "Kernel Module"); i >= 0 {
-		if fields := strings.Fields(line[i+len("Kernel Module"):]); len(fields) > 0 {
-			version = fields[0]
-		}
+	if fields := strings.Fields(after); len(fields) > 0 {
+		version = fields[0]
 	}
 	d.add("driver", statusOK, "kernel module "+version+" loaded ("+p+")", "")
 }

@@ -122,7 +122,9 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	}
 
 	opts := engine.Options{RuntimeName: *name, SetAsDefault: *setAsDefault, ConfigPath: *configPath, DropInPath: *dropIn}
+	planFor := engine.PlanUnconfigure
 	if configure {
+		planFor = engine.PlanConfigure
 		if opts.RuntimePath, err = runtimePath(*pathFlag, h); err != nil {
 			return err
 		}
@@ -134,12 +136,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		}
 	}
 
-	var plan *engine.Plan
-	if configure {
-		plan, err = engine.PlanConfigure(eng, opts)
-	} else {
-		plan, err = engine.PlanUnconfigure(eng, opts)
-	}
+	plan, err := planFor(eng, opts)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", verb, eng, err)
 	}
