@@ -42,15 +42,6 @@ type SpecFile struct {
 // ConfigPath returns the path of a bundle's spec.
 func ConfigPath(bundle string) string { return filepath.Join(bundle, "config.json") }
 
-// ReadSpec reads and decodes the spec at path.
-func ReadSpec(path string) (*SpecFile, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
-	}
-	return ParseSpec(path, raw)
-}
-
 // ParseSpec decodes raw, the content of the spec file at path.
 func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 	fi, err := os.Stat(path)
