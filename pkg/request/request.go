@@ -118,13 +118,6 @@ func ParseEnv(list []string) Env {
 	return env
 }
 
-// FromEnv reads a request from a container environment alone (every channel accepted).
-func FromEnv(list []string) (Request, error) {
-	env := ParseEnv(list)
-	visible, set := env[EnvVisibleDevices]
-	return build(env, visible, set)
-}
-
 // build reads a request whose device list is visible (set says whether the container
 // named one at all); capabilities and requirements come from env.
 func build(env Env, visible string, set bool) (Request, error) {
