@@ -120,7 +120,7 @@ type Requirement struct {
 
 // Expression is a parsed requirement: satisfied when any of its Terms is.
 type Expression struct {
-	Raw   string // the text given to Parse
+	Raw   string // the expression as written
 	Terms []Term
 }
 
@@ -142,16 +142,6 @@ type Factor struct {
 // satisfied.
 func (f Factor) Known() bool { return slices.Contains(knownKeys, f.Key) }
 
-// Parse parses a requirement expression. An error wraps ErrMalformed and names the expression
-// and the offending term or factor.
-func Parse(expr string) (Expression, error) {
-	e, err := parse(expr)
-	if err != nil {
-		return Expression{}, fmt.Errorf("%w %s: %w", ErrMalformed, label(Requirement{Expression: expr}), err)
-	}
-	return e, nil
-}
-
 // Limits on one expression. The image chooses it, and the prestart check runs in the
 // engine's process tree: without them a 126 KB expression of 18,000 factors cost gigabytes.
 // Real ones (a CUDA 12 image's NVIDIA_REQUIRE_CUDA) are under 2 KB and 100 factors.
@@ -160,8 +150,8 @@ const (
 	MaxFactors          = 1024
 )
 
-// parse returns the reason an expression is malformed without naming the expression, so that
-// callers can name it (and its variable) once. Its work is linear in the expression's length.
+// parse parses a requirement expression. An error says why it is malformed without naming the
+// expression, so that Check names it (and its variable) once. Its work is linear in the expression's length.
 func parse(expr string) (Expression, error) {
 	if len(expr) > MaxExpressionLength {
 		return Expression{}, fmt.Errorf("%d bytes long, more than the %d allowed", len(expr), MaxExpressionLength)
