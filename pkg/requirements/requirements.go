@@ -350,7 +350,7 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 			return warnings, fmt.Errorf("check %s: %w", label(reqs[i]), err)
 		}
 		if !ok {
-			return warnings, &unsatisfiedError{msg: unsatisfiedMessage(e, h)}
+			return warnings, quote.Marked(ErrUnsatisfied, "%s", unsatisfiedMessage(e, h))
 		}
 	}
 	return warnings, nil
@@ -387,12 +387,6 @@ func label(r Requirement) string {
 	}
 	return quote.Var(show(r.Name), r.Expression)
 }
-
-// unsatisfiedError carries the user-facing message verbatim and wraps ErrUnsatisfied.
-type unsatisfiedError struct{ msg string }
-
-func (e *unsatisfiedError) Error() string { return e.msg }
-func (e *unsatisfiedError) Unwrap() error { return ErrUnsatisfied }
 
 // unsatisfiedMessage builds the one-line message for an unsatisfied expression; e has at least
 // one term, since an expression without terms is satisfied.
