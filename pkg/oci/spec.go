@@ -229,14 +229,17 @@ func (f *SpecFile) Encode() ([]byte, error) {
 
 // checkView refuses a view in which a member that is not decoded was set: it would be lost.
 func (f *SpecFile) checkView() error {
-	s := *f.Spec
 	var changed []string
+	outside := func(what string, rest any) { // rest: the object with the decoded members zeroed
+		if !reflect.ValueOf(rest).IsZero() {
+			changed = append(changed, what)
+		}
+	}
+	s := *f.Spec
 	if s.Process != nil {
 		p := *s.Process
 		p.Env, p.Capabilities, p.User = nil, nil, specs.User{}
-		if !reflect.ValueOf(p).IsZero() {
-			changed = append(changed, "process")
-		}
+		outside("process", p)
 	}
 	if s.Linux != nil {
 		l := *s.Linux
@@ -244,19 +247,13 @@ func (f *SpecFile) checkView() error {
 		if l.Resources != nil {
 			r := *l.Resources
 			r.Devices = nil
-			if !reflect.ValueOf(r).IsZero() {
-				changed = append(changed, "linux.resources")
-			}
-			l.Resources = nil
+			outside("linux.resources", r)
 		}
-		if !reflect.ValueOf(l).IsZero() {
-			changed = append(changed, "linux")
-		}
+		l.Resources = nil
+		outside("linux", l)
 	}
 	s.Process, s.Mounts, s.Hooks, s.Linux, s.Annotations = nil, nil, nil, nil, nil
-	if !reflect.ValueOf(s).IsZero() {
-		changed = append(changed, "the top level")
-	}
+	outside("the top level", s)
 	if len(changed) > 0 {
 		return fmt.Errorf("encode spec: members of %s outside those gpu-runtime decodes were set; they would be lost", strings.Join(changed, ", "))
 	}
