@@ -208,14 +208,14 @@ func (f *SpecFile) Encode() ([]byte, error) {
 	err := errors.Join(
 		f.put(process, "process.env", p.Env, len(p.Env) == 0),
 		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
-		f.putIfChanged(process, "process.user", p.User, !hadUser && reflect.ValueOf(p.User).IsZero()),
+		f.put(process, "process.user", p.User, !hadUser && reflect.ValueOf(p.User).IsZero()),
 		f.put(top, "mounts", s.Mounts, len(s.Mounts) == 0),
 		f.put(top, "hooks", s.Hooks, s.Hooks == nil),
-		f.putIfChanged(top, "annotations", s.Annotations, len(s.Annotations) == 0),
+		f.put(top, "annotations", s.Annotations, len(s.Annotations) == 0),
 		f.put(linux, "linux.devices", l.Devices, len(l.Devices) == 0),
-		f.putIfChanged(linux, "linux.namespaces", l.Namespaces, len(l.Namespaces) == 0),
-		f.putIfChanged(linux, "linux.netDevices", l.NetDevices, len(l.NetDevices) == 0),
-		f.putIfChanged(linux, "linux.intelRdt", l.IntelRdt, l.IntelRdt == nil),
+		f.put(linux, "linux.namespaces", l.Namespaces, len(l.Namespaces) == 0),
+		f.put(linux, "linux.netDevices", l.NetDevices, len(l.NetDevices) == 0),
+		f.put(linux, "linux.intelRdt", l.IntelRdt, l.IntelRdt == nil),
 		f.put(resources, "linux.resources.devices", rules, len(rules) == 0))
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
@@ -260,10 +260,24 @@ func (f *SpecFile) checkView() error {
 	return nil
 }
 
+// readOnly are the members gpu-runtime only reads (CDI's edits may change them).
+var readOnly = map[string]bool{"process.user": true, "annotations": true, "linux.namespaces": true, "linux.netDevices": true, "linux.intelRdt": true}
+
 // put writes the member path names into parent: v encoded, or no member when v is empty
-// (an emptied object keeps the keys this runtime-spec version does not know).
+// (an emptied object keeps the keys this runtime-spec version does not know). A readOnly
+// member whose value is still what the file holds keeps its original bytes.
 func (f *SpecFile) put(parent *jsonobject.Object, path string, v any, empty bool) error {
 	name := leaf(path)
+	orig, had := parent.Get(name)
+	switch {
+	case !had && empty:
+		return nil
+	case had && readOnly[path]:
+		was := reflect.New(reflect.TypeOf(v))
+		if json.Unmarshal(orig, was.Interface()) == nil && reflect.DeepEqual(was.Elem().Interface(), v) {
+			return nil
+		}
+	}
 	if empty {
 		typ := reflect.TypeOf(v)
 		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
@@ -277,29 +291,12 @@ func (f *SpecFile) put(parent *jsonobject.Object, path string, v any, empty bool
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if f.unknown[path] {
-		orig, _ := parent.Get(name)
 		if data, err = mergeUnknown(orig, data, reflect.TypeOf(v)); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	parent.Set(name, data)
 	return nil
-}
-
-// putIfChanged is put for the members gpu-runtime only reads (CDI's edits may change them):
-// one whose value is still what the file holds keeps its original bytes.
-func (f *SpecFile) putIfChanged(parent *jsonobject.Object, path string, v any, empty bool) error {
-	orig, had := parent.Get(leaf(path))
-	if !had && empty {
-		return nil
-	}
-	if had {
-		was := reflect.New(reflect.TypeOf(v))
-		if json.Unmarshal(orig, was.Interface()) == nil && reflect.DeepEqual(was.Elem().Interface(), v) {
-			return nil
-		}
-	}
-	return f.put(parent, path, v, empty)
 }
 
 // putObject writes child into parent under name: always when the original had it, else
