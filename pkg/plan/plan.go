@@ -275,10 +275,8 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 	var warnings []string
 	var errs []error
 	type want struct {
-		path     string
-		required bool
-		hint     string
-		why      string
+		path, hint, why string
+		required        bool
 	}
 	nodes := []want{{path: "/dev/nvidiactl", required: true, why: "control node: every GPU container"}}
 	if caps.Has(capabilities.Compute) {
