@@ -92,8 +92,16 @@ const (
 	OpGreaterEqual Op = ">="
 )
 
-// operators lists the operators, opChars their characters.
-var operators = []Op{OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual}
+// holds gives, for each operator, whether a comparison of the host's version with the
+// factor's (-1, 0 or +1, as Version.Compare returns) satisfies it; opChars are their characters.
+var holds = map[Op]func(c int) bool{
+	OpEqual:        func(c int) bool { return c == 0 },
+	OpNotEqual:     func(c int) bool { return c != 0 },
+	OpLess:         func(c int) bool { return c < 0 },
+	OpLessEqual:    func(c int) bool { return c <= 0 },
+	OpGreater:      func(c int) bool { return c > 0 },
+	OpGreaterEqual: func(c int) bool { return c >= 0 },
+}
 
 const opChars = "<>=!"
 
@@ -191,7 +199,7 @@ func parseFactor(raw string) (Factor, error) {
 	}
 	value := strings.TrimLeft(raw[start:], opChars)
 	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start : len(raw)-len(value)]), Value: value}
-	if !slices.Contains(operators, f.Op) {
+	if holds[f.Op] == nil {
 		return Factor{}, fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 	}
 	if f.Value == "" {
@@ -210,7 +218,7 @@ func parseFactor(raw string) (Factor, error) {
 func (f Factor) check() error {
 	switch f.Key {
 	case KeyCUDA, KeyDriver, KeyArch:
-		if !slices.Contains(operators, f.Op) {
+		if holds[f.Op] == nil {
 			return fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 		}
 		_, err := ParseVersion(f.Value)
@@ -311,22 +319,7 @@ func (f Factor) compare(have, what string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	c := hv.Compare(want)
-	switch f.Op {
-	case OpEqual:
-		return c == 0, nil
-	case OpNotEqual:
-		return c != 0, nil
-	case OpLess:
-		return c < 0, nil
-	case OpLessEqual:
-		return c <= 0, nil
-	case OpGreater:
-		return c > 0, nil
-	case OpGreaterEqual:
-		return c >= 0, nil
-	}
-	return false, fmt.Errorf("%w: unknown operator %s", ErrMalformed, quote.Value(string(f.Op)))
+	return holds[f.Op](hv.Compare(want)), nil // a known operator: eval checked the factor
 }
 
 // Check evaluates every requirement against h; all must hold. All are parsed first (the first
