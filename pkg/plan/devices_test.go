@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -233,5 +234,17 @@ func TestBuildMIGWholeEdits(t *testing.T) {
 	r.HookTimeout = 30
 	if got := p.Rendered(r); !reflect.DeepEqual(got, want) {
 		t.Errorf("edits =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestMIGAccessWhy: a MIG manager's instance capabilities say which variables granted them.
+func TestMIGAccessWhy(t *testing.T) {
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"), migHost(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "MIG access (NVIDIA_MIG_CONFIG_DEVICES=all, NVIDIA_MIG_MONITOR_DEVICES=all): 0 (GPU-aaaa)'s capability gpu0/mig/gi1/access"
+	if !slices.ContainsFunc(p.Edits.DeviceNodes, func(n edits.DeviceNode) bool { return n.Why == want }) {
+		t.Errorf("no node's why is %q: %q", want, paths(p.Edits.DeviceNodes, func(n edits.DeviceNode) string { return n.Why }))
 	}
 }
