@@ -73,10 +73,7 @@ func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 			return fmt.Errorf("stat %s: %w", target, err)
 		}
 	}
-	dir, base := filepath.Split(target)
-	if dir == "" {
-		dir = "."
-	}
+	dir, base := filepath.Dir(target), filepath.Base(target)
 	RemoveStale(dir, base)
 
 	var f *os.File

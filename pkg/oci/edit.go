@@ -193,6 +193,11 @@ func HasHookNamed(s *specs.Spec, name string) bool {
 	})
 }
 
+// HasUserNamespace reports whether a spec's linux section (nil for none) has a user namespace.
+func HasUserNamespace(l *specs.Linux) bool {
+	return l != nil && slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace })
+}
+
 // hookNamed reports whether a hook runs an executable called name.
 func hookNamed(h specs.Hook, name string) bool {
 	return filepath.Base(h.Path) == name || len(h.Args) > 0 && filepath.Base(h.Args[0]) == name
