@@ -3,7 +3,6 @@ package ctk
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -180,7 +179,7 @@ func (d *doctor) checkNVML() {
 	start := time.Now()
 	drv, _, err := gpuhost.Driver(d.cfg, nvmlinfo.QueryContext, false)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, discover.ErrTimeout):
 		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),
 			"check nvidia-smi and the kernel log (dmesg) for Xid errors; enable persistence mode (nvidia-smi -pm 1)")
 	case err != nil:

@@ -47,13 +47,8 @@ type cacheFile struct {
 	Host        Host
 }
 
-// ErrTimeout: NVML did not answer in time. It is a context.DeadlineExceeded too.
-var ErrTimeout error = timeoutError{}
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string { return "GPU discovery timed out" }
-func (timeoutError) Unwrap() error { return context.DeadlineExceeded }
+// ErrTimeout: NVML did not answer in time.
+var ErrTimeout = errors.New("GPU discovery timed out")
 
 // errStale: the cache was written by another gpu-runtime version (a normal event).
 var errStale = errors.New("discovery cache is stale")
