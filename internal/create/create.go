@@ -238,7 +238,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	if in.Render, err = render(opts); err != nil {
+	if in.Render, err = Render(opts); err != nil {
 		return in, err
 	}
 	if root, err := in.rootPath(); err == nil { // without one root, the loader-cache step says why
@@ -247,8 +247,9 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	return in, nil
 }
 
-// render is how this create writes the plan's intents as hooks.
-func render(opts Options) (plan.Render, error) {
+// Render is how a create with opts writes the plan's intents as hooks; gpu-ctk cdi generate
+// writes them the same way (without a runc log to pass on).
+func Render(opts Options) (plan.Render, error) {
 	cfg := opts.Config
 	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
 	if err != nil {

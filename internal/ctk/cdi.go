@@ -153,11 +153,8 @@ func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
 		return plan.Host{}, plan.Render{}, err
 	}
 	self, _ := os.Executable()
-	hookPath, err := create.HookPath(cfg.Hook.Path, self)
-	if err != nil {
-		return plan.Host{}, plan.Render{}, err
-	}
-	return res.Host, plan.Render{HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(), ProcRoot: cfg.Driver.ProcRoot}, nil
+	r, err := create.Render(create.Options{Config: cfg, Executable: self})
+	return res.Host, r, err
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
