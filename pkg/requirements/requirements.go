@@ -50,7 +50,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -432,12 +431,13 @@ func orUnknown(s string) string {
 	return show(s)
 }
 
-// show returns s, quoted when it holds anything but printable characters.
+// show returns s, quoted when it holds anything but printable characters, and cut
+// (internal/quote): a host value or variable name of kilobytes stays a short message.
 func show(s string) string {
 	if printable(s) && !strings.ContainsFunc(s, unicode.IsSpace) {
-		return s
+		return quote.Cut(s)
 	}
-	return strconv.Quote(s)
+	return quote.Value(s)
 }
 
 // printable reports whether s is valid UTF-8 made of printable characters only.
