@@ -97,7 +97,7 @@ type DriverConfig struct {
 	ProcRoot string `toml:"proc-root"`
 }
 
-// HookConfig is the [hook] table: the prestart hook the runtime injects.
+// HookConfig is the [hook] table: the gpu-hook createContainer hooks the runtime injects.
 type HookConfig struct {
 	// Path is the gpu-hook binary; "" means next to the gpu-runtime executable, then PATH.
 	Path string `toml:"path"`
