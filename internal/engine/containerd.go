@@ -275,15 +275,10 @@ func withCDIAnnotations(current any) ([]any, error) {
 // so that configuring again keeps it so.
 func containerdDropInSetsDefault(content []byte, name string) bool {
 	doc, err := parseTOML(content)
-	if err != nil {
-		return false
-	}
-	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
-		if def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name"); def == name {
-			return true
-		}
-	}
-	return false
+	return err == nil && slices.ContainsFunc([]string{containerdV2Plugin, containerdV3Plugin}, func(plugin string) bool {
+		def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name")
+		return def == name
+	})
 }
 
 // containerdLeftovers says what of runtime name the main config itself still holds after

@@ -103,16 +103,11 @@ func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) 
 
 // makeTable returns the table t[key], creating it when missing.
 func makeTable(t map[string]any, key string) (map[string]any, error) {
-	v, ok := t[key]
-	if !ok {
-		v = map[string]any{}
-		t[key] = v
+	if _, ok := t[key]; !ok {
+		t[key] = map[string]any{}
 	}
-	table, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(key), quote.TOMLType(v))
-	}
-	return table, nil
+	table, _, err := subTable(t, key)
+	return table, err
 }
 
 // stringAt returns the string at path ("" when missing).
