@@ -263,7 +263,7 @@ const cdiAnnotationsPattern = "cdi.k8s.io/*"
 func withCDIAnnotations(current any) ([]any, error) {
 	list, ok := current.([]any)
 	if !ok && current != nil {
-		return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, kindOf(current))
+		return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, quote.TOMLType(current))
 	}
 	if slices.Contains(list, any(cdiAnnotationsPattern)) {
 		return slices.Clone(list), nil
@@ -275,15 +275,10 @@ func withCDIAnnotations(current any) ([]any, error) {
 // so that configuring again keeps it so.
 func containerdDropInSetsDefault(content []byte, name string) bool {
 	doc, err := parseTOML(content)
-	if err != nil {
-		return false
-	}
-	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
-		if def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name"); def == name {
-			return true
-		}
-	}
-	return false
+	return err == nil && slices.ContainsFunc([]string{containerdV2Plugin, containerdV3Plugin}, func(plugin string) bool {
+		def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name")
+		return def == name
+	})
 }
 
 // containerdLeftovers says what of runtime name the main config itself still holds after
@@ -320,7 +315,7 @@ func containerdConfigVersion(doc map[string]any) (int, error) {
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%w: \"version\" is %s, not an integer", ErrUnexpected, kindOf(v))
+		return 0, fmt.Errorf("%w: \"version\" is %s, not an integer", ErrUnexpected, quote.TOMLType(v))
 	}
 	switch n {
 	case 2, 3:
@@ -350,13 +345,13 @@ func importStrings(doc map[string]any) ([]string, error) {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: \"imports\" is %s, not an array", ErrUnexpected, kindOf(v))
+		return nil, fmt.Errorf("%w: \"imports\" is %s, not an array", ErrUnexpected, quote.TOMLType(v))
 	}
 	out := make([]string, 0, len(list))
 	for _, e := range list {
 		s, ok := e.(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: an \"imports\" entry is %s, not a string", ErrUnexpected, kindOf(e))
+			return nil, fmt.Errorf("%w: an \"imports\" entry is %s, not a string", ErrUnexpected, quote.TOMLType(e))
 		}
 		out = append(out, s)
 	}

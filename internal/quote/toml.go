@@ -46,3 +46,25 @@ func TOMLKey(parts ...string) string {
 func bareKey(s string) bool {
 	return s != "" && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == ""
 }
+
+// TOMLType names the type of a value go-toml decoded into an any, in TOML's words: "a table",
+// "an array", "a string"…
+func TOMLType(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, int, uint64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case nil:
+		return "empty"
+	}
+	return "a date or time"
+}

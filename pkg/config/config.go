@@ -97,7 +97,7 @@ type DriverConfig struct {
 	ProcRoot string `toml:"proc-root"`
 }
 
-// HookConfig is the [hook] table: the prestart hook the runtime injects.
+// HookConfig is the [hook] table: the gpu-hook createContainer hooks the runtime injects.
 type HookConfig struct {
 	// Path is the gpu-hook binary; "" means next to the gpu-runtime executable, then PATH.
 	Path string `toml:"path"`
@@ -537,43 +537,26 @@ func typeMismatch(doc map[string]any, key []string) (string, bool) {
 // mismatch names the TOML type of v, decoded into an any, when it is not want; "" when it is
 // or v is nil.
 func mismatch(v any, want valueKind) string {
-	var got valueKind
-	switch v := v.(type) {
-	case nil:
+	list, isList := v.([]any)
+	switch {
+	case v == nil:
 		return ""
-	case string:
-		got = kindString
-	case bool:
-		got = kindBool
-	case int64:
-		got = kindInt
-	case float64:
-		return "a float"
-	case map[string]any:
-		got = kindTable
-	case []any:
-		if want != kindStrings && want != kindInts {
-			notTable := func(e any) bool { _, ok := e.(map[string]any); return !ok }
-			if len(v) > 0 && !slices.ContainsFunc(v, notTable) {
-				return "an array of tables"
-			}
-			return "an array"
-		}
+	case isList && (want == kindStrings || want == kindInts):
 		elem := kindString
 		if want == kindInts {
 			elem = kindInt
 		}
-		for _, e := range v {
+		for _, e := range list {
 			if m := mismatch(e, elem); m != "" {
 				return "an array containing " + m
 			}
 		}
 		return ""
-	default: // dates and times
-		return "a date or time"
+	case isList && len(list) > 0 && !slices.ContainsFunc(list, func(e any) bool { _, ok := e.(map[string]any); return !ok }):
+		return "an array of tables"
 	}
-	if got == want {
-		return ""
+	if got := quote.TOMLType(v); got != string(want) {
+		return got
 	}
-	return string(got)
+	return ""
 }
