@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -41,12 +40,10 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	// configuration) no configuration is read, and no health: the query's answer is facts.
 	cfg, fromConfig := config.Default(), *root == ""
 	if fromConfig {
-		var warnings []string
 		var err error
-		if cfg, warnings, err = config.LoadFromEnv(os.Getenv); err != nil {
+		if cfg, err = loadConfig(stderr); err != nil {
 			return err
 		}
-		warn(stderr, warnings...)
 	} else {
 		cfg.Driver.Root, cfg.Discovery.Timeout = *root, "0s" // the caller bounds it
 	}
