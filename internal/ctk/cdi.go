@@ -69,11 +69,8 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	strategy := fs.String("device-name-strategy", cdi.NameBoth, "name devices by index, uuid or both")
 	capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec carries, as NVIDIA_DRIVER_CAPABILITIES")
 	check := fs.String("check", "", "compare FILE with the spec this host would get; write nothing")
-	if help, err := parseFlags(fs, args, cdiUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, cdiUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: cdi generate takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	caps, err := capabilities.Parse(*capsFlag)
 	if err != nil {
@@ -158,11 +155,8 @@ func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
-	if help, err := parseFlags(flag.NewFlagSet("gpu-ctk cdi list", flag.ContinueOnError), args, cdiUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(flag.NewFlagSet("gpu-ctk cdi list", flag.ContinueOnError), args, cdiUsage, stdout); help || err != nil {
 		return err
-	}
-	if len(args) > 0 {
-		return fmt.Errorf("%w: cdi list takes no arguments, got %q", ErrUsage, args)
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {

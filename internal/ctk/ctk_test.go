@@ -483,6 +483,19 @@ func TestEveryHelp(t *testing.T) {
 	}
 }
 
+// TestNoArguments: a command that takes flags only refuses an argument, naming itself and its
+// --help, before it reads any configuration.
+func TestNoArguments(t *testing.T) {
+	for _, cmd := range [][]string{{"cdi", "generate"}, {"cdi", "list"}, {"config"}, {"doctor"}, {"health", "watch"}, {"info"}} {
+		name := strings.Join(cmd, " ")
+		err := Run(append(append([]string(nil), cmd...), "stray"), io.Discard, io.Discard)
+		want := "usage: " + name + ` takes no arguments, got ["stray"] (gpu-ctk ` + name + " --help)"
+		if err == nil || err.Error() != want || ExitCode(err) != 2 {
+			t.Errorf("gpu-ctk %s stray: %v, want %q", name, err, want)
+		}
+	}
+}
+
 // TestCheckSpecBroken: cdi generate --check on a file that is no CDI spec names the file.
 func TestCheckSpecBroken(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "nvidia.yaml")

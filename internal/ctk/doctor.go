@@ -63,11 +63,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk doctor", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	engineRoot := fs.String("engine-root", "/", "look for the engines' files and programs under DIR")
-	if help, err := parseFlags(fs, args, doctorUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, doctorUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: doctor takes no arguments, got %q (gpu-ctk doctor --help)", ErrUsage, fs.Args())
 	}
 	d := &doctor{engineRoot: *engineRoot}
 	d.run()

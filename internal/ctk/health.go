@@ -325,11 +325,8 @@ GPU is added, say). Records are never removed by watch: gpu-ctk health clear doe
 func runHealthWatch(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk health watch", flag.ContinueOnError)
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	if help, err := parseFlags(fs, args, healthWatchUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, healthWatchUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: health watch takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {

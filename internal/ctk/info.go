@@ -30,11 +30,8 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk info", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	if help, err := parseFlags(fs, args, infoUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, infoUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	// With --driver-root (gpu-runtime's NVML query on a cache miss, which reads its own
 	// configuration) no configuration is read, and no health: the query's answer is facts.
