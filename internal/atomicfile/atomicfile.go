@@ -6,11 +6,10 @@
 package atomicfile
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,10 +41,10 @@ const tmpInfix = ".tmp-"
 // tmpName returns a new name for a temporary file of the file name base. Its random part
 // keeps any two writers apart: goroutines of one process, two processes, two containers'
 // creates writing into one shared root. Creating it with O_EXCL|O_NOFOLLOW still decides.
+// math/rand/v2's generator is seeded from the kernel's randomness in each process: names no
+// other writer can predict, without linking crypto into gpu-runtime.
 func tmpName(base string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24 and later)
-	return "." + base + tmpInfix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	return fmt.Sprintf(".%s%s%d-%016x", base, tmpInfix, os.Getpid(), rand.Uint64())
 }
 
 // createAttempts is how many temporary names a writer tries; with random names only a
