@@ -174,17 +174,13 @@ func RemoveStale(dir, base string) {
 			continue
 		}
 		pidText, _, _ := strings.Cut(rest, "-")
-		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && alive(pid) && time.Since(fi.ModTime()) < staleAge {
-			continue // being written
+		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && time.Since(fi.ModTime()) < staleAge {
+			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+				continue // being written: its writer is alive
+			}
 		}
 		_ = os.Remove(p)
 	}
-}
-
-// alive reports whether a process with this pid exists.
-func alive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // WriteAt replaces name in the directory dir (a handle resolved inside a container root;

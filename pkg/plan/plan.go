@@ -287,11 +287,11 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 		}
 	}
 
-	// Driver files for the requested capabilities.
+	// Driver files for the requested capabilities (32-bit ones with compat32), and firmware.
 	var libraries []Library
 	have := map[string]bool{}
 	for _, f := range host.Files {
-		if !wanted(f, caps) {
+		if f.Kind != discover.KindFirmware && !(caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))) {
 			continue
 		}
 		e.Mounts = append(e.Mounts, mountFor(f))

@@ -238,11 +238,6 @@ func (e Expression) UnknownKeys() []Factor {
 	return e.factors(func(f Factor) bool { return !f.Known() })
 }
 
-// involvesGPUs reports whether e has an arch or brand factor.
-func (e Expression) involvesGPUs() bool {
-	return len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0
-}
-
 // factors returns the factors of e that keep accepts, in order.
 func (e Expression) factors(keep func(Factor) bool) []Factor {
 	var out []Factor
@@ -390,7 +385,7 @@ func unsatisfiedMessage(e Expression, h Host) string {
 		b.WriteString(", please update your driver to a newer version, or use an earlier cuda container")
 	}
 	fmt.Fprintf(&b, " (host: cuda %s, driver %s", orUnknown(h.CUDA), orUnknown(h.Driver))
-	if e.involvesGPUs() {
+	if len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0 { // facts of the GPUs
 		for _, g := range groupGPUs(h.GPUs) {
 			b.WriteString("; " + g)
 		}
