@@ -44,7 +44,7 @@ const tmpInfix = ".tmp-"
 // math/rand/v2's generator is seeded from the kernel's randomness in each process: names no
 // other writer can predict, without linking crypto into gpu-runtime.
 func tmpName(base string) string {
-	return fmt.Sprintf(".%s%s%d-%016x", base, tmpInfix, os.Getpid(), rand.Uint64())
+	return fmt.Sprintf(".%s%s%d-%016x", base, tmpInfix, os.Getpid(), rand.Uint64()) //nolint:gosec // unpredictable enough: O_EXCL decides
 }
 
 // createAttempts is how many temporary names a writer tries; with random names only a

@@ -400,8 +400,3 @@ func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 	}
 	return out
 }
-
-// wanted says whether a discovered file belongs in a container with caps.
-func wanted(f discover.File, caps capabilities.Set) bool {
-	return f.Kind == discover.KindFirmware || caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))
-}
