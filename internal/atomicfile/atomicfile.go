@@ -6,11 +6,10 @@
 package atomicfile
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,10 +41,10 @@ const tmpInfix = ".tmp-"
 // tmpName returns a new name for a temporary file of the file name base. Its random part
 // keeps any two writers apart: goroutines of one process, two processes, two containers'
 // creates writing into one shared root. Creating it with O_EXCL|O_NOFOLLOW still decides.
+// math/rand/v2's generator is seeded from the kernel's randomness in each process: names no
+// other writer can predict, without linking crypto into gpu-runtime.
 func tmpName(base string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24 and later)
-	return "." + base + tmpInfix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	return fmt.Sprintf(".%s%s%d-%016x", base, tmpInfix, os.Getpid(), rand.Uint64()) //nolint:gosec // unpredictable enough: O_EXCL decides
 }
 
 // createAttempts is how many temporary names a writer tries; with random names only a
@@ -73,10 +72,7 @@ func Write(path string, data []byte, perm fs.FileMode, o Options) (err error) {
 			return fmt.Errorf("stat %s: %w", target, err)
 		}
 	}
-	dir, base := filepath.Split(target)
-	if dir == "" {
-		dir = "."
-	}
+	dir, base := filepath.Dir(target), filepath.Base(target)
 	RemoveStale(dir, base)
 
 	var f *os.File
@@ -178,17 +174,13 @@ func RemoveStale(dir, base string) {
 			continue
 		}
 		pidText, _, _ := strings.Cut(rest, "-")
-		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && alive(pid) && time.Since(fi.ModTime()) < staleAge {
-			continue // being written
+		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && time.Since(fi.ModTime()) < staleAge {
+			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+				continue // being written: its writer is alive
+			}
 		}
 		_ = os.Remove(p)
 	}
-}
-
-// alive reports whether a process with this pid exists.
-func alive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // WriteAt replaces name in the directory dir (a handle resolved inside a container root;

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
@@ -192,7 +193,7 @@ func TestRoundTripAndDiff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := Parse(data)
+		back, err := cdi.ParseSpec(data)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", format, err, data)
 		}
@@ -225,9 +226,6 @@ func TestRoundTripAndDiff(t *testing.T) {
 	// The other way round: a spec made before MIG device 0:1 was created lacks it.
 	if got := Diff(now, spec); !slices.Contains(got, "device 0:1 is missing (it exists on this host)") {
 		t.Errorf("reverse diff lacks the missing device:\n%s", strings.Join(got, "\n"))
-	}
-	if _, err := Parse([]byte("cdiVersion: 0.5.0\nkind: [\n")); err == nil || !strings.HasPrefix(err.Error(), "not a CDI spec: ") {
-		t.Errorf("Parse of a broken spec: %v", err)
 	}
 }
 

@@ -6,20 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
-
-// Parse reads a CDI spec (YAML or JSON) as the CDI library does.
-func Parse(data []byte) (*specsgo.Spec, error) {
-	spec, err := cdi.ParseSpec(data)
-	if err != nil {
-		return nil, fmt.Errorf("not a CDI spec: %w", err)
-	}
-	return spec, nil
-}
 
 // Diff says how spec got differs from want, one line per difference: kind, devices that
 // appeared or went, and the edits that changed (the spec's common edits or a device's).

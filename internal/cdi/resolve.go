@@ -358,14 +358,9 @@ func editsOf(apply func(*specs.Spec) error, why string, user specs.User) (edits.
 		e.Mounts = append(e.Mounts, edits.Mount{HostPath: m.Source, ContainerPath: m.Destination, Type: typ, Options: m.Options, IDMapped: typ == "", Why: why})
 	}
 	if s.Hooks != nil {
-		for _, stage := range []struct {
-			name  string
-			hooks []specs.Hook
-		}{{oci.StagePrestart, s.Hooks.Prestart}, //nolint:staticcheck // a CDI spec may still name the deprecated stage
-			{oci.StageCreateRuntime, s.Hooks.CreateRuntime}, {oci.StageCreateContainer, s.Hooks.CreateContainer},
-			{oci.StageStartContainer, s.Hooks.StartContainer}, {oci.StagePoststart, s.Hooks.Poststart}, {oci.StagePoststop, s.Hooks.Poststop}} {
-			for _, h := range stage.hooks {
-				hook := edits.Hook{Stage: stage.name, Path: h.Path, Args: h.Args, Env: h.Env, Timeout: value(h.Timeout), Why: why}
+		for i, list := range oci.HookLists(s.Hooks) {
+			for _, h := range *list {
+				hook := edits.Hook{Stage: oci.Stages[i], Path: h.Path, Args: h.Args, Env: h.Env, Timeout: value(h.Timeout), Why: why}
 				if len(hook.Env) == 0 {
 					hook.Env = plan.HookEnv
 				}

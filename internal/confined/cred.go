@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 // Cred is a container user's identity for file access: what its processes would be allowed
@@ -22,7 +23,7 @@ type Cred struct {
 // process.user; nil where the container has a user namespace (a hook there already acts as
 // the container's root) or no process.
 func UserOf(p *specs.Process, l *specs.Linux) *Cred {
-	if p == nil || (l != nil && slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace })) {
+	if p == nil || oci.HasUserNamespace(l) {
 		return nil
 	}
 	return &Cred{UID: p.User.UID, GID: p.User.GID, Groups: p.User.AdditionalGids}

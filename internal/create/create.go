@@ -32,9 +32,6 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
-// HookName is the file name of the hook binary.
-const HookName = plan.HookName
-
 // ErrRuntimeNotFound: none of the configured low-level runtimes exists.
 var ErrRuntimeNotFound = errors.New("low-level runtime not found")
 
@@ -241,7 +238,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	if in.Render, err = render(opts); err != nil {
+	if in.Render, err = Render(opts); err != nil {
 		return in, err
 	}
 	if root, err := in.rootPath(); err == nil { // without one root, the loader-cache step says why
@@ -250,8 +247,9 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	return in, nil
 }
 
-// render is how this create writes the plan's intents as hooks.
-func render(opts Options) (plan.Render, error) {
+// Render is how a create with opts writes the plan's intents as hooks; gpu-ctk cdi generate
+// writes them the same way (without a runc log to pass on).
+func Render(opts Options) (plan.Render, error) {
 	cfg := opts.Config
 	hookPath, err := HookPath(cfg.Hook.Path, opts.Executable)
 	if err != nil {
@@ -335,7 +333,7 @@ func discoverHost(opts Options, log logrus.FieldLogger) (plan.Host, error) {
 // HookPath returns the absolute path of gpu-hook: the configured one, else next to the
 // gpu-runtime executable, else from PATH.
 func HookPath(configured, executable string) (string, error) {
-	return toolPath(HookName, configured, executable, "set hook.path in the gpu-runtime config")
+	return toolPath(plan.HookName, configured, executable, "set hook.path in the gpu-runtime config")
 }
 
 // toolPath finds one of our binaries: the configured path, else next to executable, else PATH.

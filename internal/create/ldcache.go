@@ -3,7 +3,6 @@ package create
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
@@ -60,9 +60,7 @@ func (in *Injection) ldcacheAtCreate(opts Options, dry bool, log logrus.FieldLog
 	if !opts.Config.Hook.LDCacheAtCreate {
 		return false, "hook.ldcache-at-create is false"
 	}
-	if spec.Linux != nil && slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
-		return ns.Type == specs.UserNamespace
-	}) {
+	if oci.HasUserNamespace(spec.Linux) {
 		return false, "the container has a user namespace (files the hook writes are its root's)"
 	}
 	root, err := in.rootPath()

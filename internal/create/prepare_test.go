@@ -42,7 +42,7 @@ func newCreateEnv(t *testing.T) *createEnv {
 		t.Skip("SKIPPED: the fake host's libraries need gcc (apt-get install gcc)")
 	}
 	e := &createEnv{host: fakehost.BuildFilesT(t, fakehost.Default(2)), dir: t.TempDir()}
-	hook := exe(t, filepath.Join(e.dir, "bin", HookName))
+	hook := exe(t, filepath.Join(e.dir, "bin", plan.HookName))
 	cfg := config.Default()
 	cfg.Driver.Root, cfg.Driver.DevRoot, cfg.Driver.ProcRoot = e.host.DriverRoot, e.host.DevRoot, e.host.ProcRoot
 	cfg.Hook.Path = hook

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
@@ -68,21 +69,15 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	strategy := fs.String("device-name-strategy", cdi.NameBoth, "name devices by index, uuid or both")
 	capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec carries, as NVIDIA_DRIVER_CAPABILITIES")
 	check := fs.String("check", "", "compare FILE with the spec this host would get; write nothing")
-	if help, err := parseFlags(fs, args, cdiUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, cdiUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: cdi generate takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	caps, err := capabilities.Parse(*capsFlag)
 	if err != nil {
 		return fmt.Errorf("%w: --capabilities: %w", ErrUsage, err)
 	}
-	if *format == "" {
-		*format = "yaml"
-		if strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json") {
-			*format = "json"
-		}
+	if *format == "" && (strings.HasSuffix(*output, ".json") || strings.HasSuffix(*check, ".json")) {
+		*format = "json" // else cdi.Marshal's default, yaml
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
@@ -133,9 +128,9 @@ func checkSpec(file string, want *specsgo.Spec, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", file, err)
 	}
-	got, err := cdi.Parse(data)
+	got, err := cdilib.ParseSpec(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return fmt.Errorf("%s: not a CDI spec: %w", file, err)
 	}
 	diffs := cdi.Diff(got, want)
 	if len(diffs) == 0 {
@@ -155,19 +150,13 @@ func hostFromConfig(cfg config.Config) (plan.Host, plan.Render, error) {
 		return plan.Host{}, plan.Render{}, err
 	}
 	self, _ := os.Executable()
-	hookPath, err := create.HookPath(cfg.Hook.Path, self)
-	if err != nil {
-		return plan.Host{}, plan.Render{}, err
-	}
-	return res.Host, plan.Render{HookPath: hookPath, LDConfig: cfg.Hook.LDConfig, HookTimeout: cfg.Hook.TimeoutSeconds(), ProcRoot: cfg.Driver.ProcRoot}, nil
+	r, err := create.Render(create.Options{Config: cfg, Executable: self})
+	return res.Host, r, err
 }
 
 func cdiList(args []string, stdout, stderr io.Writer) error {
-	if help, err := parseFlags(flag.NewFlagSet("gpu-ctk cdi list", flag.ContinueOnError), args, cdiUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(flag.NewFlagSet("gpu-ctk cdi list", flag.ContinueOnError), args, cdiUsage, stdout); help || err != nil {
 		return err
-	}
-	if len(args) > 0 {
-		return fmt.Errorf("%w: cdi list takes no arguments, got %q", ErrUsage, args)
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {

@@ -33,11 +33,8 @@ func runConfig(args []string, stdout, stderr io.Writer) error {
 	var sets listFlag
 	fs.Var(&sets, "set", "KEY=VALUE to write into the file (repeatable)")
 	usage := configUsage + "  " + strings.Join(config.Keys(), "\n  ") + "\n"
-	if help, err := parseFlags(fs, args, usage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, usage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: config takes no arguments, got %q (gpu-ctk config --help)", ErrUsage, fs.Args())
 	}
 	path := cmp.Or(*file, config.Path(os.Getenv))
 	if len(sets) == 0 {

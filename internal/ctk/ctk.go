@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -101,6 +102,15 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer)
 		return false, fmt.Errorf("%w: %w (%s --help)", ErrUsage, err, fs.Name())
 	}
 	return false, nil
+}
+
+// parseNoArgs is parseFlags for a command that takes flags only: an argument is an error
+// naming the command and its --help.
+func parseNoArgs(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) (help bool, err error) {
+	if help, err = parseFlags(fs, args, usage, stdout); help || err != nil || fs.NArg() == 0 {
+		return help, err
+	}
+	return false, fmt.Errorf("%w: %s takes no arguments, got %q (%s --help)", ErrUsage, strings.TrimPrefix(fs.Name(), "gpu-ctk "), fs.Args(), fs.Name())
 }
 
 // loadConfig reads gpu-runtime's configuration as the runtime does, warnings to stderr.

@@ -482,3 +482,28 @@ func TestEveryHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestNoArguments: a command that takes flags only refuses an argument, naming itself and its
+// --help, before it reads any configuration.
+func TestNoArguments(t *testing.T) {
+	for _, cmd := range [][]string{{"cdi", "generate"}, {"cdi", "list"}, {"config"}, {"doctor"}, {"health", "watch"}, {"info"}} {
+		name := strings.Join(cmd, " ")
+		err := Run(append(append([]string(nil), cmd...), "stray"), io.Discard, io.Discard)
+		want := "usage: " + name + ` takes no arguments, got ["stray"] (gpu-ctk ` + name + " --help)"
+		if err == nil || err.Error() != want || ExitCode(err) != 2 {
+			t.Errorf("gpu-ctk %s stray: %v, want %q", name, err, want)
+		}
+	}
+}
+
+// TestCheckSpecBroken: cdi generate --check on a file that is no CDI spec names the file.
+func TestCheckSpecBroken(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nvidia.yaml")
+	if err := os.WriteFile(p, []byte("cdiVersion: 0.5.0\nkind: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := checkSpec(p, nil, io.Discard)
+	if want := p + ": not a CDI spec: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error = %v, want prefix %q", err, want)
+	}
+}

@@ -3,7 +3,6 @@ package ctk
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,11 +63,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk doctor", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	engineRoot := fs.String("engine-root", "/", "look for the engines' files and programs under DIR")
-	if help, err := parseFlags(fs, args, doctorUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, doctorUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: doctor takes no arguments, got %q (gpu-ctk doctor --help)", ErrUsage, fs.Args())
 	}
 	d := &doctor{engineRoot: *engineRoot}
 	d.run()
@@ -167,11 +163,10 @@ func (d *doctor) checkDriver() {
 	}
 	defer f.Close()
 	line, _ := bufio.NewReader(io.LimitReader(f, 4096)).ReadString('\n')
+	_, after, _ := strings.Cut(line, "Kernel Module")
 	version := "unknown version"
-	if i := strings.Index(line, "Kernel Module"); i >= 0 {
-		if fields := strings.Fields(line[i+len("Kernel Module"):]); len(fields) > 0 {
-			version = fields[0]
-		}
+	if fields := strings.Fields(after); len(fields) > 0 {
+		version = fields[0]
 	}
 	d.add("driver", statusOK, "kernel module "+version+" loaded ("+p+")", "")
 }
@@ -181,7 +176,7 @@ func (d *doctor) checkNVML() {
 	start := time.Now()
 	drv, _, err := gpuhost.Driver(d.cfg, nvmlinfo.QueryContext, false)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, discover.ErrTimeout):
 		d.add("NVML", statusFail, fmt.Sprintf("no answer within discovery.timeout (%s): the driver is hung or still initialising", timeout),
 			"check nvidia-smi and the kernel log (dmesg) for Xid errors; enable persistence mode (nvidia-smi -pm 1)")
 	case err != nil:

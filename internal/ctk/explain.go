@@ -110,30 +110,29 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	case *bundle == "" && len(envs) == 0:
 		return fmt.Errorf("%w: explain needs --bundle DIR or at least one --env VAR=VALUE (gpu-ctk explain --help)", ErrUsage)
 	}
-	dir := *bundle
-	if dir == "" {
+	path := oci.ConfigPath(*bundle)
+	source := path
+	if *bundle == "" {
 		raw, err := syntheticSpec(envs, annotations, *privileged)
 		if err != nil {
 			return err
 		}
 		// The decision reads a spec file, as a create does: a private temporary bundle.
-		if dir, err = os.MkdirTemp("", "gpu-ctk-explain-"); err != nil {
+		dir, err := os.MkdirTemp("", "gpu-ctk-explain-")
+		if err != nil {
 			return err
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
-		if err := os.WriteFile(oci.ConfigPath(dir), raw, 0o600); err != nil {
+		path, source = oci.ConfigPath(dir), "--env"
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
 			return err
 		}
 	}
-	path := oci.ConfigPath(dir)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read spec: %w", err)
 	}
-	ex := explain(path, raw, stderr)
-	if *bundle == "" {
-		ex.Source = "--env"
-	}
+	ex := explain(source, path, raw, stderr)
 	if *asJSON {
 		if err := writeJSON(stdout, ex); err != nil {
 			return err
@@ -176,8 +175,8 @@ func syntheticSpec(envs, annotations []string, privileged bool) ([]byte, error) 
 // gpu-ctk's CDI resolver and NVML in this process, the loader-cache choice included (made on
 // the bundle's root without writing anything) — and describes it. A failing create is an
 // Explanation with Decision "error", not an error.
-func explain(path string, raw []byte, stderr io.Writer) *Explanation {
-	ex := &Explanation{Source: path}
+func explain(source, path string, raw []byte, stderr io.Writer) *Explanation {
+	ex := &Explanation{Source: source}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
 		ex.Decision, ex.Error = "error", "gpu-runtime: "+err.Error()
@@ -243,7 +242,7 @@ func conditions(in create.Injection) []ExplainedCondition {
 	var out []ExplainedCondition
 	for _, r := range req.Requirements {
 		c := ExplainedCondition{Name: r.Name, Expression: r.Expression, Satisfied: true}
-		if _, err := requirements.Check([]requirements.Requirement{requirements.Requirement(r)}, host); err != nil {
+		if _, err := requirements.Check([]requirements.Requirement{r}, host); err != nil {
 			c.Satisfied, c.Detail = false, err.Error()
 		}
 		out = append(out, c)

@@ -90,7 +90,7 @@ type DeviceHealth struct {
 // deviceHealth lists the health of every device of drv (its GPUs' Health read), the GPUs
 // the driver excludes, and the health file's records of devices drv does not have.
 func deviceHealth(drv discover.Driver, records []discover.HealthRecord, file string) []DeviceHealth {
-	var out []DeviceHealth
+	out := []DeviceHealth{} // --json prints [], not null
 	known := map[string]bool{}
 	add := func(index, uuid, kind string, h *discover.Health) {
 		state := "healthy"
@@ -141,9 +141,6 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 	}
 	devices := deviceHealth(drv, records, cfg.Health.File)
 	if asJSON {
-		if devices == nil {
-			devices = []DeviceHealth{}
-		}
 		return writeJSON(stdout, devices)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -179,16 +176,12 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk health mark", flag.ContinueOnError)
 	reason := fs.String("reason", "", "why it is kept from containers (required; one line)")
 	xid := fs.Uint64("xid", 0, "the Xid, when an Xid error is the reason")
-	// The UUID may come first, flags following it (gpu-ctk health mark GPU-… --reason …).
-	var uuid string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		uuid, args = args[0], args[1:]
-	}
 	if help, err := parseFlags(fs, args, healthMarkUsage, stdout); help || err != nil {
 		return err
 	}
-	if uuid == "" && fs.NArg() > 0 { // the UUID after flags: flags may follow it too
-		uuid = fs.Arg(0)
+	// Flags may follow the UUID too (gpu-ctk health mark GPU-… --reason …).
+	uuid := fs.Arg(0)
+	if uuid != "" {
 		if help, err := parseFlags(fs, fs.Args()[1:], healthMarkUsage, stdout); help || err != nil {
 			return err
 		}
@@ -332,11 +325,8 @@ GPU is added, say). Records are never removed by watch: gpu-ctk health clear doe
 func runHealthWatch(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk health watch", flag.ContinueOnError)
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	if help, err := parseFlags(fs, args, healthWatchUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, healthWatchUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: health watch takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {

@@ -256,7 +256,7 @@ func TestHealthCommands(t *testing.T) {
 		{[]string{"mark", "GPU-1", "--bogus"}, "usage: flag provided but not defined: -bogus (gpu-ctk health mark --help)"},
 		{[]string{"clear"}, "usage: health clear takes one UUID, or all (gpu-ctk health clear --help)"},
 		{[]string{"clear", "everything"}, `usage: "everything" is not a GPU or MIG device UUID, nor all`},
-		{[]string{"watch", "now"}, `usage: health watch takes no arguments, got ["now"]`},
+		{[]string{"watch", "now"}, `usage: health watch takes no arguments, got ["now"] (gpu-ctk health watch --help)`},
 	}
 	for _, u := range usage {
 		_, _, err := run(u.args...)

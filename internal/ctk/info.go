@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -31,22 +30,17 @@ func runInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk info", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	root := fs.String("driver-root", "", "driver root (default: driver.root from the gpu-runtime config)")
-	if help, err := parseFlags(fs, args, infoUsage, stdout); help || err != nil {
+	if help, err := parseNoArgs(fs, args, infoUsage, stdout); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: info takes no arguments, got %q", ErrUsage, fs.Args())
 	}
 	// With --driver-root (gpu-runtime's NVML query on a cache miss, which reads its own
 	// configuration) no configuration is read, and no health: the query's answer is facts.
 	cfg, fromConfig := config.Default(), *root == ""
 	if fromConfig {
-		var warnings []string
 		var err error
-		if cfg, warnings, err = config.LoadFromEnv(os.Getenv); err != nil {
+		if cfg, err = loadConfig(stderr); err != nil {
 			return err
 		}
-		warn(stderr, warnings...)
 	} else {
 		cfg.Driver.Root, cfg.Discovery.Timeout = *root, "0s" // the caller bounds it
 	}

@@ -72,7 +72,7 @@ func TestInfoErrors(t *testing.T) {
 	}{
 		{description: "no NVML under the root", args: []string{"info", "--driver-root", empty},
 			wantPrefix: "NVML library not found: load libnvidia-ml.so.1 from driver root \"" + empty + "\": tried "},
-		{description: "stray argument", args: []string{"info", "extra"}, usage: true, wantPrefix: `usage: info takes no arguments, got ["extra"]`},
+		{description: "stray argument", args: []string{"info", "extra"}, usage: true, wantPrefix: `usage: info takes no arguments, got ["extra"] (gpu-ctk info --help)`},
 		{description: "unknown flag", args: []string{"info", "--yaml"}, usage: true, wantPrefix: "usage: flag provided but not defined: -yaml"},
 	}
 	for _, tc := range testCases {

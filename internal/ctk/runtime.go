@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
@@ -122,7 +122,9 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	}
 
 	opts := engine.Options{RuntimeName: *name, SetAsDefault: *setAsDefault, ConfigPath: *configPath, DropInPath: *dropIn}
+	planFor := engine.PlanUnconfigure
 	if configure {
+		planFor = engine.PlanConfigure
 		if opts.RuntimePath, err = runtimePath(*pathFlag, h); err != nil {
 			return err
 		}
@@ -134,12 +136,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		}
 	}
 
-	var plan *engine.Plan
-	if configure {
-		plan, err = engine.PlanConfigure(eng, opts)
-	} else {
-		plan, err = engine.PlanUnconfigure(eng, opts)
-	}
+	plan, err := planFor(eng, opts)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", verb, eng, err)
 	}
@@ -274,7 +271,7 @@ func dockerHookNote(w io.Writer, runtimePath string, h host) {
 // as packaging makes it), not NVIDIA's hook of the same name.
 func isGPUHook(p string) bool {
 	target, err := filepath.EvalSymlinks(p)
-	return err == nil && filepath.Base(target) == create.HookName
+	return err == nil && filepath.Base(target) == plan.HookName
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // containerd configuration.
@@ -102,7 +103,7 @@ func configureContainerdMain(current []byte, opts Options) (edit, error) {
 	case at == len(current) && !bytes.HasSuffix(current, []byte("\n")):
 		insert = "\n" + insert
 	}
-	out := splice(current, at, at, insert)
+	out := slices.Concat(current[:at], []byte(insert), current[at:])
 	if err := verifyImports(current, out, append(imports, opts.DropInPath)); err != nil {
 		return edit{}, err
 	}
@@ -140,10 +141,10 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 			text = append(text, string(current[top.elems[i].start:top.elems[i].end]))
 		}
 	}
-	out := splice(current, top.lineStart, top.lineEnd, "")
+	out := slices.Concat(current[:top.lineStart], current[top.lineEnd:])
 	if kept != nil {
 		// Rewrite the array from the kept elements' own text.
-		out = splice(current, top.open, top.close+1, "["+strings.Join(text, ", ")+"]")
+		out = slices.Concat(current[:top.open], []byte("["+strings.Join(text, ", ")+"]"), current[top.close+1:])
 	}
 	if err := verifyImports(current, out, kept); err != nil {
 		return edit{}, err
@@ -262,7 +263,7 @@ const cdiAnnotationsPattern = "cdi.k8s.io/*"
 func withCDIAnnotations(current any) ([]any, error) {
 	list, ok := current.([]any)
 	if !ok && current != nil {
-		return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, kindOf(current))
+		return nil, fmt.Errorf("%w: container_annotations is %s, not an array", ErrUnexpected, quote.TOMLType(current))
 	}
 	if slices.Contains(list, any(cdiAnnotationsPattern)) {
 		return slices.Clone(list), nil
@@ -274,15 +275,10 @@ func withCDIAnnotations(current any) ([]any, error) {
 // so that configuring again keeps it so.
 func containerdDropInSetsDefault(content []byte, name string) bool {
 	doc, err := parseTOML(content)
-	if err != nil {
-		return false
-	}
-	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
-		if def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name"); def == name {
-			return true
-		}
-	}
-	return false
+	return err == nil && slices.ContainsFunc([]string{containerdV2Plugin, containerdV3Plugin}, func(plugin string) bool {
+		def, _ := stringAt(doc, "plugins", plugin, "containerd", "default_runtime_name")
+		return def == name
+	})
 }
 
 // containerdLeftovers says what of runtime name the main config itself still holds after
@@ -319,7 +315,7 @@ func containerdConfigVersion(doc map[string]any) (int, error) {
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%w: \"version\" is %s, not an integer", ErrUnexpected, kindOf(v))
+		return 0, fmt.Errorf("%w: \"version\" is %s, not an integer", ErrUnexpected, quote.TOMLType(v))
 	}
 	switch n {
 	case 2, 3:
@@ -349,13 +345,13 @@ func importStrings(doc map[string]any) ([]string, error) {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: \"imports\" is %s, not an array", ErrUnexpected, kindOf(v))
+		return nil, fmt.Errorf("%w: \"imports\" is %s, not an array", ErrUnexpected, quote.TOMLType(v))
 	}
 	out := make([]string, 0, len(list))
 	for _, e := range list {
 		s, ok := e.(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: an \"imports\" entry is %s, not a string", ErrUnexpected, kindOf(e))
+			return nil, fmt.Errorf("%w: an \"imports\" entry is %s, not a string", ErrUnexpected, quote.TOMLType(e))
 		}
 		out = append(out, s)
 	}
@@ -402,15 +398,15 @@ func containerdFiles(main configFile, skip string) ([]configFile, []string, erro
 		var content []byte
 		resolved, err := filepath.EvalSymlinks(path)
 		if err == nil {
-			content, _, err = readRegular(resolved)
+			content, _, err = trustedfile.ReadRegular(resolved, maxConfigSize, false)
 		}
-		var nr *notRegularError
-		if errors.As(err, &nr) && nr.kind != "" {
+		var nr *trustedfile.NotRegularError
+		if errors.As(err, &nr) && nr.Kind != "" {
 			what := path
-			if nr.path != path {
-				what += " (a link to " + nr.path + ")"
+			if nr.Path != path {
+				what += " (a link to " + nr.Path + ")"
 			}
-			warnings = append(warnings, fmt.Sprintf("containerd import %s is a %s, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports", what, nr.kind))
+			warnings = append(warnings, fmt.Sprintf("containerd import %s is a %s, not a regular file: skipped; containerd cannot load it either: remove it, or take it out of imports", what, nr.Kind))
 			continue
 		}
 		if err != nil {
@@ -523,31 +519,13 @@ func scanTopLevel(data []byte) (topLevel, error) {
 	return t, nil
 }
 
-// lineEnd returns the offset past the line at i: trailing blanks, a comment, the newline.
+// lineEnd returns the offset past the newline ending the line at i (len(data) on the last
+// line): after a key-value, only blanks and a comment can follow on its line.
 func lineEnd(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t') {
-		i++
+	if n := bytes.IndexByte(data[i:], '\n'); n >= 0 {
+		return i + n + 1
 	}
-	if i < len(data) && data[i] == '#' {
-		for i < len(data) && data[i] != '\n' {
-			i++
-		}
-	}
-	if i < len(data) && data[i] == '\r' {
-		i++
-	}
-	if i < len(data) && data[i] == '\n' {
-		i++
-	}
-	return i
-}
-
-// splice replaces data[from:to] with s, in a new slice.
-func splice(data []byte, from, to int, s string) []byte {
-	out := make([]byte, 0, len(data)-(to-from)+len(s))
-	out = append(out, data[:from]...)
-	out = append(out, s...)
-	return append(out, data[to:]...)
+	return len(data)
 }
 
 // verifyImports checks that a textual edit changed nothing but imports (want; nil: no key).

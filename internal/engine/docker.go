@@ -29,15 +29,11 @@ type edit struct {
 // opts.RuntimePath and, with opts.SetAsDefault, default-runtime set to it; every other key is
 // kept verbatim, in its order.
 func configureDocker(current []byte, opts Options) (edit, error) {
-	top, runtimes, entry, err := loadDocker(current, opts.RuntimeName)
+	top, runtimes, entry, def, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err
 	}
 	path, err := jsonString(entry, dockerPathKey, "runtimes."+opts.RuntimeName+".path")
-	if err != nil {
-		return edit{}, err
-	}
-	def, err := jsonString(top, dockerDefaultKey, `"`+dockerDefaultKey+`"`)
 	if err != nil {
 		return edit{}, err
 	}
@@ -67,11 +63,7 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 // unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
 // default-runtime when it names the runtime. Someone else's default is left alone.
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
-	top, runtimes, entry, err := loadDocker(current, opts.RuntimeName)
-	if err != nil {
-		return edit{}, err
-	}
-	def, err := jsonString(top, dockerDefaultKey, `"`+dockerDefaultKey+`"`)
+	top, runtimes, entry, def, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err
 	}
@@ -111,25 +103,29 @@ func dockerEdit(current []byte, top *jsonobject.Object, changed bool, notes []st
 	return edit{content: b.Bytes(), changed: true, notes: notes}, nil
 }
 
-// loadDocker parses daemon.json down to runtime name's entry (runtimes empty, entry nil: absent).
-func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.Object, err error) {
+// loadDocker parses daemon.json down to runtime name's entry (runtimes empty, entry nil: absent)
+// and reads its default-runtime.
+func loadDocker(current []byte, name string) (top, runtimes, entry *jsonobject.Object, def string, err error) {
 	if top, err = parseJSONObject(current); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, "", err
+	}
+	if def, err = jsonString(top, dockerDefaultKey, `"`+dockerDefaultKey+`"`); err != nil {
+		return nil, nil, nil, "", err
 	}
 	raw, ok := top.Get(dockerRuntimesKey)
 	if !ok {
-		return top, &jsonobject.Object{}, nil, nil
+		return top, &jsonobject.Object{}, nil, def, nil
 	}
 	if runtimes, err = parseJSONObject(raw); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
+		return nil, nil, nil, "", fmt.Errorf("%w: %q is not a JSON object", ErrUnexpected, dockerRuntimesKey)
 	}
 	if raw, ok = runtimes.Get(name); !ok {
-		return top, runtimes, nil, nil
+		return top, runtimes, nil, def, nil
 	}
 	if entry, err = parseJSONObject(raw); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: runtimes.%s is not a JSON object", ErrUnexpected, name)
+		return nil, nil, nil, "", fmt.Errorf("%w: runtimes.%s is not a JSON object", ErrUnexpected, name)
 	}
-	return top, runtimes, entry, nil
+	return top, runtimes, entry, def, nil
 }
 
 // jsonString returns the string member name of o, "" when absent; what names it in the error.

@@ -17,11 +17,9 @@ import (
 	"strings"
 	"time"
 
-	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
-	"golang.org/x/sys/unix"
-
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // newFileMode is the mode of configuration files gpu-ctk creates.
@@ -233,7 +231,7 @@ type configFile struct {
 	mode    fs.FileMode
 }
 
-// readConfig reads the file at path with readRegular, following a link there (Apply replaces
+// readConfig reads the file at path with trustedfile.ReadRegular, following a link there (Apply replaces
 // its target, so that the link stays); a link to nothing or to a non-regular file is refused.
 func readConfig(path string) (configFile, error) {
 	f := configFile{path: filepath.Clean(path), mode: newFileMode}
@@ -253,17 +251,16 @@ func readConfig(path string) (configFile, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return f, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	content, mode, err := readRegular(f.path)
-	var nr *notRegularError
+	content, mode, err := trustedfile.ReadRegular(f.path, maxConfigSize, false)
+	var nr *trustedfile.NotRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return f, nil
-	case errors.As(err, &nr) && nr.kind != "" && link != "":
+	case errors.As(err, &nr) && nr.Kind != "" && link != "":
 		return f, fmt.Errorf("%w: %s is a symbolic link to %s, a %s, not a regular file: point the link at a regular file or remove it, then run gpu-ctk again",
-			ErrInvalidOptions, link, f.path, nr.kind)
-	case errors.As(err, &nr) && nr.kind != "":
-		return f, fmt.Errorf("%w: %s is a %s, not a regular file: gpu-ctk edits regular files only; remove it, or name the engine's configuration file",
-			ErrInvalidOptions, f.path, nr.kind)
+			ErrInvalidOptions, link, f.path, nr.Kind)
+	case errors.As(err, &nr) && nr.Kind != "":
+		return f, fmt.Errorf("%w: %w: gpu-ctk edits regular files only; remove it, or name the engine's configuration file", ErrInvalidOptions, err)
 	case errors.As(err, &nr):
 		return f, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	case err != nil:
@@ -276,67 +273,6 @@ func readConfig(path string) (configFile, error) {
 
 // maxConfigSize bounds what gpu-ctk reads of a configuration file, an import or a backup.
 const maxConfigSize = 1 << 20
-
-// notRegularError: a file gpu-ctk would read is not a regular file (kind says what it is) or
-// is larger than maxConfigSize (kind is empty).
-type notRegularError struct {
-	path, kind string
-	size       int64
-}
-
-func (e *notRegularError) Error() string {
-	if e.kind == "" {
-		return fmt.Sprintf("%s is %d bytes, more than the %d gpu-ctk reads of a configuration file", e.path, e.size, maxConfigSize)
-	}
-	return fmt.Sprintf("%s is a %s, not a regular file", e.path, e.kind)
-}
-
-// readRegular reads path, a regular file of at most maxConfigSize bytes, and returns its
-// content (never nil) and permission bits. It checks on an O_PATH|O_NOFOLLOW handle, then reads
-// that handle reopened O_NONBLOCK: a FIFO (whose open blocks), a device, a socket or a link is
-// never opened for reading, and a file swapped in after the check is not what is read. An error
-// wraps fs.ErrNotExist, or is a *notRegularError for anything but a small regular file.
-func readRegular(path string) ([]byte, fs.FileMode, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	h := os.NewFile(uintptr(fd), path)
-	defer h.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, 0, &notRegularError{path: path, kind: cmp.Or(fileKinds[st.Mode&unix.S_IFMT], "special file")}
-	}
-	if st.Size > maxConfigSize {
-		return nil, 0, &notRegularError{path: path, size: st.Size}
-	}
-	f, err := pathrs.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, 0, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer f.Close()
-	content, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return nil, 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(content) > maxConfigSize { // it grew after the check
-		return nil, 0, &notRegularError{path: path, size: int64(len(content))}
-	}
-	return content, fs.FileMode(st.Mode & 0o777), nil
-}
-
-// fileKinds name the types of file in messages.
-var fileKinds = map[uint32]string{
-	unix.S_IFDIR:  "directory",
-	unix.S_IFLNK:  "symbolic link",
-	unix.S_IFIFO:  "FIFO",
-	unix.S_IFSOCK: "socket",
-	unix.S_IFCHR:  "character device",
-	unix.S_IFBLK:  "block device",
-}
 
 // change plans replacing f with content (nil: removing it).
 func (f configFile) change(content []byte, backup bool) Change {
@@ -399,7 +335,7 @@ var containerdUndo = undoRule{
 // content is written after a backup of f.
 func (p *Plan) undo(f configFile, content []byte, rule undoRule) {
 	for _, b := range backupsOf(f.path) {
-		data, _, err := readRegular(b) // a regular file, not a link
+		data, _, err := trustedfile.ReadRegular(b, maxConfigSize, false) // a regular file, not a link
 		if err == nil && rule.same(data, content) {
 			c := f.change(data, false)
 			c.RestoredFrom = b

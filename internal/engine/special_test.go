@@ -127,7 +127,7 @@ func TestConfigPathNotARegularFile(t *testing.T) {
 			setup: func(t *testing.T, dir string) {
 				writeFile(t, filepath.Join(dir, "etc/daemon.json"), "{}"+strings.Repeat(" ", 1<<20), 0o644)
 			},
-			wantErr: "invalid options: DIR/etc/daemon.json is 1048578 bytes, more than the 1048576 gpu-ctk reads of a configuration file"},
+			wantErr: "invalid options: DIR/etc/daemon.json is 1048578 bytes, more than the 1048576 allowed"},
 		{description: "containerd: a dangling link as the main config", engine: Containerd,
 			setup: func(t *testing.T, dir string) {
 				symlink(t, filepath.Join(dir, "elsewhere/config.toml"), filepath.Join(dir, "etc/config.toml"))

@@ -94,7 +94,7 @@ func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) 
 		}
 		next, ok := v.(map[string]any)
 		if !ok {
-			return nil, false, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(path[:i+1]...), kindOf(v))
+			return nil, false, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(path[:i+1]...), quote.TOMLType(v))
 		}
 		t = next
 	}
@@ -103,16 +103,11 @@ func subTable(doc map[string]any, path ...string) (map[string]any, bool, error) 
 
 // makeTable returns the table t[key], creating it when missing.
 func makeTable(t map[string]any, key string) (map[string]any, error) {
-	v, ok := t[key]
-	if !ok {
-		v = map[string]any{}
-		t[key] = v
+	if _, ok := t[key]; !ok {
+		t[key] = map[string]any{}
 	}
-	table, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is %s, not a table", ErrUnexpected, quote.TOMLKey(key), kindOf(v))
-	}
-	return table, nil
+	table, _, err := subTable(t, key)
+	return table, err
 }
 
 // stringAt returns the string at path ("" when missing).
@@ -127,7 +122,7 @@ func stringAt(doc map[string]any, path ...string) (string, error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: %s is %s, not a string", ErrUnexpected, quote.TOMLKey(path...), kindOf(v))
+		return "", fmt.Errorf("%w: %s is %s, not a string", ErrUnexpected, quote.TOMLKey(path...), quote.TOMLType(v))
 	}
 	return s, nil
 }
@@ -163,25 +158,4 @@ func mergeTables(dst, src map[string]any) {
 		}
 		dst[k] = deepCopy(sv)
 	}
-}
-
-// kindOf names the type of a decoded TOML value in TOML's words: "a table", "an array"…
-func kindOf(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "a table"
-	case []any, []map[string]any:
-		return "an array"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int64, int, uint64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case nil:
-		return "empty"
-	}
-	return "a date or time"
 }

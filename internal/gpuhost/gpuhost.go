@@ -5,20 +5,15 @@
 package gpuhost
 
 import (
-	"context"
-
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
-// QueryFunc asks NVML about a driver root, honouring ctx's deadline.
-type QueryFunc func(ctx context.Context, driverRoot string) (discover.Driver, error)
-
 // Options say how to build the host.
 type Options struct {
 	// Query asks NVML (required).
-	Query QueryFunc
+	Query discover.QueryFunc
 	// Cache: answer from the discovery cache when it still matches the host, as a create
 	// does; otherwise NVML is asked and the cache left alone.
 	Cache  bool
@@ -35,20 +30,15 @@ type Result struct {
 	Warnings []string
 }
 
-// Driver asks NVML about cfg's driver root (bounded by discovery.timeout) and, with health,
-// reads each GPU's health; warnings say what of the health file was not trusted.
-func Driver(cfg config.Config, query QueryFunc, health bool) (discover.Driver, []string, error) {
-	ctx := context.Background()
-	if t := cfg.Discovery.TimeoutDuration(); t > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
-	}
-	d, err := query(ctx, cfg.Driver.Root)
+// Driver asks NVML about cfg's driver root (bounded by discovery.timeout: past it, the error
+// is discover.ErrTimeout's) and, with health, reads each GPU's health; warnings say what of
+// the health file was not trusted.
+func Driver(cfg config.Config, query discover.QueryFunc, health bool) (discover.Driver, []string, error) {
+	d, err := discover.Query(options(cfg, query))
 	if err != nil || !health {
 		return d, nil, err
 	}
-	return d, discover.ReadHealth(d.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot}), nil
+	return d, readHealth(cfg, d.GPUs), nil
 }
 
 // Build builds the host from cfg: the device nodes, then the driver (the cache or NVML,
@@ -62,8 +52,7 @@ func Build(cfg config.Config, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	dopts := discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
-		Timeout: cfg.Discovery.TimeoutDuration(), Query: o.Query}
+	dopts := options(cfg, o.Query)
 	if o.Cache && cfg.Discovery.Cache {
 		dopts.CacheFile = cfg.Discovery.CacheFile
 	}
@@ -76,9 +65,19 @@ func Build(cfg config.Config, o Options) (Result, error) {
 		return out, err
 	}
 	if o.Health {
-		out.Warnings = append(out.Warnings, discover.ReadHealth(res.Host.Driver.GPUs, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})...)
+		out.Warnings = append(out.Warnings, readHealth(cfg, res.Host.Driver.GPUs)...)
 	}
 	out.Host = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: nodes, MIGCaps: res.Host.MIGCaps,
 		ProcRoot: cfg.Driver.ProcRoot, MPS: plan.MPS{Config: cfg.MPS}, UnhealthyAll: cfg.Health.All}
 	return out, nil
+}
+
+// options are discover's options for cfg, without the cache.
+func options(cfg config.Config, query discover.QueryFunc) discover.Options {
+	return discover.Options{DriverRoot: cfg.Driver.Root, DevRoot: cfg.Driver.DevRoot, ProcRoot: cfg.Driver.ProcRoot,
+		Timeout: cfg.Discovery.TimeoutDuration(), Query: query}
+}
+
+func readHealth(cfg config.Config, gpus []discover.GPU) []string {
+	return discover.ReadHealth(gpus, discover.HealthOptions{File: cfg.Health.File, ProcRoot: cfg.Driver.ProcRoot})
 }

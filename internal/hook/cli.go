@@ -109,7 +109,7 @@ func parseUpdateLDCache(fs *flag.FlagSet, args []string) (LDCacheOptions, runcLo
 		return nil
 	})
 	fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: ldconfig is stopped before it")
-	var log runcLog
+	log := runcLog{now: time.Now}
 	fs.StringVar(&log.path, "log", "", "also append warnings and notes to this log file (the low-level runtime's --log)")
 	fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json (the low-level runtime's --log-format)")
 	if err := fs.Parse(args); err != nil {

@@ -649,7 +649,7 @@ func TestRuncLog(t *testing.T) {
 			}
 		})
 	}
-	if err := (runcLog{path: "/nonexistent-dir/log", format: "yaml"}).write("info", "x"); err == nil || err.Error() != `--log-format "yaml": want text or json` {
+	if err := (runcLog{path: "/nonexistent-dir/log", format: "yaml", now: time.Now}).write("info", "x"); err == nil || err.Error() != `--log-format "yaml": want text or json` {
 		t.Errorf("error = %v", err)
 	}
 	if err := (runcLog{}).write("info", "x"); err != nil {

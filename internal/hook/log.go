@@ -13,7 +13,7 @@ import (
 // fails, so a line saying, for example, that ldconfig ran and why would otherwise be lost.
 type runcLog struct {
 	path, format string
-	now          func() time.Time
+	now          func() time.Time // time.Now
 }
 
 // write appends one line at level ("info", "warning"); with no path it does nothing.
@@ -21,11 +21,7 @@ func (l runcLog) write(level, msg string) error {
 	if l.path == "" {
 		return nil
 	}
-	now := time.Now
-	if l.now != nil {
-		now = l.now
-	}
-	ts := now().Format(time.RFC3339)
+	ts := l.now().Format(time.RFC3339)
 	var line []byte
 	switch l.format {
 	case "json":

@@ -7,18 +7,20 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"sync"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // A driver that exposes MIG capabilities through /proc (no nvidia-caps device major) grants a
 // MIG device by its access files under /proc/driver/nvidia/capabilities, which every procfs
 // shows. The runtime refuses spec mounts under /proc, so gpu-hook (createContainer, before
 // pivot_root) covers the container's directory with a tmpfs holding read-only bind mounts of
-// the granted access files only.
+// the granted access files only. mount(2) is given handles' /proc/self/fd paths: it acts on
+// the files resolved in the root, never re-walks a path there.
 
 // CapabilitiesDir is where the driver lists its capabilities.
 const CapabilitiesDir = "/proc/driver/nvidia/capabilities"
@@ -48,11 +50,11 @@ func ProcCaps(root, procRoot string, caps []string) error {
 	}
 	switch fs.Type {
 	case unix.PROC_SUPER_MAGIC:
-		if err := unix.Mount("tmpfs", fdPath(h), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		if err := unix.Mount("tmpfs", trustedfile.FDPath(h), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 			return fmt.Errorf("cover %s in container root: %w", CapabilitiesDir, err)
 		}
 	case unix.TMPFS_MAGIC: // covered by an earlier call: make it writable again to add to it
-		if err := unix.Mount("", fdPath(h), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		if err := unix.Mount("", trustedfile.FDPath(h), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 			return fmt.Errorf("remount %s in container root: %w", CapabilitiesDir, err)
 		}
 	default:
@@ -68,7 +70,7 @@ func ProcCaps(root, procRoot string, caps []string) error {
 			return err
 		}
 	}
-	if err := unix.Mount("", fdPath(dir), "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := unix.Mount("", trustedfile.FDPath(dir), "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("make %s read-only in container root: %w", CapabilitiesDir, err)
 	}
 	return nil
@@ -92,7 +94,7 @@ func bindCap(dir *os.File, procRoot, c string) error {
 	target := os.NewFile(uintptr(fd), c)
 	defer target.Close()
 	source := filepath.Join(procRoot, CapabilitiesDir, filepath.FromSlash(c))
-	if err := unix.Mount(source, fdPath(target), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(source, trustedfile.FDPath(target), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s into the container: %w", source, err)
 	}
 	// The handle names the file under the bind mount: open the mount itself to remount it.
@@ -101,12 +103,8 @@ func bindCap(dir *os.File, procRoot, c string) error {
 		return fmt.Errorf("open %s in the container's capabilities: %w", c, err)
 	}
 	defer mounted.Close()
-	if err := unix.Mount("", fdPath(mounted), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("", trustedfile.FDPath(mounted), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("make %s read-only in the container: %w", c, err)
 	}
 	return nil
 }
-
-// fdPath names an open file through the host's /proc, for mount(2) to act on the resolved
-// file rather than re-walk a path in the container root.
-func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }

@@ -2,10 +2,12 @@ package hook
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldupdate"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // The host's ldconfig runs against a container root that the image controls. Run as
@@ -104,7 +107,15 @@ func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput
 			args = append(args, lib)
 		}
 	}
-	cmd := reexec.Command(append(append(args, "--"), in.Dirs...)...)
+	left := deadline
+	if d := root.Deadline(); !d.IsZero() {
+		left = time.Until(d)
+	}
+	// At the deadline the sandbox is killed: PID 1 of its namespace, it takes all in it along.
+	ctx, cancel := context.WithTimeout(context.Background(), max(left, 0))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, reexec.Self()) // reexec.Command, with the deadline
+	cmd.Args = append(append(args, "--"), in.Dirs...)
 	cmd.Env = ldconfigEnv
 	cmd.ExtraFiles = files
 	var out limitedBuffer
@@ -120,24 +131,11 @@ func runLDConfig(root *confined.Root, ldconfig string, in ldupdate.LDConfigInput
 	if err := cmd.Start(); err != nil {
 		return "", conf.Warnings, fmt.Errorf("start the ldconfig sandbox: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	left := deadline
-	if d := root.Deadline(); !d.IsZero() {
-		left = time.Until(d)
-	}
-	timer := time.NewTimer(max(left, 0))
-	defer timer.Stop()
-	select {
-	case err = <-done:
-	case <-timer.C:
-		// The sandbox is PID 1 of its namespace: killing it ends everything in it.
-		_ = cmd.Process.Kill()
-		<-done //nolint:errcheck // the sandbox was killed: its wait error only says so
+	err = cmd.Wait()
+	switch {
+	case err != nil && ctx.Err() != nil:
 		err = fmt.Errorf("%s did not finish within %s (hook.timeout): a file in the image blocks it, such as a FIFO among its libraries", ldconfig, deadline)
-		return strings.TrimSpace(out.String()), conf.Warnings, err
-	}
-	if err != nil {
+	case err != nil:
 		err = fmt.Errorf("%s in the container root: %w", ldconfig, err)
 	}
 	return strings.TrimSpace(out.String()), conf.Warnings, err
@@ -260,7 +258,7 @@ func mountLibrary(root *os.File, lib string, src *os.File) error {
 	if !isRegular(h) {
 		return fmt.Errorf("injected library %s: its mount target is not a regular file", lib)
 	}
-	if err := unix.Mount(fdPath(src), fdPath(h), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(trustedfile.FDPath(src), trustedfile.FDPath(h), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("injected library %s: mount it: %w", lib, err)
 	}
 	return nil
@@ -275,7 +273,7 @@ func mountProc(root *os.File) error {
 	}
 	defer h.Close()
 	// Through the handle's magic link: the resolved directory, never a path re-walked.
-	if err := unix.Mount("proc", fdPath(h), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("proc", trustedfile.FDPath(h), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount procfs in container root: %w", err)
 	}
 	return nil

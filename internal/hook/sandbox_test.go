@@ -68,15 +68,16 @@ func TestSealedExecutable(t *testing.T) {
 	}
 }
 
-// TestBundleLargeState: the state carries the spec's annotations; more than a megabyte of
+// TestContainerRootLargeState: the state carries the spec's annotations; more than a megabyte of
 // them must not fail every GPU create.
-func TestBundleLargeState(t *testing.T) {
+func TestContainerRootLargeState(t *testing.T) {
 	annotations := `{"a":"` + strings.Repeat("x", 3<<20) + `"}`
-	got, err := Bundle(strings.NewReader(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":"/b","annotations":` + annotations + `}`))
-	if err != nil || got != "/b" {
-		t.Fatalf("Bundle = %q, %v", got, err)
+	// The state is read whole: the bundle it names has no spec.
+	_, _, err := ContainerRoot(strings.NewReader(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":"/nonexistent-b","annotations":` + annotations + `}`))
+	if err == nil || !strings.HasPrefix(err.Error(), "read spec of bundle /nonexistent-b: ") {
+		t.Fatalf("ContainerRoot: %v", err)
 	}
-	_, err = Bundle(io.LimitReader(zeros{}, MaxState+1))
+	_, _, err = ContainerRoot(io.LimitReader(zeros{}, MaxState+1))
 	if err == nil || err.Error() != "bad hook input: container state on stdin is larger than 64 MiB" {
 		t.Errorf("error = %v", err)
 	}

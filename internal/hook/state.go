@@ -29,14 +29,16 @@ var ErrState = errors.New("bad hook input")
 // is far above any real state and only stops a runaway writer.
 const MaxState = 64 << 20
 
-// Bundle reads the OCI state from r, a hook's stdin, and returns the container's bundle.
-func Bundle(r io.Reader) (string, error) {
+// ContainerRoot reads the OCI state from r, a hook's stdin, and returns the container's root
+// filesystem path from <bundle>/config.json, and the user its image files are read as (nil
+// with a user namespace, where the hook already acts as the container's root).
+func ContainerRoot(r io.Reader) (string, *confined.Cred, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxState+1))
 	if err != nil {
-		return "", fmt.Errorf("%w: read container state from stdin: %w", ErrState, err)
+		return "", nil, fmt.Errorf("%w: read container state from stdin: %w", ErrState, err)
 	}
 	if len(data) > MaxState {
-		return "", fmt.Errorf("%w: container state on stdin is larger than %d MiB", ErrState, MaxState>>20)
+		return "", nil, fmt.Errorf("%w: container state on stdin is larger than %d MiB", ErrState, MaxState>>20)
 	}
 	var state struct {
 		Bundle string `json:"bundle"`
@@ -45,23 +47,13 @@ func Bundle(r io.Reader) (string, error) {
 		if len(bytes.TrimSpace(data)) == 0 {
 			err = io.EOF
 		}
-		return "", fmt.Errorf("%w: decode container state from stdin: %w", ErrState, err)
+		return "", nil, fmt.Errorf("%w: decode container state from stdin: %w", ErrState, err)
 	}
 	if state.Bundle == "" || !filepath.IsAbs(state.Bundle) {
-		return "", fmt.Errorf("%w: container state has bundle %q, want an absolute path", ErrState, state.Bundle)
+		return "", nil, fmt.Errorf("%w: container state has bundle %q, want an absolute path", ErrState, state.Bundle)
 	}
-	return filepath.Clean(state.Bundle), nil
-}
-
-// ContainerRoot reads the OCI state from r, a hook's stdin, and returns the container's root
-// filesystem path from <bundle>/config.json, and the user its image files are read as (nil
-// with a user namespace, where the hook already acts as the container's root).
-func ContainerRoot(r io.Reader) (string, *confined.Cred, error) {
-	bundle, err := Bundle(r)
-	if err != nil {
-		return "", nil, err
-	}
-	data, err := os.ReadFile(oci.ConfigPath(bundle))
+	bundle := filepath.Clean(state.Bundle)
+	data, err = os.ReadFile(oci.ConfigPath(bundle))
 	if err != nil {
 		return "", nil, fmt.Errorf("read spec of bundle %s: %w", bundle, err)
 	}

@@ -75,7 +75,7 @@ func (c *Cache) HwcapsSubdirectory(e Entry) (string, bool) {
 }
 
 // ParseCache parses an ld.so.cache file into a Cache that Encode writes back unchanged. It
-// reads every format Parse reads, but the cache must be one ldconfig could have written, so
+// reads every format Load reads, but the cache must be one ldconfig could have written, so
 // that Add can extend it where ldconfig would: entries out of ldconfig's order, a malformed
 // extension directory, unsorted glibc-hwcaps names, a glibc-hwcaps entry pointing past them,
 // or more than MaxSize bytes are errors wrapping ErrFormat (the caller can run ldconfig).
@@ -381,21 +381,18 @@ func FlagsFor(bits int, machine uint16) (int32, error) {
 		emI386, emPPC64, emS390, emX8664, emAArch64 = 3, 21, 22, 62, 183
 		flagELFLibc6                                = 0x0003
 	)
-	switch {
-	case bits == 64 && machine == emX8664:
-		return flagX8664Lib64 | flagELFLibc6, nil
-	case bits == 32 && machine == emX8664: // x32
-		return flagX8664LibX32 | flagELFLibc6, nil
-	case bits == 32 && machine == emI386:
-		return flagELFLibc6, nil
-	case bits == 64 && machine == emAArch64:
-		return flagAArch64Lib64 | flagELFLibc6, nil
-	case bits == 64 && machine == emPPC64:
-		return flagPowerPCLib64 | flagELFLibc6, nil
-	case bits == 64 && machine == emS390:
-		return flagS390Lib64 | flagELFLibc6, nil
+	type abi struct {
+		bits    int
+		machine uint16
 	}
-	return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
+	required, ok := map[abi]int32{
+		{64, emX8664}: flagX8664Lib64, {32, emX8664}: flagX8664LibX32, {32, emI386}: 0,
+		{64, emAArch64}: flagAArch64Lib64, {64, emPPC64}: flagPowerPCLib64, {64, emS390}: flagS390Lib64,
+	}[abi{bits, machine}]
+	if !ok {
+		return 0, fmt.Errorf("find ld cache flags for %d-bit libraries of ELF machine %d: not supported", bits, machine)
+	}
+	return required | flagELFLibc6, nil
 }
 
 // Encode returns c in the "glibc-ld.so.cache1.1" format (ldconfig -c new, the default since

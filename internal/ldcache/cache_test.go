@@ -642,7 +642,7 @@ func TestParseCacheErrors(t *testing.T) {
 		wantErr     string
 	}{
 		{
-			description: "Parse's errors",
+			description: "parse's errors",
 			data:        real[:47],
 			wantErr:     "malformed ld.so.cache: header truncated: 47 bytes, want 48",
 		},

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// FuzzParse checks that no input makes Parse panic, read out of bounds,
+// FuzzParse checks that no input makes parse panic, read out of bounds,
 // return an error that does not wrap ErrFormat, or return entries the
 // input could not hold. Seeds: the real caches in testdata (written by
 // glibc 2.36's ldconfig in each format) and hand-made edge cases.
@@ -35,19 +35,19 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{})
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := Parse(data)
+		entries, _, err := parse(data)
 		if err != nil {
 			if !errors.Is(err, ErrFormat) {
-				t.Fatalf("Parse error %v does not wrap ErrFormat", err)
+				t.Fatalf("parse error %v does not wrap ErrFormat", err)
 			}
 			if entries != nil {
-				t.Fatalf("Parse returned %d entries with error %v", len(entries), err)
+				t.Fatalf("parse returned %d entries with error %v", len(entries), err)
 			}
 			return
 		}
 		// Every entry takes at least an old-format entry's 12 bytes.
 		if len(entries) > len(data)/oldEntrySize {
-			t.Fatalf("Parse returned %d entries from %d bytes", len(entries), len(data))
+			t.Fatalf("parse returned %d entries from %d bytes", len(entries), len(data))
 		}
 		for i, e := range entries {
 			if e.Name == "" || e.Path == "" || strings.ContainsRune(e.Name, 0) || strings.ContainsRune(e.Path, 0) {
@@ -66,7 +66,7 @@ func FuzzParse(f *testing.F) {
 // FuzzCacheRoundTrip checks that whatever ParseCache accepts, Encode
 // writes, and that the result parses back to the same Cache and encodes to
 // the same bytes again; that ParseCache never panics and its errors wrap
-// ErrFormat; and that it lists the same entries as Parse. Seeds: the real
+// ErrFormat; and that it lists the same entries as parse. Seeds: the real
 // caches in testdata and Encode's output for hand-made caches.
 //
 //	go test -run='^$' -fuzz=FuzzCacheRoundTrip -fuzztime=50000x ./internal/ldcache/
@@ -114,9 +114,9 @@ func FuzzCacheRoundTrip(f *testing.F) {
 			}
 			return
 		}
-		entries, err := Parse(data)
+		entries, _, err := parse(data)
 		if err != nil || !reflect.DeepEqual(entries, c.Entries) {
-			t.Fatalf("Parse = %+v, %v; ParseCache listed %+v", entries, err, c.Entries)
+			t.Fatalf("parse = %+v, %v; ParseCache listed %+v", entries, err, c.Entries)
 		}
 		out, err := c.Encode()
 		if err != nil {

@@ -1,6 +1,6 @@
 // Package ldcache reads and writes glibc's dynamic linker cache (/etc/ld.so.cache).
 //
-// Parse and Load list the libraries a cache records. ParseCache reads a cache into a Cache,
+// Load lists the libraries a cache records. ParseCache reads a cache into a Cache,
 // which keeps everything the loader uses (each entry's flags, key, path, OS version and hwcap
 // in file order, and the glibc-hwcaps subdirectory names); Add puts libraries in where
 // ldconfig would, and Encode lays the cache out byte for byte as glibc 2.36's ldconfig does. A
@@ -81,7 +81,7 @@ const (
 
 // Load reads and parses the cache at path. A missing file is an error wrapping fs.ErrNotExist;
 // one not regular or larger than MaxSize, wrapping ErrFormat. Load follows symbolic links: to
-// read a cache inside an untrusted root, open it safely and pass its contents to Parse.
+// read a cache inside an untrusted root, open it safely and pass its contents to ParseCache.
 func Load(path string) ([]Entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -103,19 +103,11 @@ func Load(path string) ([]Entry, error) {
 	if len(data) > MaxSize {
 		return nil, fmt.Errorf("read ld cache %q: %w: larger than %d bytes", path, ErrFormat, MaxSize)
 	}
-	entries, err := Parse(data)
+	entries, _, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse ld cache %q: %w", path, err)
 	}
 	return entries, nil
-}
-
-// Parse returns the entries of an ld.so.cache file in file order, the order the loader
-// searches them: those of the new-format part of a combined old+new cache, as glibc does.
-// Errors wrap ErrFormat.
-func Parse(data []byte) ([]Entry, error) {
-	entries, _, err := parse(data)
-	return entries, err
 }
 
 // newPart locates the new-format part of a cache file.
@@ -125,8 +117,9 @@ type newPart struct {
 	extOff uint32           // file offset of the extension directory; 0 for none
 }
 
-// parse parses a cache file and says where its new-format part is: nil for a cache in the old
-// format alone.
+// parse returns the entries of an ld.so.cache file in file order, the order the loader
+// searches them: those of the new-format part of a combined old+new cache, as glibc does. It
+// says where that part is: nil for a cache in the old format alone. Errors wrap ErrFormat.
 func parse(data []byte) ([]Entry, *newPart, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte(newMagic)):

@@ -133,7 +133,7 @@ func TestParseHostLdconfig(t *testing.T) {
 	for _, tc := range ldconfigFormats {
 		t.Run(tc.format, func(t *testing.T) {
 			data := runLdconfig(t, root, tc.format)
-			got, err := Parse(data)
+			got, _, err := parse(data)
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -451,7 +451,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, err := Parse(tc.data)
+			got, _, err := parse(tc.data)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Parse: %v", err)
@@ -484,16 +484,16 @@ func TestParseTruncated(t *testing.T) {
 				t.Fatal(err)
 			}
 			for n := range len(data) {
-				got, err := Parse(data[:n])
+				got, _, err := parse(data[:n])
 				if err != nil {
 					if !errors.Is(err, ErrFormat) {
-						t.Fatalf("Parse(first %d bytes): %v does not wrap ErrFormat", n, err)
+						t.Fatalf("parse(first %d bytes): %v does not wrap ErrFormat", n, err)
 					}
 					continue
 				}
 				// Only the cache's trailing extension data may be cut.
 				if !reflect.DeepEqual(got, tc.want) {
-					t.Fatalf("Parse(first %d bytes) = %+v, want an error or %+v", n, got, tc.want)
+					t.Fatalf("parse(first %d bytes) = %+v, want an error or %+v", n, got, tc.want)
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package ldupdate
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -77,10 +78,7 @@ func CompatVersion(root *confined.Root) (string, []string, error) {
 	}
 	// Each version parsed once, not at every comparison.
 	slices.SortFunc(candidates, func(a, b candidate) int {
-		if c := b.parsed.Compare(a.parsed); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(b.parsed.Compare(a.parsed), strings.Compare(a.name, b.name))
 	})
 	var warnings []string
 	if len(candidates) > maxCompatCandidates {
@@ -90,15 +88,12 @@ func CompatVersion(root *confined.Root) (string, []string, error) {
 	}
 	best := ""
 	for _, c := range candidates {
-		v := c.version
 		nv, regular := noteVersion(dir, c.name)
 		if !regular {
 			warnings = append(warnings, fmt.Sprintf("%s/%s ignored: not a regular file", CompatDir, c.name))
 			continue
 		}
-		if nv != "" {
-			v = nv
-		}
+		v := cmp.Or(nv, c.version)
 		if c, _ := requirements.CompareVersions(v, best); best == "" || c > 0 {
 			best = v
 		}

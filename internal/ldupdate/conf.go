@@ -84,12 +84,12 @@ func ReadConfig(root *confined.Root) (Config, error) {
 		for i, line := range strings.Split(string(data), "\n") {
 			text, _, _ := strings.Cut(line, "#")
 			text = strings.TrimSpace(text)
-			if rest, ok := cutKeyword(text, "include"); ok {
+			if rest, ok := strings.CutPrefix(text, "include"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
 				if depth >= maxConfDepth {
 					c.Warnings = append(c.Warnings, fmt.Sprintf("%s line %d: include skipped: includes nested more than %d deep", quote.Cut(file), i+1, maxConfDepth))
 					continue
 				}
-				for _, pattern := range strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' }) {
+				for _, pattern := range strings.FieldsFunc(strings.TrimSpace(rest), func(r rune) bool { return r == ' ' || r == '\t' }) {
 					if !path.IsAbs(pattern) { // relative to the including file, as glibc does
 						pattern = path.Join(path.Dir(file), pattern)
 					}
@@ -116,15 +116,6 @@ func ReadConfig(root *confined.Root) (Config, error) {
 	}
 	err := walk(LDSOConf, 0)
 	return c, err
-}
-
-// cutKeyword returns what follows keyword and a blank at the start of line.
-func cutKeyword(line, keyword string) (string, bool) {
-	rest, ok := strings.CutPrefix(line, keyword)
-	if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
-		return "", false
-	}
-	return strings.TrimSpace(rest), true
 }
 
 // globInRoot expands an absolute pattern (path.Match syntax in any component) inside the

@@ -60,7 +60,7 @@ type ldEntry struct {
 // write updates the root's loader cache: MethodInProcess when it wrote the cache,
 // MethodSkipped when the image's loader reads none, MethodLDConfig when ldconfig must run
 // instead, with the reason. It fails only where ldconfig must not run either (fatal).
-func (w *cacheWriter) write(p ldPlan) (method, reason string, err error) {
+func (w *cacheWriter) write(p LDConfigInput) (method, reason string, err error) {
 	ldconfig := func(err error) (string, string, error) {
 		if fatal(err) {
 			return "", "", err
@@ -76,7 +76,7 @@ func (w *cacheWriter) write(p ldPlan) (method, reason string, err error) {
 		return ldconfig(err)
 	}
 	var compat []ldEntry
-	if p.compat {
+	if w.compat {
 		if compat, err = w.compatDir(); err != nil {
 			return ldconfig(err)
 		}
@@ -136,7 +136,9 @@ type cacheWriter struct {
 	// are one directory.
 	ours map[fileKey]bool
 	// sources are Library.Source by container path.
-	sources  map[string]string
+	sources map[string]string
+	// compat says the compat directory's libcuda is preferred.
+	compat   bool
 	warnings []string
 }
 
@@ -450,7 +452,7 @@ var scanDirs = []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/
 // injected ones, so that ldconfig's cache would list exactly those. A glibc-hwcaps or legacy
 // hwcap subdirectory in any of them, a hwcap line in the configuration, a configuration file
 // that cannot be read, or a directory too large to list is an error as well.
-func (w *cacheWriter) noImageLibraries(p ldPlan) error {
+func (w *cacheWriter) noImageLibraries(p LDConfigInput) error {
 	conf, err := ReadConfig(w.root)
 	if err != nil {
 		return err

@@ -83,13 +83,10 @@ func (r Result) Note(ldconfig string) string {
 	return ""
 }
 
-// Update makes the injected libraries loadable inside the container root: each library's
-// development link (libcuda.so -> libcuda.so.550.54.15) where the image has none, the loader
-// pointed at newer CUDA forward-compatibility libraries, the libraries added to the image's
-// own /etc/ld.so.cache and their SONAME links. Where that cannot be shown to give what
-// ldconfig would, the result says so (MethodLDConfig) and why; a musl image gets no cache. An
-// error, wrapping ErrUpdate, means ldconfig must not run either: the root's budget is spent
-// (confined.ErrBudget), or what must be written lies on another mount (confined.ErrOtherMount).
+// Update makes the injected libraries loadable inside the container root, as the package
+// says; a musl image gets no cache. An error, wrapping ErrUpdate, means ldconfig must not run
+// either: the root's budget is spent (confined.ErrBudget), or what must be written lies on
+// another mount (confined.ErrOtherMount).
 func Update(root *confined.Root, o Options) (Result, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	var res Result
@@ -99,7 +96,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 	}
 	res.Warnings = w.warnings
 	if res.Method == MethodLDConfig {
-		res.LDConfig = p.LDConfigInput
+		res.LDConfig = p
 	}
 	if fatal(err) {
 		err = fmt.Errorf("%w: %w", ErrUpdate, err)
@@ -112,7 +109,7 @@ func Update(root *confined.Root, o Options) (Result, error) {
 func Prepare(root *confined.Root, o Options) (LDConfigInput, []string, error) {
 	w := &cacheWriter{root: root, ours: map[fileKey]bool{}}
 	p, err := w.prepare(o)
-	return p.LDConfigInput, w.warnings, err
+	return p, w.warnings, err
 }
 
 // ErrLDConfig marks a configured ldconfig that cannot be run (and, in the hook, a failed or
@@ -175,15 +172,10 @@ func LoaderPaths(r *confined.Root, libs []Library) ([]string, error) {
 	return paths, nil
 }
 
-// ldPlan is what prepare found: ldconfig's input, with cleaned library paths, and whether the
-// compat directory's libcuda is preferred.
-type ldPlan struct {
-	LDConfigInput
-	compat bool
-}
-
-func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
-	var p ldPlan
+// prepare makes the development links and the compat preference (w.compat) and returns
+// ldconfig's input, with cleaned library paths.
+func (w *cacheWriter) prepare(opts Options) (LDConfigInput, error) {
+	var p LDConfigInput
 	if _, err := StaticLDConfig(opts.LDConfig); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrLDConfig, err)
 	}
@@ -221,7 +213,7 @@ func (w *cacheWriter) prepare(opts Options) (ldPlan, error) {
 				return p, err
 			}
 			p.Dirs = append([]string{CompatDir}, p.Dirs...)
-			p.compat = true
+			w.compat = true
 		}
 	}
 	return p, nil

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
@@ -153,15 +153,7 @@ func viewProblem(cfg config.MPSConfig, name string) string {
 
 // readPID reads a pid file: a regular file of a few bytes, not a symlink, never blocking.
 func readPID(p string) (int, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = f.Close() }()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("%s is not a regular file", p)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 32))
+	data, _, err := trustedfile.ReadRegular(p, 32, false)
 	if err != nil {
 		return 0, err
 	}

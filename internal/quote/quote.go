@@ -53,6 +53,20 @@ type cutError struct{ err error }
 func (e cutError) Error() string { return Cut(e.err.Error()) }
 func (e cutError) Unwrap() error { return e.err }
 
+// Marked is an error whose text is the message alone (format and args as fmt.Sprintf's)
+// and which errors.Is tells apart as mark: for a message that reads well without mark's words.
+func Marked(mark error, format string, args ...any) error {
+	return markedError{fmt.Sprintf(format, args...), mark}
+}
+
+type markedError struct {
+	msg  string
+	mark error
+}
+
+func (e markedError) Error() string { return e.msg }
+func (e markedError) Unwrap() error { return e.mark }
+
 // Var shows NAME=value with the value quoted and bounded by Value.
 func Var(name, value string) string { return name + "=" + Value(value) }
 

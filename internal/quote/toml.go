@@ -44,13 +44,27 @@ func TOMLKey(parts ...string) string {
 
 // bareKey reports whether s may stand unquoted as a TOML key: A-Z a-z 0-9 _ -.
 func bareKey(s string) bool {
-	if s == "" {
-		return false
+	return s != "" && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == ""
+}
+
+// TOMLType names the type of a value go-toml decoded into an any, in TOML's words: "a table",
+// "an array", "a string"…
+func TOMLType(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, int, uint64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case nil:
+		return "empty"
 	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
+	return "a date or time"
 }

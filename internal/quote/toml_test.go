@@ -28,3 +28,20 @@ func TestTOML(t *testing.T) {
 		t.Errorf("TOMLKey = %s", got)
 	}
 }
+
+func TestTOMLType(t *testing.T) {
+	var doc map[string]any
+	text := "t = {}\na = [1]\ns = \"x\"\nb = true\ni = 1\nf = 1.5\nd = 1979-05-27\n"
+	if err := toml.Unmarshal([]byte(text), &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"t": "a table", "a": "an array", "s": "a string", "b": "a boolean", "i": "an integer", "f": "a float", "d": "a date or time"}
+	for k, w := range want {
+		if got := TOMLType(doc[k]); got != w {
+			t.Errorf("TOMLType(%s) = %q, want %q", k, got, w)
+		}
+	}
+	if got := TOMLType(nil); got != "empty" {
+		t.Errorf("TOMLType(nil) = %q", got)
+	}
+}

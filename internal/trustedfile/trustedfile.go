@@ -10,9 +10,14 @@
 // (or of one exact mode), and of at most a given size. Opening it for reading happens only
 // after the check, through that same handle, and without blocking: what is read is the inode
 // that was checked, and a FIFO or a device planted at the path is never opened at all.
+//
+// ReadRegular is that bounded, non-blocking read without the owner rule, for the files a user
+// names (gpu-runtime's configuration, the engines'): every bounded read of a regular file by
+// path is one of the two.
 package trustedfile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +25,7 @@ import (
 	"os"
 	"strconv"
 
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,24 +60,39 @@ type Rule struct {
 // inode (a reader that takes a path, such as the CDI library, can be given it). A
 // missing file is an error wrapping fs.ErrNotExist; a file that does not pass r, an *Error.
 func Open(path string, r Rule) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	h, st, err := open(path, false)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	if err := check(f, path, r); err != nil {
-		_ = f.Close()
 		return nil, err
 	}
-	return f, nil
+	if err := check(st, path, r); err != nil {
+		_ = h.Close()
+		return nil, err
+	}
+	return h, nil
 }
 
-// check checks r on f, a handle of path.
-func check(f *os.File, path string, r Rule) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("stat %s %s: %w", r.What, path, err)
+// open opens path as an O_PATH handle, following a symbolic link at path only with follow,
+// and stats it.
+func open(path string, follow bool) (*os.File, *unix.Stat_t, error) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if !follow {
+		flags |= unix.O_NOFOLLOW
 	}
+	fd, err := unix.Open(path, flags, 0)
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	h := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = h.Close()
+		return nil, nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return h, &st, nil
+}
+
+// check checks r on st, the stat of path.
+func check(st *unix.Stat_t, path string, r Rule) error {
 	untrusted := func(format string, args ...any) error {
 		return &Error{What: r.What, Path: path, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -109,21 +130,74 @@ func Read(path string, r Rule) ([]byte, error) {
 		return nil, err
 	}
 	defer h.Close()
-	f, err := os.OpenFile(FDPath(h), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, fmt.Errorf("read %s: %w", r.What, &fs.PathError{Op: "open", Path: path, Err: err})
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, r.Max+1))
-	if err != nil {
+	data, err := read(h, r.Max)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("read %s %s: %w", r.What, path, err)
-	}
-	if int64(len(data)) > r.Max {
+	case int64(len(data)) > r.Max:
 		return nil, &Error{What: r.What, Path: path, Reason: fmt.Sprintf("more than %d bytes", r.Max)}
 	}
 	return data, nil
+}
+
+// NotRegularError says that a file ReadRegular would read is not a regular file (Kind says
+// what it is: "FIFO", "directory"…) or is larger than Max bytes (Kind is empty).
+type NotRegularError struct {
+	Path, Kind string
+	Size, Max  int64
+}
+
+func (e *NotRegularError) Error() string {
+	if e.Kind == "" {
+		return fmt.Sprintf("%s is %d bytes, more than the %d allowed", e.Path, e.Size, e.Max)
+	}
+	return fmt.Sprintf("%s is a %s, not a regular file", e.Path, e.Kind)
+}
+
+// kinds name the types of file in messages.
+var kinds = map[uint32]string{
+	unix.S_IFDIR:  "directory",
+	unix.S_IFLNK:  "symbolic link",
+	unix.S_IFIFO:  "FIFO",
+	unix.S_IFSOCK: "socket",
+	unix.S_IFCHR:  "character device",
+	unix.S_IFBLK:  "block device",
+}
+
+// ReadRegular reads path, a regular file of at most limit bytes, whoever owns it, and returns
+// its content (never nil) and permission bits; a symbolic link at path is followed only with
+// follow. Like Read, it checks an O_PATH handle, then reads that handle reopened without
+// blocking: a FIFO (whose open blocks), a device or a socket is never opened for reading, and
+// a file swapped in after the check is not what is read. An error wraps fs.ErrNotExist, or is
+// a *NotRegularError for anything but a regular file of at most limit bytes.
+func ReadRegular(path string, limit int64, follow bool) ([]byte, fs.FileMode, error) {
+	h, st, err := open(path, follow)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer h.Close()
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, &NotRegularError{Path: path, Kind: cmp.Or(kinds[st.Mode&unix.S_IFMT], "special file")}
+	}
+	if st.Size > limit {
+		return nil, 0, &NotRegularError{Path: path, Size: st.Size, Max: limit}
+	}
+	data, err := read(h, limit)
+	switch {
+	case err != nil:
+		return nil, 0, fmt.Errorf("read %s: %w", path, err)
+	case int64(len(data)) > limit: // it grew after the check
+		return nil, 0, &NotRegularError{Path: path, Size: int64(len(data)), Max: limit}
+	}
+	return data, fs.FileMode(st.Mode) & fs.ModePerm, nil
+}
+
+// read reads up to limit+1 bytes of h, an O_PATH handle, reopened for reading without blocking.
+func read(h *os.File, limit int64) ([]byte, error) {
+	f, err := pathrs.Reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }

@@ -144,3 +144,65 @@ func TestOpenReadsTheCheckedInode(t *testing.T) {
 		t.Errorf("through %s: %q, %v", FDPath(h), data, err)
 	}
 }
+
+// TestReadRegular: any owner's regular file within the bound is read, a link at the path only
+// when followed; anything else is a *NotRegularError naming what it is, without blocking.
+func TestReadRegular(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("ok"), 0o664); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o664); err != nil { // past the umask; group-writable: no owner rule here
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testCases := []struct {
+		description string
+		path        string
+		max         int64
+		follow      bool
+		want        string // the data, or the error
+	}{
+		{"a regular file", file, 2, false, "ok"},
+		{"a link, followed", link, 2, true, "ok"},
+		{"a link, not followed", link, 2, false, link + " is a symbolic link, not a regular file"},
+		{"a FIFO (must not hang)", fifo, 2, true, fifo + " is a FIFO, not a regular file"},
+		{"a directory", dir, 2, true, dir + " is a directory, not a regular file"},
+		{"a device", "/dev/zero", 2, true, "/dev/zero is a character device, not a regular file"},
+		{"over the bound", file, 1, false, file + " is 2 bytes, more than the 1 allowed"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			done := make(chan struct{})
+			var data []byte
+			var err error
+			go func() { data, _, err = ReadRegular(tc.path, tc.max, tc.follow); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("ReadRegular blocked")
+			}
+			var nr *NotRegularError
+			switch {
+			case err != nil && (err.Error() != tc.want || !errors.As(err, &nr)):
+				t.Errorf("error = %v\nwant    %s (a *NotRegularError)", err, tc.want)
+			case err == nil && string(data) != tc.want:
+				t.Errorf("read %q, want %q", data, tc.want)
+			}
+		})
+	}
+	if _, mode, err := ReadRegular(file, 2, false); err != nil || mode != 0o664 {
+		t.Errorf("mode %v, %v; want 0664", mode, err)
+	}
+	if _, _, err := ReadRegular(filepath.Join(dir, "missing"), 2, true); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -22,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -30,6 +28,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 const (
@@ -98,7 +97,7 @@ type DriverConfig struct {
 	ProcRoot string `toml:"proc-root"`
 }
 
-// HookConfig is the [hook] table: the prestart hook the runtime injects.
+// HookConfig is the [hook] table: the gpu-hook createContainer hooks the runtime injects.
 type HookConfig struct {
 	// Path is the gpu-hook binary; "" means next to the gpu-runtime executable, then PATH.
 	Path string `toml:"path"`
@@ -196,7 +195,7 @@ func Path(getenv func(string) string) string {
 // Load reads and parses the configuration file at path; a missing file is Default(). Warnings
 // (unknown keys) come back for the caller to log; the rest of the file still applies.
 func Load(path string) (Config, []string, error) {
-	data, err := readFile(path)
+	data, _, err := trustedfile.ReadRegular(path, MaxSize, true)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Default(), nil, nil
 	}
@@ -206,51 +205,10 @@ func Load(path string) (Config, []string, error) {
 	return Parse(data, path)
 }
 
-// MaxSize is the largest configuration file read. The shipped one is 3 KiB.
+// MaxSize is the largest configuration file read. The shipped one is 3 KiB. It is read as
+// trustedfile.ReadRegular reads, a link at its path followed: GPU_RUNTIME_CONFIG naming a FIFO,
+// /dev/zero or a huge file must neither hang nor bloat any call, delete and kill included.
 const MaxSize = 1 << 20
-
-// readFile reads a regular file of at most MaxSize bytes, opened without blocking and checked
-// on the handle first: GPU_RUNTIME_CONFIG naming a FIFO, /dev/zero or a huge file must neither
-// hang nor bloat any call, delete and kill included.
-func readFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", fileType(fi.Mode()))
-	}
-	if fi.Size() > MaxSize {
-		return nil, fmt.Errorf("%d bytes, more than the %d a configuration file may have", fi.Size(), MaxSize)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err == nil && len(data) > MaxSize {
-		err = fmt.Errorf("grew past %d bytes while read", MaxSize)
-	}
-	return data, err
-}
-
-// fileType names a file's type for messages.
-func fileType(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return m.Type().String()
-}
 
 // LoadFromEnv loads Path(getenv). A file named by $GPU_RUNTIME_CONFIG must exist: a typo in
 // the variable must not silently mean defaults.
@@ -270,7 +228,7 @@ func LoadFromEnv(getenv func(string) string) (Config, []string, error) {
 // reach. A [runtime] section that cannot be read gets LoadFromEnv's error, with Default().
 func LoadRuntimeFromEnv(getenv func(string) string) (Config, error) {
 	p := Path(getenv)
-	data, err := readFile(p)
+	data, _, err := trustedfile.ReadRegular(p, MaxSize, true)
 	if errors.Is(err, fs.ErrNotExist) && getenv(EnvPath) == "" {
 		return Default(), nil
 	}
@@ -579,43 +537,26 @@ func typeMismatch(doc map[string]any, key []string) (string, bool) {
 // mismatch names the TOML type of v, decoded into an any, when it is not want; "" when it is
 // or v is nil.
 func mismatch(v any, want valueKind) string {
-	var got valueKind
-	switch v := v.(type) {
-	case nil:
+	list, isList := v.([]any)
+	switch {
+	case v == nil:
 		return ""
-	case string:
-		got = kindString
-	case bool:
-		got = kindBool
-	case int64:
-		got = kindInt
-	case float64:
-		return "a float"
-	case map[string]any:
-		got = kindTable
-	case []any:
-		if want != kindStrings && want != kindInts {
-			notTable := func(e any) bool { _, ok := e.(map[string]any); return !ok }
-			if len(v) > 0 && !slices.ContainsFunc(v, notTable) {
-				return "an array of tables"
-			}
-			return "an array"
-		}
+	case isList && (want == kindStrings || want == kindInts):
 		elem := kindString
 		if want == kindInts {
 			elem = kindInt
 		}
-		for _, e := range v {
+		for _, e := range list {
 			if m := mismatch(e, elem); m != "" {
 				return "an array containing " + m
 			}
 		}
 		return ""
-	default: // dates and times
-		return "a date or time"
+	case isList && len(list) > 0 && !slices.ContainsFunc(list, func(e any) bool { _, ok := e.(map[string]any); return !ok }):
+		return "an array of tables"
 	}
-	if got == want {
-		return ""
+	if got := quote.TOMLType(v); got != string(want) {
+		return got
 	}
-	return string(got)
+	return ""
 }

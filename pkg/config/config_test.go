@@ -487,6 +487,10 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(valid, []byte("[runtime]\nlog-level = \"debug\"\nlog-levle = \"x\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	link := filepath.Join(dir, "link.toml")
+	if err := os.Symlink(valid, link); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.toml")
 	if err := os.WriteFile(bad, []byte("[driver]\nroot = \"drv\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -530,6 +534,12 @@ func TestLoad(t *testing.T) {
 			wantWarnings: []string{`config ` + valid + `: unknown key "runtime.log-levle" ignored`},
 		},
 		{
+			description:  "a link to the file is followed",
+			path:         link,
+			want:         debug,
+			wantWarnings: []string{`config ` + link + `: unknown key "runtime.log-levle" ignored`},
+		},
+		{
 			description: "bad value names the file",
 			path:        bad,
 			wantErr:     `config ` + bad + `: invalid driver.root "drv": want an absolute path`,
@@ -538,22 +548,22 @@ func TestLoad(t *testing.T) {
 		{
 			description: "directory",
 			path:        dir,
-			wantErr:     `read config ` + dir + `: not a regular file (a directory)`,
+			wantErr:     `read config ` + dir + `: ` + dir + ` is a directory, not a regular file`,
 		},
 		{
 			description: "FIFO: not opened for reading, never blocks",
 			path:        fifo,
-			wantErr:     `read config ` + fifo + `: not a regular file (a named pipe)`,
+			wantErr:     `read config ` + fifo + `: ` + fifo + ` is a FIFO, not a regular file`,
 		},
 		{
 			description: "device",
 			path:        "/dev/zero",
-			wantErr:     `read config /dev/zero: not a regular file (a character device)`,
+			wantErr:     `read config /dev/zero: /dev/zero is a character device, not a regular file`,
 		},
 		{
 			description: "huge file: not read",
 			path:        huge,
-			wantErr:     `read config ` + huge + `: 1073741824 bytes, more than the 1048576 a configuration file may have`,
+			wantErr:     `read config ` + huge + `: ` + huge + ` is 1073741824 bytes, more than the 1048576 allowed`,
 		},
 		{
 			description: "parent is a file",
@@ -704,7 +714,7 @@ func TestLoadRuntimeFromEnv(t *testing.T) {
 		{description: "named file must exist", env: missing, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
 			wantErr: "read config " + missing + " (named by GPU_RUNTIME_CONFIG): stat " + missing + ": no such file or directory"},
 		{description: "a FIFO neither hangs nor blocks a delete: defaults", env: fifo, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
-			wantErr: "read config " + fifo + ": not a regular file (a named pipe)"},
+			wantErr: "read config " + fifo + ": " + fifo + " is a FIFO, not a regular file"},
 		{description: "syntax error: full diagnosis, defaults", env: syntax, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",
 			wantErr: "parse config " + syntax + ": line 2, column 19: array is incomplete"},
 		{description: "bad [runtime] value: full diagnosis, defaults", env: badLevel, wantRuntimes: []string{"runc", "crun"}, wantLevel: "info",

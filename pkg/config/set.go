@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
@@ -28,9 +30,10 @@ func Keys() []string {
 }
 
 // Set returns data, a configuration file named name, with key ("section.name") set to value
-// and all else as it was: the key's line is rewritten in place, or added at the end of its
-// section (or of the file, with the section). value is what a user types: a string as is,
-// true or false, a list as comma-separated items or a TOML array. The result must pass Parse.
+// and all else as it was: the key's line is rewritten in place, or added after the last key of
+// its section (or at the end of the file, with the section). value is what a user types: a
+// string as is, true or false, a list as comma-separated items or a TOML array. data must
+// parse as TOML, and the result must pass Parse.
 func Set(data []byte, name, key, value string) ([]byte, error) {
 	t, spelled, _, ok := field(strings.Split(key, "."))
 	if !ok || len(spelled) != 2 || quote.TOMLKey(spelled...) != key || kindOf(t) == kindTable { // tables and shares' keys: edited in the file
@@ -41,7 +44,10 @@ func Set(data []byte, name, key, value string) ([]byte, error) {
 		return nil, invalid(nil, "%s: %v", key, err)
 	}
 	section, field, _ := strings.Cut(key, ".")
-	out := setLine(data, section, field, field+" = "+literal)
+	out, err := setLine(data, section, field, field+" = "+literal)
+	if err != nil {
+		return nil, decodeError(data, name, err)
+	}
 	if _, _, err := Parse(out, name); err != nil {
 		return nil, fmt.Errorf("%s = %s: %w", key, literal, err)
 	}
@@ -80,91 +86,61 @@ func tomlValue(kind valueKind, value string) (string, error) {
 	return quote.TOMLString(value), nil
 }
 
-// setLine replaces the line (or the lines, for a multi-line array) of field in [section]
-// with line, or adds line at the end of the section's last key, or adds the section.
-func setLine(data []byte, section, field, line string) []byte {
-	lines := strings.SplitAfter(string(data), "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	current := ""
-	lastKey := -1     // the last key line of the section
-	sectionLine := -1 // the section's header
-	for i := 0; i < len(lines); i++ {
-		t := strings.TrimSpace(lines[i])
-		if strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "[[") {
-			current = strings.TrimSpace(strings.Trim(strings.SplitN(t, "#", 2)[0], "[] \t"))
-			if current == section {
-				sectionLine = i
-			}
-			continue
+// setLine replaces the line (or the lines, for a multi-line value) of field in [section] with
+// line, or adds line after the section's last key, or adds the section. go-toml's parser
+// finds the keys, so that nothing in a string, a comment or a multi-line value is taken for
+// one; data that does not parse is an error.
+func setLine(data []byte, section, field, line string) ([]byte, error) {
+	var p unstable.Parser
+	p.Reset(data)
+	in, found := false, false // in: the keys that follow are [section]'s
+	from, to := -1, -1        // what line replaces: field's lines, or none past the section's header or last key
+	for p.NextExpression() {
+		e := p.Expression()
+		k := e.Key()
+		k.Next()
+		name := ""
+		if k.IsLast() {
+			name = string(k.Node().Data) // not a dotted key
 		}
-		if current != section || t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		k, rest, ok := strings.Cut(t, "=")
-		if !ok {
-			continue
-		}
-		end := i + valueLines(rest, lines[i+1:])
-		if strings.Trim(strings.TrimSpace(k), `"'`) == field {
-			indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " \t"))]
-			return []byte(strings.Join(slices.Replace(lines, i, end+1, indent+line+"\n"), ""))
-		}
-		lastKey, i = end, end
-	}
-	after := lastKey
-	if after < 0 {
-		after = sectionLine
-	}
-	if after >= 0 {
-		return []byte(strings.Join(slices.Insert(lines, after+1, line+"\n"), ""))
-	}
-	text := strings.Join(lines, "")
-	if text != "" {
-		text = strings.TrimSuffix(text, "\n") + "\n\n" // a blank line before the new section
-	}
-	return []byte(text + "[" + section + "]\n" + line + "\n")
-}
-
-// valueLines counts the lines after the key's a multi-line array continues on, until its
-// brackets balance (brackets in strings and comments do not count).
-func valueLines(rest string, after []string) int {
-	depth := bracketDepth(rest)
-	n := 0
-	for depth > 0 && n < len(after) {
-		depth += bracketDepth(after[n])
-		n++
-	}
-	return n
-}
-
-func bracketDepth(s string) int {
-	depth := 0
-	var quote rune
-	escaped := false
-	for _, r := range s {
 		switch {
-		case quote != 0:
-			switch {
-			case escaped:
-				escaped = false
-			case r == '\\' && quote == '"':
-				escaped = true
-			case r == quote:
-				quote = 0
+		case found:
+		case e.Kind != unstable.KeyValue:
+			in = e.Kind == unstable.Table && name == section
+			if in {
+				from = nextLine(data, int(k.Node().Raw.Offset+k.Node().Raw.Length))
+				to = from
 			}
-		case r == '"' || r == '\'':
-			quote = r
-		case r == '#':
-			return depth
-		case r == '[':
-			depth++
-		case r == ']':
-			depth--
+		case in:
+			to = nextLine(data, int(e.Raw.Offset+e.Raw.Length))
+			from, found = to, name == field
+			if found {
+				from = int(e.Raw.Offset)
+			}
 		}
 	}
-	return depth
+	if err := p.Error(); err != nil {
+		return nil, err
+	}
+	if from < 0 { // a new section at the end, after a blank line
+		from, to = len(data), len(data)
+		line = "[" + section + "]\n" + line
+		if from > 0 {
+			line = "\n" + line
+		}
+	}
+	if !found && from > 0 && data[from-1] != '\n' { // the last line has no newline
+		line = "\n" + line
+	}
+	return slices.Concat(data[:from], []byte(line+"\n"), data[to:]), nil
+}
+
+// nextLine returns the offset past the newline that ends the line at i, or len(data).
+func nextLine(data []byte, i int) int {
+	if n := bytes.IndexByte(data[i:], '\n'); n >= 0 {
+		return i + n + 1
+	}
+	return len(data)
 }
 
 // Marshal writes cfg as a configuration file, every key with its value.

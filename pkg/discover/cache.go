@@ -63,10 +63,13 @@ type Options struct {
 	CacheFile string
 	// Timeout bounds the NVML query; 0 means no bound.
 	Timeout time.Duration
-	// Query asks NVML, only when the cache cannot answer, honouring the context's deadline
-	// (gpu-runtime runs `gpu-ctk info --json` and kills it).
-	Query func(ctx context.Context, driverRoot string) (Driver, error)
+	// Query asks NVML, only when the cache cannot answer (gpu-runtime runs `gpu-ctk info
+	// --json` and kills it at the deadline).
+	Query QueryFunc
 }
+
+// QueryFunc asks NVML about a driver root, honouring ctx's deadline.
+type QueryFunc func(ctx context.Context, driverRoot string) (Driver, error)
 
 // Result says what Discover did, for logs.
 type Result struct {
@@ -97,7 +100,7 @@ func Discover(opts Options, devices DeviceNodes) (Result, error) {
 		inputs = fingerprintInputs(opts)
 		fp = fingerprint(opts, devices, inputs)
 	}
-	driver, err := queryWithTimeout(opts)
+	driver, err := Query(opts)
 	if err != nil {
 		return res, err
 	}
@@ -147,7 +150,9 @@ func checkCache(opts Options, devices DeviceNodes) (cacheFile, string, error) {
 	return c, CacheFresh, nil
 }
 
-func queryWithTimeout(opts Options) (Driver, error) {
+// Query asks NVML with opts.Query about opts.DriverRoot, bounded by opts.Timeout: past it, the
+// error is ErrTimeout's, which names the setting and the fix.
+func Query(opts Options) (Driver, error) {
 	if opts.Query == nil {
 		return Driver{}, errors.New("discover: no NVML query configured")
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
+	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
@@ -308,7 +309,7 @@ func DecodeHealth(data []byte) ([]HealthRecord, error) {
 		}
 		r := HealthRecord{UUID: rec[0], Reason: rec[1]}
 		if !ValidHealthUUID(r.UUID) {
-			return nil, bad("%q is not a GPU or MIG device UUID", quoteShort(r.UUID))
+			return nil, bad("%s is not a GPU or MIG device UUID", quote.Value(r.UUID))
 		}
 		if first, dup := seen[strings.ToUpper(r.UUID)]; dup {
 			return nil, bad("%s already has a record on line %d", r.UUID, first)
@@ -319,26 +320,18 @@ func DecodeHealth(data []byte) ([]HealthRecord, error) {
 		}
 		if rec[2] != "" {
 			if r.Xid, err = strconv.ParseUint(rec[2], 10, 64); err != nil || r.Xid == 0 || strconv.FormatUint(r.Xid, 10) != rec[2] {
-				return nil, bad("xid %q is not an Xid number", quoteShort(rec[2]))
+				return nil, bad("xid %s is not an Xid number", quote.Value(rec[2]))
 			}
 		}
 		if r.Since, err = time.Parse(time.RFC3339, rec[3]); err != nil {
-			return nil, bad("since %q is not an RFC 3339 time", quoteShort(rec[3]))
+			return nil, bad("since %s is not an RFC 3339 time", quote.Value(rec[3]))
 		}
 		if y := r.Since.UTC().Year(); y < 0 || y > 9999 {
 			// Written back in UTC, it would not parse: year 0 at +01:00 is year -1.
-			return nil, bad("since %q is outside the years 0000–9999 in UTC", quoteShort(rec[3]))
+			return nil, bad("since %s is outside the years 0000–9999 in UTC", quote.Value(rec[3]))
 		}
 		out = append(out, r)
 	}
-}
-
-// quoteShort shortens a value for a message.
-func quoteShort(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }
 
 // ReadHealthFile reads the health file at p if it is root's own with mode 0600

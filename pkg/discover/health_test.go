@@ -195,6 +195,10 @@ func TestHealthFileTrust(t *testing.T) {
 			return os.WriteFile(p, []byte(valid+"GPU-b,Xid 79,x79,2026-11-25T10:00:00Z\n"), 0o600)
 		},
 			`health file {P} ignored: not a health file: line 3: xid "x79" is not an Xid number`},
+		{"a long bad time, cut", func(p string) error {
+			return os.WriteFile(p, []byte(valid+"GPU-b,Xid 79,79,"+strings.Repeat("y", 1000)+"\n"), 0o600)
+		},
+			`health file {P} ignored: not a health file: line 3: since "` + strings.Repeat("y", 256) + `"… (1000 bytes) is not an RFC 3339 time`},
 		{"a bad time", func(p string) error { return os.WriteFile(p, []byte(valid+"GPU-b,Xid 79,79,yesterday\n"), 0o600) },
 			`health file {P} ignored: not a health file: line 3: since "yesterday" is not an RFC 3339 time`},
 		{"a time before year 0 in UTC", func(p string) error {

@@ -132,12 +132,11 @@ func (e Edits) Apply(spec *specs.Spec) error {
 			FileMode: &d.FileMode, UID: &d.UID, GID: &d.GID}, Access: d.Access}
 	}
 	opts = append(opts, oci.WithDevices(devices...))
-	userns := userNamespace(spec)
 	mounts := make([]specs.Mount, len(e.Mounts))
 	for i, m := range e.Mounts {
 		mounts[i] = specs.Mount{Destination: m.ContainerPath, Type: cmp.Or(m.Type, "bind"), Source: m.HostPath, Options: m.Options}
-		if m.IDMapped && userns != nil && mounts[i].Type == "bind" {
-			mounts[i].UIDMappings, mounts[i].GIDMappings = userns.UIDMappings, userns.GIDMappings
+		if m.IDMapped && mounts[i].Type == "bind" && oci.HasUserNamespace(spec.Linux) {
+			mounts[i].UIDMappings, mounts[i].GIDMappings = spec.Linux.UIDMappings, spec.Linux.GIDMappings
 		}
 	}
 	slices.SortStableFunc(mounts, func(a, b specs.Mount) int { return depth(a.Destination) - depth(b.Destination) })
@@ -160,11 +159,3 @@ func (e Edits) Apply(spec *specs.Spec) error {
 
 // depth is how many components a container path has.
 func depth(p string) int { return strings.Count(path.Clean(p), "/") }
-
-// userNamespace returns the spec's Linux section when it has a user namespace, else nil.
-func userNamespace(spec *specs.Spec) *specs.Linux {
-	if spec == nil || spec.Linux == nil || !slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace }) {
-		return nil
-	}
-	return spec.Linux
-}

@@ -120,7 +120,7 @@ func WithMounts(ms ...specs.Mount) SpecOpt {
 	}
 }
 
-// Hook stages gpu-runtime writes, in the order of hookLists.
+// The hook stages.
 const (
 	StagePrestart        = "prestart"
 	StageCreateRuntime   = "createRuntime"
@@ -130,10 +130,11 @@ const (
 	StagePoststop        = "poststop"
 )
 
-var stages = []string{StagePrestart, StageCreateRuntime, StageCreateContainer, StageStartContainer, StagePoststart, StagePoststop}
+// Stages are the hook stages, in the order of HookLists.
+var Stages = []string{StagePrestart, StageCreateRuntime, StageCreateContainer, StageStartContainer, StagePoststart, StagePoststop}
 
-// hookLists returns every stage's list of h, in the order of stages.
-func hookLists(h *specs.Hooks) []*[]specs.Hook {
+// HookLists returns every stage's list of h, in the order of Stages.
+func HookLists(h *specs.Hooks) []*[]specs.Hook {
 	return []*[]specs.Hook{&h.Prestart, &h.CreateRuntime, &h.CreateContainer, &h.StartContainer, &h.Poststart, &h.Poststop} //nolint:staticcheck // prestart is deprecated but still what engines use
 }
 
@@ -148,14 +149,14 @@ func WithHook(stage string, h specs.Hook) SpecOpt {
 		if len(h.Env) == 0 {
 			return fmt.Errorf("add %s hook %s: env must not be empty", stage, h.Path)
 		}
-		i := slices.Index(stages, stage)
+		i := slices.Index(Stages, stage)
 		if i < 0 {
 			return fmt.Errorf("unknown hook stage %q", stage)
 		}
 		if s.Hooks == nil {
 			s.Hooks = &specs.Hooks{}
 		}
-		list := hookLists(s.Hooks)[i]
+		list := HookLists(s.Hooks)[i]
 		if !slices.ContainsFunc(*list, func(e specs.Hook) bool { return reflect.DeepEqual(e, h) }) {
 			*list = append(*list, h)
 		}
@@ -170,7 +171,7 @@ func WithoutHooksNamed(name string) SpecOpt {
 		if s.Hooks == nil {
 			return nil
 		}
-		for _, list := range hookLists(s.Hooks) {
+		for _, list := range HookLists(s.Hooks) {
 			*list = slices.DeleteFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
 			if len(*list) == 0 {
 				*list = nil
@@ -188,9 +189,14 @@ func HasHookNamed(s *specs.Spec, name string) bool {
 	if s.Hooks == nil {
 		return false
 	}
-	return slices.ContainsFunc(hookLists(s.Hooks), func(list *[]specs.Hook) bool {
+	return slices.ContainsFunc(HookLists(s.Hooks), func(list *[]specs.Hook) bool {
 		return slices.ContainsFunc(*list, func(h specs.Hook) bool { return hookNamed(h, name) })
 	})
+}
+
+// HasUserNamespace reports whether a spec's linux section (nil for none) has a user namespace.
+func HasUserNamespace(l *specs.Linux) bool {
+	return l != nil && slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == specs.UserNamespace })
 }
 
 // hookNamed reports whether a hook runs an executable called name.

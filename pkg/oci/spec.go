@@ -42,15 +42,6 @@ type SpecFile struct {
 // ConfigPath returns the path of a bundle's spec.
 func ConfigPath(bundle string) string { return filepath.Join(bundle, "config.json") }
 
-// ReadSpec reads and decodes the spec at path.
-func ReadSpec(path string) (*SpecFile, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
-	}
-	return ParseSpec(path, raw)
-}
-
 // ParseSpec decodes raw, the content of the spec file at path.
 func ParseSpec(path string, raw []byte) (*SpecFile, error) {
 	fi, err := os.Stat(path)
@@ -217,14 +208,14 @@ func (f *SpecFile) Encode() ([]byte, error) {
 	err := errors.Join(
 		f.put(process, "process.env", p.Env, len(p.Env) == 0),
 		f.put(process, "process.capabilities", p.Capabilities, p.Capabilities == nil),
-		f.putIfChanged(process, "process.user", p.User, !hadUser && reflect.ValueOf(p.User).IsZero()),
+		f.put(process, "process.user", p.User, !hadUser && reflect.ValueOf(p.User).IsZero()),
 		f.put(top, "mounts", s.Mounts, len(s.Mounts) == 0),
 		f.put(top, "hooks", s.Hooks, s.Hooks == nil),
-		f.putIfChanged(top, "annotations", s.Annotations, len(s.Annotations) == 0),
+		f.put(top, "annotations", s.Annotations, len(s.Annotations) == 0),
 		f.put(linux, "linux.devices", l.Devices, len(l.Devices) == 0),
-		f.putIfChanged(linux, "linux.namespaces", l.Namespaces, len(l.Namespaces) == 0),
-		f.putIfChanged(linux, "linux.netDevices", l.NetDevices, len(l.NetDevices) == 0),
-		f.putIfChanged(linux, "linux.intelRdt", l.IntelRdt, l.IntelRdt == nil),
+		f.put(linux, "linux.namespaces", l.Namespaces, len(l.Namespaces) == 0),
+		f.put(linux, "linux.netDevices", l.NetDevices, len(l.NetDevices) == 0),
+		f.put(linux, "linux.intelRdt", l.IntelRdt, l.IntelRdt == nil),
 		f.put(resources, "linux.resources.devices", rules, len(rules) == 0))
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
@@ -238,14 +229,17 @@ func (f *SpecFile) Encode() ([]byte, error) {
 
 // checkView refuses a view in which a member that is not decoded was set: it would be lost.
 func (f *SpecFile) checkView() error {
-	s := *f.Spec
 	var changed []string
+	outside := func(what string, rest any) { // rest: the object with the decoded members zeroed
+		if !reflect.ValueOf(rest).IsZero() {
+			changed = append(changed, what)
+		}
+	}
+	s := *f.Spec
 	if s.Process != nil {
 		p := *s.Process
 		p.Env, p.Capabilities, p.User = nil, nil, specs.User{}
-		if !reflect.ValueOf(p).IsZero() {
-			changed = append(changed, "process")
-		}
+		outside("process", p)
 	}
 	if s.Linux != nil {
 		l := *s.Linux
@@ -253,29 +247,37 @@ func (f *SpecFile) checkView() error {
 		if l.Resources != nil {
 			r := *l.Resources
 			r.Devices = nil
-			if !reflect.ValueOf(r).IsZero() {
-				changed = append(changed, "linux.resources")
-			}
-			l.Resources = nil
+			outside("linux.resources", r)
 		}
-		if !reflect.ValueOf(l).IsZero() {
-			changed = append(changed, "linux")
-		}
+		l.Resources = nil
+		outside("linux", l)
 	}
 	s.Process, s.Mounts, s.Hooks, s.Linux, s.Annotations = nil, nil, nil, nil, nil
-	if !reflect.ValueOf(s).IsZero() {
-		changed = append(changed, "the top level")
-	}
+	outside("the top level", s)
 	if len(changed) > 0 {
 		return fmt.Errorf("encode spec: members of %s outside those gpu-runtime decodes were set; they would be lost", strings.Join(changed, ", "))
 	}
 	return nil
 }
 
+// readOnly are the members gpu-runtime only reads (CDI's edits may change them).
+var readOnly = map[string]bool{"process.user": true, "annotations": true, "linux.namespaces": true, "linux.netDevices": true, "linux.intelRdt": true}
+
 // put writes the member path names into parent: v encoded, or no member when v is empty
-// (an emptied object keeps the keys this runtime-spec version does not know).
+// (an emptied object keeps the keys this runtime-spec version does not know). A readOnly
+// member whose value is still what the file holds keeps its original bytes.
 func (f *SpecFile) put(parent *jsonobject.Object, path string, v any, empty bool) error {
 	name := leaf(path)
+	orig, had := parent.Get(name)
+	switch {
+	case !had && empty:
+		return nil
+	case had && readOnly[path]:
+		was := reflect.New(reflect.TypeOf(v))
+		if json.Unmarshal(orig, was.Interface()) == nil && reflect.DeepEqual(was.Elem().Interface(), v) {
+			return nil
+		}
+	}
 	if empty {
 		typ := reflect.TypeOf(v)
 		if !f.unknown[path] || typ.Kind() != reflect.Pointer {
@@ -289,29 +291,12 @@ func (f *SpecFile) put(parent *jsonobject.Object, path string, v any, empty bool
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if f.unknown[path] {
-		orig, _ := parent.Get(name)
 		if data, err = mergeUnknown(orig, data, reflect.TypeOf(v)); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	parent.Set(name, data)
 	return nil
-}
-
-// putIfChanged is put for the members gpu-runtime only reads (CDI's edits may change them):
-// one whose value is still what the file holds keeps its original bytes.
-func (f *SpecFile) putIfChanged(parent *jsonobject.Object, path string, v any, empty bool) error {
-	orig, had := parent.Get(leaf(path))
-	if !had && empty {
-		return nil
-	}
-	if had {
-		was := reflect.New(reflect.TypeOf(v))
-		if json.Unmarshal(orig, was.Interface()) == nil && reflect.DeepEqual(was.Elem().Interface(), v) {
-			return nil
-		}
-	}
-	return f.put(parent, path, v, empty)
 }
 
 // putObject writes child into parent under name: always when the original had it, else

@@ -30,7 +30,7 @@ func writeSpec(t *testing.T, content string, mode os.FileMode) string {
 
 func TestWriteKeepsUnknownFields(t *testing.T) {
 	p := writeSpec(t, specWithUnknown, 0o600)
-	sf, err := ReadSpec(p)
+	sf, err := readSpec(t, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,23 @@ func TestWriteKeepsUnknownFields(t *testing.T) {
 	}
 }
 
-func TestReadSpecErrors(t *testing.T) {
+// readSpec reads and decodes the spec at p, as a create does.
+func readSpec(t *testing.T, p string) (*SpecFile, error) {
+	t.Helper()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ParseSpec(p, raw)
+}
+
+func TestParseSpecErrors(t *testing.T) {
 	testCases := []struct {
 		description string
 		content     *string
 		wantPrefix  string
 	}{
-		{description: "missing file", content: nil, wantPrefix: "read spec: open "},
+		{description: "missing file", content: nil, wantPrefix: "stat spec: "},
 		{description: "malformed json", content: ptr(`{"process": `), wantPrefix: "decode spec "},
 		{description: "wrong type", content: ptr(`{"process": {"env": "A=1"}}`), wantPrefix: "decode spec "},
 	}
@@ -103,7 +113,11 @@ func TestReadSpecErrors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := ReadSpec(p)
+			var raw []byte
+			if tc.content != nil {
+				raw = []byte(*tc.content)
+			}
+			_, err := ParseSpec(p, raw)
 			if err == nil || len(err.Error()) < len(tc.wantPrefix) || err.Error()[:len(tc.wantPrefix)] != tc.wantPrefix {
 				t.Fatalf("error = %v, want prefix %q", err, tc.wantPrefix)
 			}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -205,7 +206,7 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 		}
 		if d.GPU.MIGEnabled() && !d.IsMIG() && !manager {
 			errs = append(errs, fmt.Errorf("%w: %s in %s names GPU %s, which is in MIG mode: it cannot be given whole; ask for its MIG devices: %s (a MIG manager also sets %s or %s)",
-				ErrMIGEnabled, quote.Value(tok), request.EnvVisibleDevices, d, describeMIG(d.GPU), request.EnvMIGConfig, request.EnvMIGMonitor))
+				ErrMIGEnabled, quote.Value(tok), request.EnvVisibleDevices, d, cmp.Or(describeMIG(d.GPU), "it has none yet (create them with nvidia-smi mig)"), request.EnvMIGConfig, request.EnvMIGMonitor))
 			continue
 		}
 		if prev, dup := seen[d.UUID]; dup {
@@ -224,7 +225,11 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 		out = append(out, d)
 	}
 	if len(unknownMIG) > 0 {
-		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, describeAllMIG(gpus))}, errs...)
+		have := "this host has no MIG devices"
+		if all := describeMIG(gpus...); all != "" {
+			have = "this host has MIG devices " + all
+		}
+		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, have)}, errs...)
 	}
 	if len(unknown) > 0 {
 		err := fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))
@@ -337,28 +342,14 @@ func describe(gpus []discover.GPU) string {
 	return "this host has GPUs " + strings.Join(parts, ", ")
 }
 
-// describeMIG lists a GPU's MIG devices: "0:0 (MIG-…, 3g.40gb), 0:1 (…)".
-func describeMIG(g discover.GPU) string {
-	if len(g.MIGDevices) == 0 {
-		return "it has none yet (create them with nvidia-smi mig)"
-	}
-	var parts []string
-	for i := range g.MIGDevices {
-		parts = append(parts, migDevice(g, &g.MIGDevices[i]).String())
-	}
-	return strings.Join(parts, ", ")
-}
-
-// describeAllMIG lists every MIG device of the host, for an unknown MIG token.
-func describeAllMIG(gpus []discover.GPU) string {
+// describeMIG lists the MIG devices of the GPUs in MIG mode among gpus: "0:0 (MIG-…,
+// 3g.40gb), 0:1 (…)"; "" for none.
+func describeMIG(gpus ...discover.GPU) string {
 	var parts []string
 	for _, d := range Devices(gpus) {
 		if d.IsMIG() {
 			parts = append(parts, d.String())
 		}
 	}
-	if len(parts) == 0 {
-		return "this host has no MIG devices"
-	}
-	return "this host has MIG devices " + strings.Join(parts, ", ")
+	return strings.Join(parts, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,6 +151,8 @@ func TestBuildMIGErrors(t *testing.T) {
 		{description: "a GPU in MIG mode asked for whole", env: []string{"NVIDIA_VISIBLE_DEVICES=0"},
 			wantErr: `GPU in MIG mode requested whole: "0" in NVIDIA_VISIBLE_DEVICES names GPU 0 (GPU-aaaa), which is in MIG mode: it cannot be given whole; ask for its MIG devices: 0:0 (MIG-0000, 3g.40gb), 0:1 (MIG-1111, 2g.20gb), 0:2 (MIG-2222, 1g.10gb) (a MIG manager also sets NVIDIA_MIG_CONFIG_DEVICES or NVIDIA_MIG_MONITOR_DEVICES)`,
 			is:      ErrMIGEnabled},
+		{description: "a GPU in MIG mode without MIG devices", env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, host: func(h *Host) { h.Driver.GPUs[0].MIGDevices = nil }, is: ErrMIGEnabled,
+			wantErr: `GPU in MIG mode requested whole: "0" in NVIDIA_VISIBLE_DEVICES names GPU 0 (GPU-aaaa), which is in MIG mode: it cannot be given whole; ask for its MIG devices: it has none yet (create them with nvidia-smi mig) (a MIG manager`},
 		{description: "by UUID too", env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-aaaa"}, is: ErrMIGEnabled,
 			wantErr: `GPU in MIG mode requested whole: "GPU-aaaa" in NVIDIA_VISIBLE_DEVICES names GPU 0 (GPU-aaaa), which is in MIG mode`},
 		{description: "unknown MIG tokens list the MIG devices", env: []string{"NVIDIA_VISIBLE_DEVICES=0:7,MIG-nope,1:0,MIG-GPU-aaaa/1/9,00:1"}, is: ErrUnknownDevice,
@@ -231,5 +234,17 @@ func TestBuildMIGWholeEdits(t *testing.T) {
 	r.HookTimeout = 30
 	if got := p.Rendered(r); !reflect.DeepEqual(got, want) {
 		t.Errorf("edits =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestMIGAccessWhy: a MIG manager's instance capabilities say which variables granted them.
+func TestMIGAccessWhy(t *testing.T) {
+	p, err := Build(req(t, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"), migHost(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "MIG access (NVIDIA_MIG_CONFIG_DEVICES=all, NVIDIA_MIG_MONITOR_DEVICES=all): 0 (GPU-aaaa)'s capability gpu0/mig/gi1/access"
+	if !slices.ContainsFunc(p.Edits.DeviceNodes, func(n edits.DeviceNode) bool { return n.Why == want }) {
+		t.Errorf("no node's why is %q: %q", want, paths(p.Edits.DeviceNodes, func(n edits.DeviceNode) string { return n.Why }))
 	}
 }

@@ -18,15 +18,6 @@ import (
 // message alone: each names the share already.
 var ErrMPS = errors.New("MPS share unavailable")
 
-type mpsError struct{ msg string }
-
-func (e *mpsError) Error() string { return e.msg }
-func (e *mpsError) Unwrap() error { return ErrMPS }
-
-func mpsErrorf(format string, args ...any) error {
-	return &mpsError{msg: fmt.Sprintf(format, args...)}
-}
-
 // MPSPipeDir is where a share's client view (its daemon's control socket) is mounted in its
 // containers, and what their CUDA_MPS_PIPE_DIRECTORY says.
 const MPSPipeDir = "/tmp/nvidia-mps"
@@ -50,7 +41,7 @@ func mpsDevices(req request.Request, host Host, selected []Device) ([]Device, er
 	var errs []error
 	for _, d := range selected {
 		if !isMember(d, members) {
-			errs = append(errs, mpsErrorf("GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, req.MPSShare, describeDevices(members)))
+			errs = append(errs, quote.Marked(ErrMPS, "GPU %s in %s is not in MPS share %q, which has %s", d, request.EnvVisibleDevices, req.MPSShare, describeDevices(members)))
 		}
 	}
 	return selected, errors.Join(errs...)
@@ -67,13 +58,13 @@ func checkShare(req request.Request, host Host) ([]Device, error) {
 		if names := cfg.ShareNames(); len(names) > 0 {
 			configured = "the configured shares are " + strings.Join(names, ", ")
 		}
-		return nil, mpsErrorf("unknown MPS share %s in %s: %s", quote.Value(name), request.EnvMPSShare, configured)
+		return nil, quote.Marked(ErrMPS, "unknown MPS share %s in %s: %s", quote.Value(name), request.EnvMPSShare, configured)
 	}
 	if !host.MPS.Running[name] {
-		return nil, mpsErrorf("MPS share %q is not running: start it with gpu-ctk mps start %s", name, name)
+		return nil, quote.Marked(ErrMPS, "MPS share %q is not running: start it with gpu-ctk mps start %s", name, name)
 	}
 	if int64(req.UID) != int64(share.UID) {
-		return nil, mpsErrorf("MPS share %q serves uid %d, and the container runs as uid %d: MPS servers are per user; run the container as uid %d, or give it a share whose uid is %d",
+		return nil, quote.Marked(ErrMPS, "MPS share %q serves uid %d, and the container runs as uid %d: MPS servers are per user; run the container as uid %d, or give it a share whose uid is %d",
 			name, share.UID, req.UID, share.UID, req.UID)
 	}
 	return ShareDevices(name, share, host.Driver.GPUs)
@@ -123,7 +114,7 @@ func (p *Plan) shareCDI(req request.Request, host Host, cdi []cdiDevices, shareE
 			}
 		}
 		if len(outside) > 0 {
-			errs = append(errs, mpsErrorf("CDI device %s gives %s, not in %s, which has %s: a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or %s=%s)",
+			errs = append(errs, quote.Marked(ErrMPS, "CDI device %s gives %s, not in %s, which has %s: a CDI device comes whole; ask only for the share's GPUs (their CDI devices, or %s=%s)",
 				quote.Value(c.Name), strings.Join(outside, ", "), share, describeDevices(members), request.EnvVisibleDevices, strings.Join(indices, ",")))
 		}
 	}
@@ -146,7 +137,7 @@ func ShareDevices(name string, share config.MPSShare, gpus []discover.GPU) ([]De
 		case err != nil:
 			errs = append(errs, fmt.Errorf("MPS share %q: device %s: %w (%s)", name, quote.Value(tok), err, describe(gpus)))
 		case d.IsMIG() || d.GPU.MIGEnabled():
-			errs = append(errs, mpsErrorf("MPS share %q: device %s is in MIG mode: MPS on MIG is not supported", name, d))
+			errs = append(errs, quote.Marked(ErrMPS, "MPS share %q: device %s is in MIG mode: MPS on MIG is not supported", name, d))
 		default:
 			members = append(members, d)
 		}

@@ -254,18 +254,6 @@ func RequirementHost(drv discover.Driver, devices []Device) requirements.Host {
 	return h
 }
 
-// managerVars names the MIG manager variables a request set, for reasons.
-func managerVars(req request.Request) string {
-	var vars []string
-	if req.MIGConfig {
-		vars = append(vars, request.EnvMIGConfig+"=all")
-	}
-	if req.MIGMonitor {
-		vars = append(vars, request.EnvMIGMonitor+"=all")
-	}
-	return strings.Join(vars, ", ")
-}
-
 // Common returns the edits every GPU container with the capabilities caps gets: the control
 // nodes (nvidiactl; UVM for compute; nvidia-modeset for graphics), the capabilities' driver
 // files as read-only mounts, and the injected libraries. A missing optional node is a
@@ -275,10 +263,8 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 	var warnings []string
 	var errs []error
 	type want struct {
-		path     string
-		required bool
-		hint     string
-		why      string
+		path, hint, why string
+		required        bool
 	}
 	nodes := []want{{path: "/dev/nvidiactl", required: true, why: "control node: every GPU container"}}
 	if caps.Has(capabilities.Compute) {
@@ -301,11 +287,11 @@ func Common(caps capabilities.Set, host Host) (edits.Edits, []Library, []string,
 		}
 	}
 
-	// Driver files for the requested capabilities.
+	// Driver files for the requested capabilities (32-bit ones with compat32), and firmware.
 	var libraries []Library
 	have := map[string]bool{}
 	for _, f := range host.Files {
-		if !wanted(f, caps) {
+		if f.Kind != discover.KindFirmware && !(caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))) {
 			continue
 		}
 		e.Mounts = append(e.Mounts, mountFor(f))
@@ -356,6 +342,7 @@ func (h Host) node(p, why string) (edits.DeviceNode, error) {
 func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edits, error) {
 	var e edits.Edits
 	var errs []error
+	var vars []string // the MIG manager variables set, for reasons
 	for _, c := range []struct {
 		asked bool
 		env   string
@@ -365,6 +352,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 		if !c.asked {
 			continue
 		}
+		vars = append(vars, c.env+"=all")
 		ce, err := host.capEdits(c.name, c.minor, c.env+"=all: the "+c.name+" capability")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s=all: %w", c.env, err))
@@ -381,7 +369,7 @@ func migAccessEdits(req request.Request, devices []Device, host Host) (edits.Edi
 				path  string
 				minor int
 			}{{discover.CapPath(d.GPU.Minor, m.GI, -1), m.GICap}, {discover.CapPath(d.GPU.Minor, m.GI, m.CI), m.CICap}} {
-				ce, err := host.capEdits(c.path, c.minor, fmt.Sprintf("MIG access (%s): %s's capability %s", managerVars(req), d, c.path))
+				ce, err := host.capEdits(c.path, c.minor, fmt.Sprintf("MIG access (%s): %s's capability %s", strings.Join(vars, ", "), d, c.path))
 				if err != nil {
 					errs = append(errs, fmt.Errorf("MIG access to GPU %s: %w", d, err))
 				}
@@ -411,9 +399,4 @@ func imexChannels(req request.Request, dn discover.DeviceNodes) []string {
 		out = append(out, fmt.Sprintf("%s/channel%d", IMEXChannelDir, ch))
 	}
 	return out
-}
-
-// wanted says whether a discovered file belongs in a container with caps.
-func wanted(f discover.File, caps capabilities.Set) bool {
-	return f.Kind == discover.KindFirmware || caps.Has(f.Capability) && (f.Bits != 32 || caps.Has(capabilities.Compat32))
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
@@ -57,7 +59,8 @@ var testRender = Render{HookPath: "/opt/bin/gpu-hook", LDConfig: "/sbin/ldconfig
 
 func req(t *testing.T, env ...string) request.Request {
 	t.Helper()
-	r, err := request.FromEnv(env)
+	caps := &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}} // every request accepted
+	r, _, err := request.FromSpec(&specs.Spec{Process: &specs.Process{Env: env, Capabilities: caps}}, request.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

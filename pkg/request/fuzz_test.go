@@ -26,11 +26,11 @@ func FuzzFromEnv(f *testing.F) {
 		long := strings.Repeat(v, maxMessage/max(len(v), 1)+1) // longer than any message may be
 		for _, name := range []string{EnvVisibleDevices, EnvCapabilities, EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor} {
 			// all first: the variable named last replaces it when it is NVIDIA_VISIBLE_DEVICES
-			if _, err := FromEnv([]string{"NVIDIA_VISIBLE_DEVICES=all", name + "=" + long}); err != nil && len(err.Error()) > maxMessage {
+			if _, err := fromEnv([]string{"NVIDIA_VISIBLE_DEVICES=all", name + "=" + long}); err != nil && len(err.Error()) > maxMessage {
 				t.Fatalf("%s of %d bytes: an error of %d bytes: %.300q…", name, len(long), len(err.Error()), err.Error())
 			}
 		}
-		r, err := FromEnv(env)
+		r, err := fromEnv(env)
 		if err != nil && len(err.Error()) > maxMessage {
 			t.Fatalf("an error of %d bytes: %.300q…", len(err.Error()), err.Error())
 		}

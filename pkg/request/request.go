@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -116,13 +115,6 @@ func ParseEnv(list []string) Env {
 		}
 	}
 	return env
-}
-
-// FromEnv reads a request from a container environment alone (every channel accepted).
-func FromEnv(list []string) (Request, error) {
-	env := ParseEnv(list)
-	visible, set := env[EnvVisibleDevices]
-	return build(env, visible, set)
 }
 
 // build reads a request whose device list is visible (set says whether the container
@@ -256,41 +248,24 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	return DeviceList, tokens, nil
 }
 
-// envRequirements returns the requirement checks a container environment asks for, including
-// a legacy CUDA image's implied cuda>= rule (named CUDA_VERSION), and whether
+// envRequirements returns the requirement checks a container environment asks for — each
+// NVIDIA_REQUIRE_* but NVIDIA_REQUIRE_JETPACK*, sorted by name, then a legacy CUDA image's
+// implied rule (CUDA_VERSION=12.4.1 gives cuda>=12.4, named CUDA_VERSION) — and whether
 // NVIDIA_DISABLE_REQUIRE turns them off.
 func envRequirements(env Env) ([]requirements.Requirement, bool) {
-	reqs := requireVars(env)
+	var reqs []requirements.Requirement
+	for k, v := range env {
+		if strings.HasPrefix(k, EnvRequirePrefix) && !strings.HasPrefix(k, "NVIDIA_REQUIRE_JETPACK") && strings.TrimSpace(v) != "" {
+			reqs = append(reqs, requirements.Requirement{Name: k, Expression: v})
+		}
+	}
+	slices.SortFunc(reqs, func(a, b requirements.Requirement) int { return strings.Compare(a.Name, b.Name) })
 	if cuda, ok := env[EnvCUDAVersion]; ok && env[EnvRequireCUDA] == "" {
-		if r, ok := legacyRequirement(cuda); ok {
-			reqs = append(reqs, r)
+		parts := strings.SplitN(strings.TrimSpace(cuda), ".", 3)
+		if len(parts) >= 2 && parts[0] != "" && parts[1] != "" {
+			reqs = append(reqs, requirements.Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]})
 		}
 	}
 	disabled, _ := strconv.ParseBool(env[EnvDisableRequire]) // anything but a true value: false
 	return reqs, disabled
-}
-
-// requireVars returns the NVIDIA_REQUIRE_* variables that Request.Requirements holds.
-func requireVars(env Env) []requirements.Requirement {
-	var out []requirements.Requirement
-	for k, v := range env {
-		if !strings.HasPrefix(k, EnvRequirePrefix) || strings.HasPrefix(k, "NVIDIA_REQUIRE_JETPACK") {
-			continue
-		}
-		if strings.TrimSpace(v) == "" {
-			continue
-		}
-		out = append(out, requirements.Requirement{Name: k, Expression: v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// legacyRequirement turns CUDA_VERSION=12.4.1 into cuda>=12.4.
-func legacyRequirement(version string) (requirements.Requirement, bool) {
-	parts := strings.SplitN(strings.TrimSpace(version), ".", 3)
-	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
-		return requirements.Requirement{}, false
-	}
-	return requirements.Requirement{Name: EnvCUDAVersion, Expression: "cuda>=" + parts[0] + "." + parts[1]}, true
 }

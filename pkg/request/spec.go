@@ -67,15 +67,8 @@ func FromSpec(spec *specs.Spec, p Policy) (Request, []string, error) {
 
 // cdiAnnotations returns the annotations whose key starts with CDIAnnotationPrefix.
 func cdiAnnotations(all map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range all {
-		if strings.HasPrefix(k, CDIAnnotationPrefix) {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-		}
-	}
+	out := maps.Clone(all)
+	maps.DeleteFunc(out, func(k, _ string) bool { return !strings.HasPrefix(k, CDIAnnotationPrefix) })
 	return out
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/quote"
 )
 
-// FuzzParse checks, for any expression and any host values, that Parse neither panics nor
+// FuzzParse checks, for any expression and any host values, that parsing neither panics nor
 // varies between calls, that what it accepts keeps the text as written, and that Eval and
 // Check on an accepted expression neither panic nor blame the expression for host values; no
 // message is longer than maxMessage.
@@ -33,20 +33,20 @@ func FuzzParse(f *testing.F) {
 		f.Add(s.expr, s.cuda, s.driver, s.arch, s.brand)
 	}
 	f.Fuzz(func(t *testing.T, expr, cuda, driver, arch, brand string) {
-		e, err := Parse(expr)
-		e2, err2 := Parse(expr)
+		e, err := parseExpr(expr)
+		e2, err2 := parseExpr(expr)
 		if !reflect.DeepEqual(e, e2) || errText(err) != errText(err2) {
-			t.Fatalf("Parse(%q) not deterministic: %+v, %v then %+v, %v", expr, e, err, e2, err2)
+			t.Fatalf("parseExpr(%q) not deterministic: %+v, %v then %+v, %v", expr, e, err, e2, err2)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("Parse(%q) error %v does not wrap ErrMalformed", expr, err)
+				t.Fatalf("parseExpr(%q) error %v does not wrap ErrMalformed", expr, err)
 			}
 			if !strings.Contains(err.Error(), quote.Value(expr)) {
-				t.Fatalf("Parse(%q) error %q does not name the expression", expr, err)
+				t.Fatalf("parseExpr(%q) error %q does not name the expression", expr, err)
 			}
 			if len(err.Error()) > maxMessage {
-				t.Fatalf("Parse(%q): error of %d bytes", expr, len(err.Error()))
+				t.Fatalf("parseExpr(%q): error of %d bytes", expr, len(err.Error()))
 			}
 			return
 		}
@@ -56,16 +56,16 @@ func FuzzParse(f *testing.F) {
 		h := Host{CUDA: cuda, Driver: driver, GPUs: []GPU{gpu}}
 		ok, err := e.Eval(h)
 		if err != nil && (!errors.Is(err, ErrInvalidVersion) || errors.Is(err, ErrMalformed)) {
-			t.Fatalf("Parse(%q).Eval(%+v) error %v: want ErrInvalidVersion, never ErrMalformed", expr, h, err)
+			t.Fatalf("parseExpr(%q).Eval(%+v) error %v: want ErrInvalidVersion, never ErrMalformed", expr, h, err)
 		}
 		// A GPU repeated has the same facts: the per-GPU rule must give the same answer.
 		twice := Host{CUDA: cuda, Driver: driver, GPUs: []GPU{gpu, {ID: "1", Arch: arch, Brand: brand}}}
 		ok2, err2 := e.Eval(twice)
 		if ok2 != ok || errText(err2) != errText(err) {
-			t.Fatalf("Parse(%q): Eval with one GPU = %v, %v; with the same GPU twice = %v, %v", expr, ok, err, ok2, err2)
+			t.Fatalf("parseExpr(%q): Eval with one GPU = %v, %v; with the same GPU twice = %v, %v", expr, ok, err, ok2, err2)
 		}
 		if _, err := e.Eval(Host{CUDA: cuda, Driver: driver}); err != nil && !errors.Is(err, ErrInvalidVersion) {
-			t.Fatalf("Parse(%q).Eval without GPUs: %v", expr, err)
+			t.Fatalf("parseExpr(%q).Eval without GPUs: %v", expr, err)
 		}
 
 		warnings, cerr := Check([]Requirement{{Name: "NVIDIA_REQUIRE_FUZZ", Expression: expr}}, h)
@@ -101,18 +101,18 @@ func checkShape(t *testing.T, expr string, e Expression) {
 	t.Helper()
 	fields := strings.Fields(expr)
 	if e.Raw != expr || len(e.Terms) != len(fields) {
-		t.Fatalf("Parse(%q) = %+v: want Raw as given and %d terms", expr, e, len(fields))
+		t.Fatalf("parseExpr(%q) = %+v: want Raw as given and %d terms", expr, e, len(fields))
 	}
 	for i, term := range e.Terms {
 		raws := make([]string, len(term.Factors))
 		for j, f := range term.Factors {
 			if f.Raw != f.Key+string(f.Op)+f.Value || f.Key == "" || f.Value == "" {
-				t.Fatalf("Parse(%q) factor %+v: want non-empty key and value making up Raw", expr, f)
+				t.Fatalf("parseExpr(%q) factor %+v: want non-empty key and value making up Raw", expr, f)
 			}
 			raws[j] = f.Raw
 		}
 		if term.Raw != fields[i] || strings.Join(raws, ",") != term.Raw {
-			t.Fatalf("Parse(%q) term %d = %+v, want the field %q", expr, i, term, fields[i])
+			t.Fatalf("parseExpr(%q) term %d = %+v, want the field %q", expr, i, term, fields[i])
 		}
 	}
 }

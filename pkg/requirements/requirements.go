@@ -50,7 +50,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -92,8 +91,16 @@ const (
 	OpGreaterEqual Op = ">="
 )
 
-// operators lists the operators, opChars their characters.
-var operators = []Op{OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual}
+// holds gives, for each operator, whether a comparison of the host's version with the
+// factor's (-1, 0 or +1, as Version.Compare returns) satisfies it; opChars are their characters.
+var holds = map[Op]func(c int) bool{
+	OpEqual:        func(c int) bool { return c == 0 },
+	OpNotEqual:     func(c int) bool { return c != 0 },
+	OpLess:         func(c int) bool { return c < 0 },
+	OpLessEqual:    func(c int) bool { return c <= 0 },
+	OpGreater:      func(c int) bool { return c > 0 },
+	OpGreaterEqual: func(c int) bool { return c >= 0 },
+}
 
 const opChars = "<>=!"
 
@@ -120,7 +127,7 @@ type Requirement struct {
 
 // Expression is a parsed requirement: satisfied when any of its Terms is.
 type Expression struct {
-	Raw   string // the text given to Parse
+	Raw   string // the expression as written
 	Terms []Term
 }
 
@@ -142,16 +149,6 @@ type Factor struct {
 // satisfied.
 func (f Factor) Known() bool { return slices.Contains(knownKeys, f.Key) }
 
-// Parse parses a requirement expression. An error wraps ErrMalformed and names the expression
-// and the offending term or factor.
-func Parse(expr string) (Expression, error) {
-	e, err := parse(expr)
-	if err != nil {
-		return Expression{}, fmt.Errorf("%w %s: %w", ErrMalformed, label(Requirement{Expression: expr}), err)
-	}
-	return e, nil
-}
-
 // Limits on one expression. The image chooses it, and the prestart check runs in the
 // engine's process tree: without them a 126 KB expression of 18,000 factors cost gigabytes.
 // Real ones (a CUDA 12 image's NVIDIA_REQUIRE_CUDA) are under 2 KB and 100 factors.
@@ -160,8 +157,8 @@ const (
 	MaxFactors          = 1024
 )
 
-// parse returns the reason an expression is malformed without naming the expression, so that
-// callers can name it (and its variable) once. Its work is linear in the expression's length.
+// parse parses a requirement expression. An error says why it is malformed without naming the
+// expression, so that Check names it (and its variable) once. Its work is linear in the expression's length.
 func parse(expr string) (Expression, error) {
 	if len(expr) > MaxExpressionLength {
 		return Expression{}, fmt.Errorf("%d bytes long, more than the %d allowed", len(expr), MaxExpressionLength)
@@ -201,7 +198,7 @@ func parseFactor(raw string) (Factor, error) {
 	}
 	value := strings.TrimLeft(raw[start:], opChars)
 	f := Factor{Raw: raw, Key: raw[:start], Op: Op(raw[start : len(raw)-len(value)]), Value: value}
-	if !slices.Contains(operators, f.Op) {
+	if holds[f.Op] == nil {
 		return Factor{}, fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 	}
 	if f.Value == "" {
@@ -220,7 +217,7 @@ func parseFactor(raw string) (Factor, error) {
 func (f Factor) check() error {
 	switch f.Key {
 	case KeyCUDA, KeyDriver, KeyArch:
-		if !slices.Contains(operators, f.Op) {
+		if holds[f.Op] == nil {
 			return fmt.Errorf("unknown operator %s (want one of = != < <= > >=)", quote.Value(string(f.Op)))
 		}
 		_, err := ParseVersion(f.Value)
@@ -239,11 +236,6 @@ func (f Factor) check() error {
 // UnknownKeys returns the factors of e whose key this package does not evaluate, in order.
 func (e Expression) UnknownKeys() []Factor {
 	return e.factors(func(f Factor) bool { return !f.Known() })
-}
-
-// involvesGPUs reports whether e has an arch or brand factor.
-func (e Expression) involvesGPUs() bool {
-	return len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0
 }
 
 // factors returns the factors of e that keep accepts, in order.
@@ -321,22 +313,7 @@ func (f Factor) compare(have, what string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	c := hv.Compare(want)
-	switch f.Op {
-	case OpEqual:
-		return c == 0, nil
-	case OpNotEqual:
-		return c != 0, nil
-	case OpLess:
-		return c < 0, nil
-	case OpLessEqual:
-		return c <= 0, nil
-	case OpGreater:
-		return c > 0, nil
-	case OpGreaterEqual:
-		return c >= 0, nil
-	}
-	return false, fmt.Errorf("%w: unknown operator %s", ErrMalformed, quote.Value(string(f.Op)))
+	return holds[f.Op](hv.Compare(want)), nil // a known operator: eval checked the factor
 }
 
 // Check evaluates every requirement against h; all must hold. All are parsed first (the first
@@ -360,7 +337,7 @@ func Check(reqs []Requirement, h Host) (warnings []string, err error) {
 			return warnings, fmt.Errorf("check %s: %w", label(reqs[i]), err)
 		}
 		if !ok {
-			return warnings, &unsatisfiedError{msg: unsatisfiedMessage(e, h)}
+			return warnings, quote.Marked(ErrUnsatisfied, "%s", unsatisfiedMessage(e, h))
 		}
 	}
 	return warnings, nil
@@ -398,12 +375,6 @@ func label(r Requirement) string {
 	return quote.Var(show(r.Name), r.Expression)
 }
 
-// unsatisfiedError carries the user-facing message verbatim and wraps ErrUnsatisfied.
-type unsatisfiedError struct{ msg string }
-
-func (e *unsatisfiedError) Error() string { return e.msg }
-func (e *unsatisfiedError) Unwrap() error { return ErrUnsatisfied }
-
 // unsatisfiedMessage builds the one-line message for an unsatisfied expression; e has at least
 // one term, since an expression without terms is satisfied.
 func unsatisfiedMessage(e Expression, h Host) string {
@@ -414,7 +385,7 @@ func unsatisfiedMessage(e Expression, h Host) string {
 		b.WriteString(", please update your driver to a newer version, or use an earlier cuda container")
 	}
 	fmt.Fprintf(&b, " (host: cuda %s, driver %s", orUnknown(h.CUDA), orUnknown(h.Driver))
-	if e.involvesGPUs() {
+	if len(e.factors(func(f Factor) bool { return f.Key == KeyArch || f.Key == KeyBrand })) > 0 { // facts of the GPUs
 		for _, g := range groupGPUs(h.GPUs) {
 			b.WriteString("; " + g)
 		}
@@ -455,12 +426,13 @@ func orUnknown(s string) string {
 	return show(s)
 }
 
-// show returns s, quoted when it holds anything but printable characters.
+// show returns s, quoted when it holds anything but printable characters, and cut
+// (internal/quote): a host value or variable name of kilobytes stays a short message.
 func show(s string) string {
 	if printable(s) && !strings.ContainsFunc(s, unicode.IsSpace) {
-		return s
+		return quote.Cut(s)
 	}
-	return strconv.Quote(s)
+	return quote.Value(s)
 }
 
 // printable reports whether s is valid UTF-8 made of printable characters only.

@@ -150,18 +150,18 @@ func TestEval(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			e, err := Parse(tc.expr)
+			e, err := parseExpr(tc.expr)
 			if tc.want == malformed {
 				if !errors.Is(err, ErrMalformed) {
-					t.Fatalf("Parse(%q) error = %v, want ErrMalformed", tc.expr, err)
+					t.Fatalf("parseExpr(%q) error = %v, want ErrMalformed", tc.expr, err)
 				}
 				if !strings.Contains(err.Error(), strconv.Quote(tc.expr)) {
-					t.Errorf("Parse(%q) error %q does not name the expression", tc.expr, err)
+					t.Errorf("parseExpr(%q) error %q does not name the expression", tc.expr, err)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("Parse(%q): %v", tc.expr, err)
+				t.Fatalf("parseExpr(%q): %v", tc.expr, err)
 			}
 			var unknown []string
 			for _, f := range e.UnknownKeys() {
@@ -182,14 +182,23 @@ func TestEval(t *testing.T) {
 				got = fail
 			}
 			if got != tc.want {
-				t.Errorf("Parse(%q).Eval(%+v) = %v (err %v), want %v", tc.expr, tc.host, got, err, tc.want)
+				t.Errorf("parseExpr(%q).Eval(%+v) = %v (err %v), want %v", tc.expr, tc.host, got, err, tc.want)
 			}
 		})
 	}
 }
 
+// parseExpr parses expr as Check does: a malformed one is Check's error, which names it.
+func parseExpr(expr string) (Expression, error) {
+	e, err := parse(expr)
+	if err != nil {
+		_, err = Check([]Requirement{{Expression: expr}}, Host{})
+	}
+	return e, err
+}
+
 func TestParse(t *testing.T) {
-	got, err := Parse(" cuda>=12.4\tbrand=tesla,driver!=535 ")
+	got, err := parseExpr(" cuda>=12.4\tbrand=tesla,driver!=535 ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +213,7 @@ func TestParse(t *testing.T) {
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Parse() =\n%+v\nwant\n%+v", got, want)
+		t.Errorf("parseExpr() =\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -237,18 +246,18 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			_, err := Parse(tc.expr)
+			_, err := parseExpr(tc.expr)
 			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("Parse(%q) error = %v, want ErrMalformed", tc.expr, err)
+				t.Fatalf("parseExpr(%q) error = %v, want ErrMalformed", tc.expr, err)
 			}
 			if err.Error() != tc.wantErr {
-				t.Errorf("Parse(%q) error =\n%s\nwant\n%s", tc.expr, err, tc.wantErr)
+				t.Errorf("parseExpr(%q) error =\n%s\nwant\n%s", tc.expr, err, tc.wantErr)
 			}
 		})
 	}
 	// A malformed version in an expression is both malformed and an invalid version.
-	if _, err := Parse("cuda>=a"); !errors.Is(err, ErrInvalidVersion) {
-		t.Errorf("Parse(cuda>=a) error = %v, want ErrInvalidVersion too", err)
+	if _, err := parseExpr("cuda>=a"); !errors.Is(err, ErrInvalidVersion) {
+		t.Errorf("parseExpr(cuda>=a) error = %v, want ErrInvalidVersion too", err)
 	}
 }
 

@@ -151,8 +151,8 @@ func TestBadInput(t *testing.T) {
 			}
 			writeFile(t, filepath.Join(b, "config.json"), strings.Replace(string(data), `"mounts": [`, `"hooks": {"prestart": [], "prestart": [{"path": "/bin/true"}]}, "mounts": [`, 1))
 		}, wantMsg: []string{`hooks: ambiguous members: "prestart" appears twice`}},
-		{description: "GPU_RUNTIME_CONFIG names a FIFO", env: gpu0, wantMsg: []string{"read config ", "fifo.toml: not a regular file (a named pipe)"}},
-		{description: "GPU_RUNTIME_CONFIG names /dev/zero", env: gpu0, wantMsg: []string{"read config /dev/zero: not a regular file (a character device)"}},
+		{description: "GPU_RUNTIME_CONFIG names a FIFO", env: gpu0, wantMsg: []string{"read config ", "fifo.toml is a FIFO, not a regular file"}},
+		{description: "GPU_RUNTIME_CONFIG names /dev/zero", env: gpu0, wantMsg: []string{"read config /dev/zero: /dev/zero is a character device, not a regular file"}},
 	}
 	// Per-case setup not expressible as data.
 	special := map[string]func(t *testing.T, e *env) []string{
