@@ -109,7 +109,7 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	// A symbolic link at the output path is replaced by the spec, never followed: one planted
 	// in a spec directory others can write to would aim root's write at any file, and no
-	// link is read as a spec (cdi.CheckSpecFile). The new file is root's, mode 0644, whoever
+	// link is read as a spec (internal/cdi's specRule). The new file is root's, mode 0644, whoever
 	// owned what it replaces: the rule spec files are read by.
 	if fi, err := os.Lstat(*output); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		target, _ := os.Readlink(*output)
