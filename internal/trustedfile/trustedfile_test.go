@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -205,4 +206,38 @@ func TestReadRegular(t *testing.T) {
 	if _, _, err := ReadRegular(filepath.Join(dir, "missing"), 2, true); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
 	}
+}
+
+// TestReadLeavesNothingOpen: a read costs its own two descriptors and nothing more, in a
+// process that read nothing before (gpu-runtime's start and delete each read the config once):
+// no procfs instance made and kept for later reopens, as pathrs.Reopen does (fsopen, fsmount).
+func TestReadLeavesNothingOpen(t *testing.T) {
+	if os.Getenv("TRUSTEDFILE_FRESH") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReadLeavesNothingOpen$", "-test.v")
+		cmd.Env = append(os.Environ(), "TRUSTEDFILE_FRESH=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("in a fresh process: %v\n%s", err, out)
+		}
+		return
+	}
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := openFDs(t)
+	if _, _, err := ReadRegular(p, 64, true); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open after the read, %d before", after, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }
