@@ -206,7 +206,12 @@ func (p *Plan) addCDI(req request.Request, host Host, cdi []CDIDevice, native bo
 		if req.MPSShare != "" && len(given) > 0 {
 			e.Mounts = withoutMPSPrograms(e.Mounts)
 		}
-		e.Hooks = slices.DeleteFunc(slices.Clone(e.Hooks), isLDCacheHook)
+		// The spec's own loader-cache hook joins the plan's, which needs the driver's version
+		// (CUDA forward compatibility): without a discovered host the hook stays as the spec
+		// wrote it.
+		if p.LoaderCache.DriverVersion != "" {
+			e.Hooks = slices.DeleteFunc(slices.Clone(e.Hooks), isLDCacheHook)
+		}
 		if len(e.Hooks) != len(c.Edits.Hooks) {
 			for _, m := range e.Mounts {
 				if isLibrary(m.ContainerPath) && (m.Type == "" || m.Type == "bind") {

@@ -384,6 +384,16 @@ func TestCDIDevices(t *testing.T) {
 		t.Errorf("env = %q", p.Edits.Env)
 	}
 
+	// Without a discovered host (a CDI-only create whose discovery failed) the plan does not
+	// know the driver's version: the spec's own hook stays, and the plan has no update to do.
+	p, err = Build(req(t, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"), Host{}, []CDIDevice{gpu1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Edits.Hooks, []edits.Hook{ldcache}) || len(p.LoaderCache.Libraries) != 0 {
+		t.Errorf("without a host: hooks = %+v, loader cache = %+v; want the spec's hook, no update", p.Edits.Hooks, p.LoaderCache.Libraries)
+	}
+
 	// Requirements cover the CDI device's GPU; health too.
 	h.Driver.GPUs[1].ComputeCapability = "7.0"
 	cdiOnly := "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"
