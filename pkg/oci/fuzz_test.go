@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -149,10 +150,10 @@ func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error 
 			}
 		}
 	case '{':
-		var fields *fieldTable
+		var fields map[string]reflect.Type
 		var elem reflect.Type
 		if typ != nil && typ.Kind() == reflect.Struct {
-			fields = fieldsOf(typ)
+			fields = referenceFields(typ)
 		} else if typ != nil && typ.Kind() == reflect.Map {
 			elem = typ.Elem()
 		}
@@ -166,14 +167,11 @@ func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error 
 			}
 			seen[key] = true
 			valueType := elem
-			if fields != nil {
-				if i := fields.lookup([]byte(key)); i >= 0 {
-					name := fields.names[i]
-					if prev, dup := named[name]; dup {
-						return fmt.Errorf("%s: %w: %q and %q name the same field", path, errAmbiguous, prev, key)
-					}
-					named[name], valueType = key, fields.types[i]
+			if name, t, ok := referenceField(fields, key); ok {
+				if prev, dup := named[name]; dup {
+					return fmt.Errorf("%s: %w: %q and %q name the same field", path, errAmbiguous, prev, key)
 				}
+				named[name], valueType = key, t
 			}
 			if err := referenceCheckKeys(dec, valueType, path+"."+key); err != nil {
 				return err
@@ -182,4 +180,47 @@ func referenceCheckKeys(dec *json.Decoder, typ reflect.Type, path string) error 
 	}
 	_, _ = dec.Token()
 	return nil
+}
+
+// referenceFields maps the JSON names of a struct's fields (embedded structs flattened) to
+// their types, written apart from keys.go's field table so that the fuzz target checks it.
+func referenceFields(typ reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if et := f.Type; f.Anonymous && name == "" {
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				maps.Copy(fields, referenceFields(et))
+				continue
+			}
+		}
+		if f.IsExported() {
+			if name == "" {
+				name = f.Name
+			}
+			fields[name] = f.Type
+		}
+	}
+	return fields
+}
+
+// referenceField finds the field key decodes into, as Go's decoder does: the exact name, else
+// one equal under case folding.
+func referenceField(fields map[string]reflect.Type, key string) (string, reflect.Type, bool) {
+	if t, ok := fields[key]; ok {
+		return key, t, true
+	}
+	for name, t := range fields {
+		if strings.EqualFold(name, key) {
+			return name, t, true
+		}
+	}
+	return "", nil, false
 }
