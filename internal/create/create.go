@@ -105,14 +105,14 @@ func PrepareBundle(inv oci.Invocation, opts Options) error {
 		return nil
 	}
 	in.UpdateLoaderCache(opts, false, log)
-	e := in.Edits()
+	e, err := in.Apply()
+	if err != nil {
+		return err
+	}
 	if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		for _, line := range e.Describe() {
 			log.Debug(line)
 		}
-	}
-	if err := in.Apply(); err != nil {
-		return err
 	}
 	if err := in.File.Write(); err != nil {
 		return err
@@ -284,12 +284,13 @@ func (in Injection) Edits() edits.Edits {
 }
 
 // Apply edits the spec in memory: every edit of the one plan, native and CDI devices alike,
-// in one place (edits.Apply).
-func (in Injection) Apply() error {
-	if err := in.Edits().Apply(in.File.Spec); err != nil {
-		return fmt.Errorf("edit spec: %w", err)
+// in one place (edits.Apply). It returns the edits it made.
+func (in Injection) Apply() (edits.Edits, error) {
+	e := in.Edits()
+	if err := e.Apply(in.File.Spec); err != nil {
+		return e, fmt.Errorf("edit spec: %w", err)
 	}
-	return nil
+	return e, nil
 }
 
 // hasDevice reports whether the spec has a device node at path.

@@ -348,7 +348,7 @@ func TestDecideAgreesWithApply(t *testing.T) {
 	if after, _ := os.ReadFile(p); !bytes.Equal(raw, after) {
 		t.Fatal("Decide wrote the spec")
 	}
-	if err := in.Apply(); err != nil {
+	if _, err := in.Apply(); err != nil {
 		t.Fatal(err)
 	}
 	nodes := 0

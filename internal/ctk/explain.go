@@ -195,10 +195,11 @@ func explain(source, path string, raw []byte, stderr io.Writer) *Explanation {
 			warnings.lines = append(warnings.lines, "CDI spec not loaded: "+p)
 		}
 	}
+	var e edits.Edits
 	if err == nil && in.Unchanged == "" {
 		in.UpdateLoaderCache(opts, true, log)
 		// What Apply would do to this very spec (not written).
-		err = in.Apply()
+		e, err = in.Apply()
 	}
 	ex.Warnings = warnings.lines
 	if err != nil {
@@ -222,7 +223,6 @@ func explain(source, path string, raw []byte, stderr io.Writer) *Explanation {
 		}
 		ex.Devices = append(ex.Devices, ed)
 	}
-	e := in.Edits()
 	ex.Edits = &e
 	ex.CDIDevices = in.CDINames
 	ex.LoaderCache = in.LoaderCacheWhy
