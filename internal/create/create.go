@@ -238,8 +238,10 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	for _, w := range p.Warnings {
 		log.Warn(w)
 	}
-	if in.Render, err = Render(opts); err != nil {
-		return in, err
+	if len(p.LoaderCache.Libraries) > 0 || len(p.Edits.ProcCaps) > 0 { // a hook may be written: gpu-hook must exist
+		if in.Render, err = Render(opts); err != nil {
+			return in, err
+		}
 	}
 	if root, err := in.rootPath(); err == nil { // without one root, the loader-cache step says why
 		return in, checkVolumeTargets(root, in.File.Spec.Mounts, in.Plan.Edits.Mounts)

@@ -257,6 +257,25 @@ func TestPrepareBundleDockerHook(t *testing.T) {
 			t.Errorf("%q: devices %+v", env, s.Linux.Devices)
 		}
 	}
+
+	// Removing docker's hook writes no hook of ours: it needs no gpu-hook.
+	saved := systemDirs
+	systemDirs = nil
+	t.Cleanup(func() { systemDirs = saved })
+	t.Setenv("PATH", t.TempDir())
+	e.opts.Config.Hook.Path = ""
+	e.opts.Executable = filepath.Join(t.TempDir(), "gpu-runtime")
+	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=void"}, true)
+	if err := PrepareBundle(inv, e.opts); err != nil {
+		t.Fatalf("without gpu-hook: %v", err)
+	}
+	if s, _ := readSpec(t, b); s.Hooks != nil && len(s.Hooks.Prestart) != 0 { //nolint:staticcheck // docker writes prestart
+		t.Errorf("without gpu-hook: docker's hook kept: %+v", s.Hooks)
+	}
+	inv, _ = e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, false)
+	if err := PrepareBundle(inv, e.opts); err == nil || !strings.Contains(err.Error(), "find gpu-hook: not next to") {
+		t.Errorf("a GPU container without gpu-hook: %v", err)
+	}
 }
 
 // TestPrepareBundleErrors: each failure names its cause and leaves the spec as it was.
