@@ -261,7 +261,7 @@ func (f *SpecFile) checkView() error {
 }
 
 // readOnly are the members gpu-runtime only reads (CDI's edits may change them).
-var readOnly = map[string]bool{"process.user": true, "annotations": true, "linux.namespaces": true, "linux.netDevices": true, "linux.intelRdt": true}
+var readOnly = map[string]bool{"process.user": true, "linux.namespaces": true, "linux.netDevices": true, "linux.intelRdt": true}
 
 // put writes the member path names into parent: v encoded, or no member when v is empty
 // (an emptied object keeps the keys this runtime-spec version does not know). A readOnly
