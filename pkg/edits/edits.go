@@ -114,9 +114,9 @@ func appendNew[T any, K comparable](list, items []T, key func(T) K) []T {
 func itself[T any](v T) T { return v }
 
 // Apply changes spec according to e: the one place where injection becomes spec changes. The
-// edits are made in a fixed order: hook removals, env, devices, mounts (by depth, as the CDI
-// library and the engines order them: a mount inside another comes after it; ID-mapped ones
-// take the mappings of spec's user namespace), groups, hooks.
+// edits are made in a fixed order: hook removals, env, devices, mounts (after the spec's own,
+// the injected ones sorted by depth among themselves, so that one inside another comes after
+// it; ID-mapped ones take the mappings of spec's user namespace), groups, annotations, hooks.
 func (e Edits) Apply(spec *specs.Spec) error {
 	var opts []oci.SpecOpt
 	for _, name := range e.RemoveHooks {

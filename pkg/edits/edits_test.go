@@ -82,6 +82,55 @@ func TestApplyWholeSpec(t *testing.T) {
 	}
 }
 
+// TestApplyCDIFields: what CDI devices bring besides nodes and bind mounts — a cgroup access
+// narrower than rwm, a mount of another type, ID-mapped bind mounts (given the user
+// namespace's mappings only where there is one), additional groups (0 skipped, each once),
+// annotations — and injected mounts ordered by depth after the spec's own.
+func TestApplyCDIFields(t *testing.T) {
+	e := Edits{
+		DeviceNodes: []DeviceNode{{Path: "/dev/x", Type: "c", Major: 10, Minor: 1, Access: "rw"}},
+		Mounts: []Mount{
+			{HostPath: "/host/a/b", ContainerPath: "/a/b", IDMapped: true},
+			{HostPath: "tmpfs", ContainerPath: "/a", Type: "tmpfs", Options: []string{"size=1m"}, IDMapped: true},
+		},
+		AdditionalGIDs: []uint32{0, 44, 44, 45},
+		Annotations:    map[string]string{"dev.example/x": "1"},
+	}
+	ids := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	for _, userns := range []bool{false, true} {
+		s := &specs.Spec{Process: &specs.Process{User: specs.User{AdditionalGids: []uint32{45}}},
+			Mounts: []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}}, Linux: &specs.Linux{}}
+		if userns {
+			s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.UserNamespace}}
+			s.Linux.UIDMappings, s.Linux.GIDMappings = ids, ids
+		}
+		if err := e.Apply(s); err != nil {
+			t.Fatal(err)
+		}
+		var mapped []specs.LinuxIDMapping
+		if userns {
+			mapped = ids
+		}
+		wantMounts := []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/a", Type: "tmpfs", Source: "tmpfs", Options: []string{"size=1m"}},
+			{Destination: "/a/b", Type: "bind", Source: "/host/a/b", UIDMappings: mapped, GIDMappings: mapped},
+		}
+		if !reflect.DeepEqual(s.Mounts, wantMounts) {
+			t.Errorf("user namespace %v: mounts\n got %+v\nwant %+v", userns, s.Mounts, wantMounts)
+		}
+		if r := s.Linux.Resources.Devices; len(r) != 1 || r[0].Access != "rw" || !r[0].Allow {
+			t.Errorf("cgroup rules = %+v, want one allowing rw", r)
+		}
+		if got := s.Process.User.AdditionalGids; !reflect.DeepEqual(got, []uint32{45, 44}) {
+			t.Errorf("additional groups = %v, want [45 44]", got)
+		}
+		if s.Annotations["dev.example/x"] != "1" {
+			t.Errorf("annotations = %v", s.Annotations)
+		}
+	}
+}
+
 func fileMode(m os.FileMode) *os.FileMode { return &m }
 func u32(v uint32) *uint32                { return &v }
 
