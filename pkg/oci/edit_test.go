@@ -162,3 +162,19 @@ func TestWithoutEnv(t *testing.T) {
 		t.Errorf("no process: %v", err)
 	}
 }
+
+// TestWithHook: an identical hook is added once (a second create pass, two CDI devices of one
+// spec with the same hook); different hooks of one program, in one stage, all stay (a CDI
+// spec's hook per device), and the stage is the one asked for.
+func TestWithHook(t *testing.T) {
+	env := []string{"PATH=/usr/bin"}
+	a := specs.Hook{Path: "/usr/bin/h", Args: []string{"h", "a"}, Env: env}
+	b := specs.Hook{Path: "/usr/bin/h", Args: []string{"h", "b"}, Env: env}
+	s := &specs.Spec{}
+	if err := Apply(s, WithHook(StageCreateContainer, a), WithHook(StageCreateContainer, a), WithHook(StageCreateContainer, b), WithHook(StagePoststop, a)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s.Hooks.CreateContainer, []specs.Hook{a, b}) || !reflect.DeepEqual(s.Hooks.Poststop, []specs.Hook{a}) {
+		t.Errorf("hooks = %+v", s.Hooks)
+	}
+}
