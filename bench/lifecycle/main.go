@@ -170,15 +170,15 @@ func measure(ctx context.Context, o options, l *lab) error {
 
 	progress("building fake GPU hosts with 1, 8 and 16 GPUs in %s", l.work)
 	cfg, noopCfg := map[int]string{}, map[int]string{}
-	var noCache8 string
+	var noCache8, baseCfg8 string // the 8-GPU host's: without its discovery cache; the -baseline build's
 	for _, n := range []int{1, 8, 16} {
 		c, err := l.buildHost(n)
 		if err != nil {
 			return fmt.Errorf("build fake host with %d GPUs: %w", n, err)
 		}
-		cfg[n], noopCfg[n], cfg[-n] = c.runc, c.noop, c.base
+		cfg[n], noopCfg[n] = c.runc, c.noop
 		if n == 8 {
-			noCache8 = c.noopCold
+			noCache8, baseCfg8 = c.noopCold, c.base
 		}
 		if interrupted() {
 			return errInterrupted
@@ -248,9 +248,9 @@ func measure(ctx context.Context, o options, l *lab) error {
 	}
 	if l.baseRuntime != "" {
 		// The same containers through another build, in the same run: what the change did.
-		base := &variant{key: "base-gpu8", label: "baseline gpu-runtime, 8 GPUs", binary: l.baseRuntime, config: cfg[-8], spec: specGPU}
-		baseReal := &variant{key: "base-gpu8-real", label: "baseline gpu-runtime, 8 GPUs, realistic image", binary: l.baseRuntime, config: cfg[-8], spec: specGPU, image: imageRealistic}
-		baseCUDA := &variant{key: "base-gpu8-cuda", label: "baseline gpu-runtime, 8 GPUs, CUDA image env", binary: l.baseRuntime, config: cfg[-8], spec: specCUDA}
+		base := &variant{key: "base-gpu8", label: "baseline gpu-runtime, 8 GPUs", binary: l.baseRuntime, config: baseCfg8, spec: specGPU}
+		baseReal := &variant{key: "base-gpu8-real", label: "baseline gpu-runtime, 8 GPUs, realistic image", binary: l.baseRuntime, config: baseCfg8, spec: specGPU, image: imageRealistic}
+		baseCUDA := &variant{key: "base-gpu8-cuda", label: "baseline gpu-runtime, 8 GPUs, CUDA image env", binary: l.baseRuntime, config: baseCfg8, spec: specCUDA}
 		variants = append(variants, base, baseReal, baseCUDA)
 		comps = append(comps,
 			&comparison{key: "base-gpu-vs-runc", title: "baseline: GPU container (8 GPUs) vs plain runc, busybox", a: base, b: runcPlain},
