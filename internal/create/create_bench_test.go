@@ -202,6 +202,38 @@ func (f *benchFixture) needCTK(b *testing.B) {
 	}
 }
 
+// prepareBundles times PrepareBundle on fresh bundles of spec with cfg, after one untimed
+// call that fills the discovery cache, as the first container on a host does. It returns the
+// first timed bundle.
+func (f *benchFixture) prepareBundles(b *testing.B, spec []byte, cfg config.Config) string {
+	b.ReportAllocs()
+	parent := b.TempDir()
+	log := runlog.New(runlog.Options{RuncLog: filepath.Join(parent, "log.json"), Format: "json", Level: logrus.InfoLevel, Stderr: os.Stderr})
+	defer log.Close()
+	opts := Options{Config: cfg, Executable: f.exe, Cwd: parent, Logger: log}
+	warm := oci.Invocation{Command: "create", Bundle: writeBundle(b, filepath.Join(parent, "warm"), spec), ContainerID: "warm", LogFormat: "json"}
+	if err := PrepareBundle(warm, opts); err != nil {
+		b.Fatal(err)
+	}
+	bundles := make([]string, 256)
+	round := 0
+	batched(b, func(n int) {
+		round++
+		for i := 0; i < n; i++ {
+			bundles[i] = writeBundle(b, filepath.Join(parent, fmt.Sprintf("b%d-%d", round, i)), spec)
+		}
+		// Flush the new bundles now: on ext4 (data=ordered) the fsync in PrepareBundle's
+		// atomic write would otherwise also write them out, inside the timed region.
+		unix.Sync()
+	}, func(i int) {
+		inv := oci.Invocation{Command: "create", Bundle: bundles[i], ContainerID: "bench", LogFormat: "json"}
+		if err := PrepareBundle(inv, opts); err != nil {
+			b.Fatal(err)
+		}
+	})
+	return bundles[0]
+}
+
 // writeBundle writes a bundle's config.json and returns the bundle directory.
 func writeBundle(b *testing.B, dir string, spec []byte) string {
 	b.Helper()
@@ -443,34 +475,9 @@ func BenchmarkCreatePath(b *testing.B) {
 			if wantChanged {
 				f.needCTK(b) // the untimed first call fills the cache through gpu-ctk (and cache-off asks it every time)
 			}
-			b.ReportAllocs()
-			parent := b.TempDir()
-			log := runlog.New(runlog.Options{RuncLog: filepath.Join(parent, "log.json"), Format: "json", Level: logrus.InfoLevel, Stderr: os.Stderr})
-			defer log.Close()
-			opts := Options{Config: cfg, Executable: f.exe, Cwd: parent, Logger: log}
-			// One untimed call first: it fills the discovery cache, as the first container on a host does.
-			warm := oci.Invocation{Command: "create", Bundle: writeBundle(b, filepath.Join(parent, "warm"), spec), ContainerID: "warm", LogFormat: "json"}
-			if err := PrepareBundle(warm, opts); err != nil {
-				b.Fatal(err)
-			}
-			bundles := make([]string, 256)
-			round := 0
-			batched(b, func(n int) {
-				round++
-				for i := 0; i < n; i++ {
-					bundles[i] = writeBundle(b, filepath.Join(parent, fmt.Sprintf("b%d-%d", round, i)), spec)
-				}
-				// Flush the new bundles now: on ext4 (data=ordered) the fsync in PrepareBundle's
-				// atomic write would otherwise also write them out, inside the timed region.
-				unix.Sync()
-			}, func(i int) {
-				inv := oci.Invocation{Command: "create", Bundle: bundles[i], ContainerID: "bench", LogFormat: "json"}
-				if err := PrepareBundle(inv, opts); err != nil {
-					b.Fatal(err)
-				}
-			})
+			first := f.prepareBundles(b, spec, cfg)
 			b.StopTimer()
-			after, err := os.ReadFile(oci.ConfigPath(bundles[0]))
+			after, err := os.ReadFile(oci.ConfigPath(first))
 			if err != nil {
 				b.Fatal(err)
 			}

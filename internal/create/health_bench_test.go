@@ -15,19 +15,12 @@ package create
 // without health (see the lead's make bench) for the check's share of a create.
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
-
-	"github.com/gpu-runtime/gpu-runtime/internal/runlog"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
-	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 )
 
 func BenchmarkCreatePathHealth(b *testing.B) {
@@ -74,30 +67,7 @@ func BenchmarkCreatePathHealth(b *testing.B) {
 	prepare := func(name string, cfg config.Config) {
 		b.Run("PrepareBundle/"+name, func(b *testing.B) {
 			f.needCTK(b) // the untimed first call fills the discovery cache through gpu-ctk
-			b.ReportAllocs()
-			parent := b.TempDir()
-			log := runlog.New(runlog.Options{RuncLog: filepath.Join(parent, "log.json"), Format: "json", Level: logrus.InfoLevel, Stderr: os.Stderr})
-			defer log.Close()
-			opts := Options{Config: cfg, Executable: f.exe, Cwd: parent, Logger: log}
-			spec := f.specs["runc-default"]
-			warm := oci.Invocation{Command: "create", Bundle: writeBundle(b, filepath.Join(parent, "warm"), spec), ContainerID: "warm", LogFormat: "json"}
-			if err := PrepareBundle(warm, opts); err != nil {
-				b.Fatal(err)
-			}
-			bundles := make([]string, 256)
-			round := 0
-			batched(b, func(n int) {
-				round++
-				for i := 0; i < n; i++ {
-					bundles[i] = writeBundle(b, filepath.Join(parent, fmt.Sprintf("b%d-%d", round, i)), spec)
-				}
-				unix.Sync() // as BenchmarkCreatePath: keep the bundles' writeback out of the timed fsync
-			}, func(i int) {
-				inv := oci.Invocation{Command: "create", Bundle: bundles[i], ContainerID: "bench", LogFormat: "json"}
-				if err := PrepareBundle(inv, opts); err != nil {
-					b.Fatal(err)
-				}
-			})
+			f.prepareBundles(b, f.specs["runc-default"], cfg)
 		})
 	}
 	cfg := f.cfg
