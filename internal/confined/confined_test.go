@@ -106,6 +106,26 @@ func TestBudget(t *testing.T) {
 				_, err = d.List(100)
 				return err
 			}, "/d: reached the limit of 30 directory entries listed for one container's update"},
+		{"entries over refused listings", Limits{Bytes: 1000, Entries: 30, Lookups: 100},
+			func(r *Root) error {
+				// Each listing reads 6 names and is refused ("more than 5 entries"): what it
+				// read is spent all the same.
+				for range 100 {
+					if _, err := r.List("/d", 5); errors.Is(err, ErrBudget) {
+						return err
+					}
+				}
+				return nil
+			}, "/d: reached the limit of 30 directory entries listed for one container's update"},
+		{"deadline, listing a directory already open", Limits{Bytes: 1000, Entries: 100, Lookups: 100},
+			func(r *Root) error {
+				if _, err := r.List("/d", 100); err != nil {
+					return err
+				}
+				r.b.lim.Deadline = time.Now().Add(-time.Second) // the handle is cached: no lookup
+				_, err := r.List("/d", 100)
+				return err
+			}, "/d: reached the limit of time for one container's update"},
 		{"lookups", Limits{Bytes: 10000, Entries: 100, Lookups: 2},
 			func(r *Root) error {
 				for _, p := range []string{"/a", "/b", "/a"} {
