@@ -374,3 +374,36 @@ func TestReadAs(t *testing.T) {
 		t.Errorf("ReadFile as root = %v", err)
 	}
 }
+
+// TestErrorTexts: what the reading calls say when they refuse, word for word.
+func TestErrorTexts(t *testing.T) {
+	testCases := []struct {
+		description string
+		do          func(r *Root) error
+		want        string
+	}{
+		{"a container user with more groups than the kernel allows",
+			func(r *Root) error {
+				r.ReadAs(&Cred{UID: 1000, GID: 1000, Groups: make([]uint32, maxGroups+1)})
+				_, err := r.ReadFile("/etc/conf", 100)
+				return err
+			}, "the container's user has 65537 groups, more than the kernel allows"},
+		{"a link name that is a path",
+			func(r *Root) error {
+				d, err := r.Dir("/etc")
+				if err != nil {
+					return err
+				}
+				_, err = d.Readlink("a/b")
+				return err
+			}, `"a/b" is not a file name`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_, r := newRoot(t, map[string]string{"/etc/conf": "x"}, big())
+			if err := tc.do(r); err == nil || err.Error() != tc.want {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -98,6 +98,27 @@ func TestReadConfigWarnings(t *testing.T) {
 			want:        badPatterns,
 		},
 		{
+			description: "a pattern matching more than 256 files",
+			conf:        "include /m/*\n",
+			dirs:        map[string]int{"/m": maxConfFiles + 1},
+			want: []string{
+				"/etc/ld.so.conf line 1: include: more than 256 matches: only the first 256 are read",
+				"/m/c0255.conf skipped: more than 256 loader configuration files", // /etc/ld.so.conf is the first
+			},
+		},
+		{
+			description: "more than 256 files over two patterns",
+			conf:        "include /m/*\ninclude /n/*\n",
+			dirs:        map[string]int{"/m": 200, "/n": 56},
+			want:        []string{"/n/c0055.conf skipped: more than 256 loader configuration files"},
+		},
+		{
+			description: "a directory over the listing limit",
+			conf:        "include /big/*\n",
+			dirs:        map[string]int{"/big": maxGlobEntries + 1},
+			want:        []string{"/etc/ld.so.conf line 1: include: /big not searched: more than 4096 entries"},
+		},
+		{
 			description: "a directory over the listing limit included 20,000 times: the budget ends it",
 			conf:        strings.Repeat("include /big/*\n", 20000),
 			dirs:        map[string]int{"/big": maxGlobEntries + 1},
