@@ -374,8 +374,13 @@ func (d *Dir) ID() (FileID, error) {
 type FileID struct{ Dev, Ino uint64 }
 
 // List lists the directory, sorted, spending the budget's entries; more than limit entries
-// is an error.
+// is an error. The entries read are spent whether or not the listing is refused, and the
+// deadline is checked first: a directory handle comes from the root's cache without a
+// lookup, so a caller listing it again and again would otherwise pay nothing.
 func (d *Dir) List(limit int) ([]string, error) {
+	if err := d.r.b.check(d.path); err != nil {
+		return nil, err
+	}
 	if d.h == nil {
 		return nil, nil
 	}
@@ -391,10 +396,13 @@ func (d *Dir) List(limit int) ([]string, error) {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
+		if err := d.r.b.list(d.path, len(names)); err != nil {
+			return err
+		}
 		if len(names) > limit {
 			return fmt.Errorf("more than %d entries", limit)
 		}
-		return d.r.b.list(d.path, len(names))
+		return nil
 	})
 	if err != nil {
 		return nil, err

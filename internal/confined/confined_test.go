@@ -106,6 +106,26 @@ func TestBudget(t *testing.T) {
 				_, err = d.List(100)
 				return err
 			}, "/d: reached the limit of 30 directory entries listed for one container's update"},
+		{"entries over refused listings", Limits{Bytes: 1000, Entries: 30, Lookups: 100},
+			func(r *Root) error {
+				// Each listing reads 6 names and is refused ("more than 5 entries"): what it
+				// read is spent all the same.
+				for range 100 {
+					if _, err := r.List("/d", 5); errors.Is(err, ErrBudget) {
+						return err
+					}
+				}
+				return nil
+			}, "/d: reached the limit of 30 directory entries listed for one container's update"},
+		{"deadline, listing a directory already open", Limits{Bytes: 1000, Entries: 100, Lookups: 100},
+			func(r *Root) error {
+				if _, err := r.List("/d", 100); err != nil {
+					return err
+				}
+				r.b.lim.Deadline = time.Now().Add(-time.Second) // the handle is cached: no lookup
+				_, err := r.List("/d", 100)
+				return err
+			}, "/d: reached the limit of time for one container's update"},
 		{"lookups", Limits{Bytes: 10000, Entries: 100, Lookups: 2},
 			func(r *Root) error {
 				for _, p := range []string{"/a", "/b", "/a"} {
@@ -352,5 +372,38 @@ func TestReadAs(t *testing.T) {
 	r.ReadAs(nil)
 	if _, err := r.ReadFile("/shadow", 100); err != nil {
 		t.Errorf("ReadFile as root = %v", err)
+	}
+}
+
+// TestErrorTexts: what the reading calls say when they refuse, word for word.
+func TestErrorTexts(t *testing.T) {
+	testCases := []struct {
+		description string
+		do          func(r *Root) error
+		want        string
+	}{
+		{"a container user with more groups than the kernel allows",
+			func(r *Root) error {
+				r.ReadAs(&Cred{UID: 1000, GID: 1000, Groups: make([]uint32, maxGroups+1)})
+				_, err := r.ReadFile("/etc/conf", 100)
+				return err
+			}, "the container's user has 65537 groups, more than the kernel allows"},
+		{"a link name that is a path",
+			func(r *Root) error {
+				d, err := r.Dir("/etc")
+				if err != nil {
+					return err
+				}
+				_, err = d.Readlink("a/b")
+				return err
+			}, `"a/b" is not a file name`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			_, r := newRoot(t, map[string]string{"/etc/conf": "x"}, big())
+			if err := tc.do(r); err == nil || err.Error() != tc.want {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -369,3 +369,42 @@ func TestLDCacheAtCreateErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLDCacheAtCreateUnreadableLink: where a link the update checks (the injected library's
+// SONAME link, or its development link) cannot be read as the container's user (its
+// directory is not searchable for them), the reason names that and its cause: the name is
+// not said to be the image's own file.
+func TestLDCacheAtCreateUnreadableLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: reading as the container's user (setfsuid) needs root")
+	}
+	testCases := []struct {
+		description string
+		lib         driverLib
+		want        string
+	}{
+		{"the SONAME link", driverLibs[0],
+			"injected library " + libDir64 + "/libcuda.so.550.54.15: read the link " + libDir64 + "/libcuda.so.1: permission denied"},
+		{"the development link (the file has its SONAME's name)", driverLibs[4],
+			"injected library " + libDir64 + "/libnvidia-gpucomp.so.550.54.15: read the link " + libDir64 + "/libnvidia-gpucomp.so: permission denied"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			root, _ := buildRoot(t, testimage.Options{Libraries: 5, UsrMerge: true})
+			host := t.TempDir()
+			paths := inject(t, host, []driverLib{tc.lib})
+			for dir, mode := range map[string]os.FileMode{root: 0o755, filepath.Join(root, libDir64): 0o700} {
+				if err := os.Chmod(dir, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := openRoot(t, root)
+			r.ReadAs(&confined.Cred{UID: 1000, GID: 1000})
+			res, err := ldupdate.Update(r, ldupdate.Options{LDConfig: hostLDConfig, DriverVersion: driverVer,
+				Libraries: libraries(paths, func(p string) string { return filepath.Join(host, p) })})
+			if err != nil || res.Method != ldupdate.MethodLDConfig || res.Reason != tc.want {
+				t.Errorf("Update = %q because %q, %v\nwant %q because %q", res.Method, res.Reason, err, ldupdate.MethodLDConfig, tc.want)
+			}
+		})
+	}
+}

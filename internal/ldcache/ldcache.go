@@ -24,9 +24,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 )
 
 // DefaultPath is where glibc's dynamic linker looks for its cache.
@@ -80,28 +80,20 @@ const (
 )
 
 // Load reads and parses the cache at path. A missing file is an error wrapping fs.ErrNotExist;
-// one not regular or larger than MaxSize, wrapping ErrFormat. Load follows symbolic links: to
-// read a cache inside an untrusted root, open it safely and pass its contents to ParseCache.
+// one not regular or larger than MaxSize, wrapping ErrFormat. The file is read only when it
+// is regular, checked before it is opened (trustedfile.ReadRegular): a FIFO planted at path
+// is never opened, so Load does not block. Load follows symbolic links: to read a cache
+// inside an untrusted root, open it safely and pass its contents to ParseCache.
 func Load(path string) ([]Entry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open ld cache %q: %w", path, err)
-	}
-	defer f.Close()
-
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat ld cache %q: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read ld cache %q: %w: not a regular file (%s)", path, ErrFormat, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read ld cache %q: %w", path, err)
-	}
-	if len(data) > MaxSize {
+	data, _, err := trustedfile.ReadRegular(path, MaxSize, true)
+	var notRegular *trustedfile.NotRegularError
+	switch {
+	case errors.As(err, &notRegular) && notRegular.Kind == "":
 		return nil, fmt.Errorf("read ld cache %q: %w: larger than %d bytes", path, ErrFormat, MaxSize)
+	case errors.As(err, &notRegular):
+		return nil, fmt.Errorf("read ld cache %q: %w: not a regular file (%s)", path, ErrFormat, notRegular.Kind)
+	case err != nil:
+		return nil, fmt.Errorf("open ld cache %q: %w", path, err)
 	}
 	entries, _, err := parse(data)
 	if err != nil {

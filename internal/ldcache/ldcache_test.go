@@ -12,7 +12,9 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "regenerate testdata/*.cache with the host's ldconfig")
@@ -212,6 +214,17 @@ func TestLoadErrors(t *testing.T) {
 	if err := os.WriteFile(garbage, []byte("not a cache"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	large := filepath.Join(dir, "large") // sparse: nothing of it is read
+	if err := os.WriteFile(large, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(large, MaxSize+1); err != nil {
+		t.Fatal(err)
+	}
 	testCases := []struct {
 		description string
 		path        string
@@ -228,13 +241,25 @@ func TestLoadErrors(t *testing.T) {
 			description: "directory is not a cache",
 			path:        dir,
 			wantIs:      ErrFormat,
-			wantErr:     `read ld cache "` + dir + `": malformed ld.so.cache: not a regular file (d---------)`,
+			wantErr:     `read ld cache "` + dir + `": malformed ld.so.cache: not a regular file (directory)`,
 		},
 		{
 			description: "character device is not read",
 			path:        "/dev/zero",
 			wantIs:      ErrFormat,
-			wantErr:     `read ld cache "/dev/zero": malformed ld.so.cache: not a regular file (Dc---------)`,
+			wantErr:     `read ld cache "/dev/zero": malformed ld.so.cache: not a regular file (character device)`,
+		},
+		{
+			description: "FIFO is not opened (opening it would block)",
+			path:        fifo,
+			wantIs:      ErrFormat,
+			wantErr:     `read ld cache "` + fifo + `": malformed ld.so.cache: not a regular file (FIFO)`,
+		},
+		{
+			description: "file larger than MaxSize is not read",
+			path:        large,
+			wantIs:      ErrFormat,
+			wantErr:     `read ld cache "` + large + `": malformed ld.so.cache: larger than 67108864 bytes`,
 		},
 		{
 			description: "garbage file",
@@ -245,7 +270,18 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			got, err := Load(tc.path)
+			var got []Entry
+			var err error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				got, err = Load(tc.path)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Load(%s) still blocked after 10 s", tc.path)
+			}
 			if !errors.Is(err, tc.wantIs) {
 				t.Fatalf("Load(%s) = %v, %v; want error wrapping %v", tc.path, got, err, tc.wantIs)
 			}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-runtime/gpu-runtime/internal/confined"
 	"github.com/gpu-runtime/gpu-runtime/internal/testimage"
 )
@@ -21,16 +23,23 @@ func TestCompatVersion(t *testing.T) {
 	testCases := []struct {
 		description string
 		files       []string
+		tmpfs       bool // the compat directory is a mount of its own (needs root)
 		want        string
+		warnings    []string
 	}{
-		{"no compat dir", nil, ""},
-		{"newest versioned file wins", []string{"libcuda.so.1", "libcuda.so.535.104.05", "libcuda.so.560.28.03", "libnvidia-ptxjitcompiler.so.560.28.03"}, "560.28.03"},
-		{"numeric, not lexical, comparison", []string{"libcuda.so.99.1", "libcuda.so.100.0"}, "100.0"},
-		{"only links and garbage", []string{"libcuda.so.1", "libcuda.so.x.y"}, ""},
+		{description: "no compat dir"},
+		{description: "newest versioned file wins", files: []string{"libcuda.so.1", "libcuda.so.535.104.05", "libcuda.so.560.28.03", "libnvidia-ptxjitcompiler.so.560.28.03"}, want: "560.28.03"},
+		{description: "numeric, not lexical, comparison", files: []string{"libcuda.so.99.1", "libcuda.so.100.0"}, want: "100.0"},
+		{description: "only links and garbage", files: []string{"libcuda.so.1", "libcuda.so.x.y"}},
+		{description: "a compat directory on another mount is not considered", files: []string{"libcuda.so.560.28.03"}, tmpfs: true,
+			warnings: []string{"CUDA forward compatibility not considered: /usr/local/cuda/compat is on another mount than the container root (a volume, a bind mount or a kernel file system): gpu-runtime does not act there"}},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
 			root := t.TempDir()
+			if tc.tmpfs {
+				mountTmpfs(t, filepath.Join(root, CompatDir))
+			}
 			for _, f := range tc.files {
 				p := filepath.Join(root, CompatDir, f)
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -40,12 +49,31 @@ func TestCompatVersion(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, _, err := CompatVersion(openRoot(t, root))
+			got, warnings, err := CompatVersion(openRoot(t, root))
 			if err != nil || got != tc.want {
 				t.Fatalf("CompatVersion = %q, %v; want %q", got, err, tc.want)
 			}
+			if strings.Join(warnings, "\n") != strings.Join(tc.warnings, "\n") {
+				t.Errorf("warnings =\n%s\nwant\n%s", strings.Join(warnings, "\n"), strings.Join(tc.warnings, "\n"))
+			}
 		})
 	}
+}
+
+// mountTmpfs mounts a tmpfs at dir, unmounted at cleanup; the test is skipped, loudly, where
+// it cannot be.
+func mountTmpfs(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: needs root (mounts a tmpfs)")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("SKIP: cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 }
 
 // TestCompatVersionBounded: an image can hold any number of libcuda.so.* files; only the

@@ -70,3 +70,89 @@ func TestFlattenLDSOConf(t *testing.T) {
 		t.Errorf("empty root: %+v %v", conf, err)
 	}
 }
+
+// TestReadConfigWarnings: what ReadConfig says it skipped, word for word, and that an image
+// repeating a bad line gets a bounded list of warnings, not one per line.
+func TestReadConfigWarnings(t *testing.T) {
+	badPatterns := make([]string, 0, maxConfWarnings+1)
+	for i := range maxConfWarnings {
+		badPatterns = append(badPatterns, fmt.Sprintf("/etc/ld.so.conf line %d: include: bad pattern: syntax error in pattern", i+1))
+	}
+	badPatterns = append(badPatterns, "90 more warnings about the loader configuration not shown")
+	bigDir := make([]string, 0, maxConfWarnings+1)
+	for i := range maxConfWarnings {
+		bigDir = append(bigDir, fmt.Sprintf("/etc/ld.so.conf line %d: include: /big not searched: more than 4096 entries", i+1))
+	}
+	bigDir = append(bigDir, "5 more warnings about the loader configuration not shown")
+
+	testCases := []struct {
+		description string
+		conf        string
+		dirs        map[string]int // directory -> how many empty files it holds
+		want        []string
+		wantErr     string
+	}{
+		{
+			description: "a bad pattern on 100 lines: ten warnings and a count",
+			conf:        strings.Repeat("include /etc/[\n", 100),
+			want:        badPatterns,
+		},
+		{
+			description: "a pattern matching more than 256 files",
+			conf:        "include /m/*\n",
+			dirs:        map[string]int{"/m": maxConfFiles + 1},
+			want: []string{
+				"/etc/ld.so.conf line 1: include: more than 256 matches: only the first 256 are read",
+				"/m/c0255.conf skipped: more than 256 loader configuration files", // /etc/ld.so.conf is the first
+			},
+		},
+		{
+			description: "more than 256 files over two patterns",
+			conf:        "include /m/*\ninclude /n/*\n",
+			dirs:        map[string]int{"/m": 200, "/n": 56},
+			want:        []string{"/n/c0055.conf skipped: more than 256 loader configuration files"},
+		},
+		{
+			description: "a directory over the listing limit",
+			conf:        "include /big/*\n",
+			dirs:        map[string]int{"/big": maxGlobEntries + 1},
+			want:        []string{"/etc/ld.so.conf line 1: include: /big not searched: more than 4096 entries"},
+		},
+		{
+			description: "a directory over the listing limit included 20,000 times: the budget ends it",
+			conf:        strings.Repeat("include /big/*\n", 20000),
+			dirs:        map[string]int{"/big": maxGlobEntries + 1},
+			want:        bigDir,
+			wantErr:     "/big: reached the limit of 65536 directory entries listed for one container's update",
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			root := t.TempDir()
+			for dir, n := range tc.dirs {
+				full := filepath.Join(root, dir)
+				if err := os.MkdirAll(full, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if err := os.WriteFile(filepath.Join(full, fmt.Sprintf("c%04d.conf", i)), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(tc.conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			conf, err := ReadConfig(openRoot(t, root))
+			if gotErr := fmt.Sprint(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && gotErr != tc.wantErr) {
+				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+			if got := strings.Join(conf.Warnings, "\n"); got != strings.Join(tc.want, "\n") {
+				t.Errorf("warnings =\n%s\nwant\n%s", got, strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

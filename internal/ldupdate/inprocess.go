@@ -217,8 +217,10 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				e.link = name
-			case err != nil:
+			case errors.Is(err, confined.ErrNotLink):
 				return nil, fmt.Errorf("%s is the image's, not a link to the injected %s", e.lib.Path, name)
+			case err != nil:
+				return nil, fmt.Errorf("injected library %s: read the link %s: %w", lib, e.lib.Path, err)
 			case have != name:
 				return nil, fmt.Errorf("%s is the image's link to %s, not to the injected %s", e.lib.Path, have, name)
 			}
@@ -229,8 +231,10 @@ func (w *cacheWriter) injected(libs []string) ([]ldEntry, error) {
 			have, err := h.Readlink(dev)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
-			case err != nil:
+			case errors.Is(err, confined.ErrNotLink):
 				return nil, fmt.Errorf("%s is the image's, not a link to the injected %s", path.Join(dir, dev), name)
+			case err != nil:
+				return nil, fmt.Errorf("injected library %s: read the link %s: %w", lib, path.Join(dir, dev), err)
 			case have != name:
 				return nil, fmt.Errorf("%s is the image's link to %s, not to the injected %s", path.Join(dir, dev), have, name)
 			case strings.HasPrefix(soname, dev):
