@@ -27,6 +27,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -151,9 +152,14 @@ func viewProblem(cfg config.MPSConfig, name string) string {
 	return ""
 }
 
-// readPID reads a pid file: a regular file of a few bytes, not a symlink, never blocking.
+// pidRule is what the pid file gpu-ctk mps start writes must be to be believed: root's (or
+// gpu-ctk's user's), mode 0600, a few bytes. A pid another user could have written would
+// have Stop signal any process it names.
+var pidRule = trustedfile.Rule{What: "MPS pid file", Mode: 0o600, Max: 32}
+
+// readPID reads a pid file that passes pidRule, not through a symlink, never blocking.
 func readPID(p string) (int, error) {
-	data, _, err := trustedfile.ReadRegular(p, 32, false)
+	data, err := trustedfile.Read(p, pidRule)
 	if err != nil {
 		return 0, err
 	}
@@ -372,7 +378,8 @@ func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
 		return 0, fmt.Errorf("start the daemon of MPS share %q: %w", name, err)
 	}
 	pid := cmd.Process.Pid
-	if err := os.WriteFile(cfg.PIDFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	// A new file of gpu-ctk's, mode 0600 (pidRule), whatever was at the path before.
+	if err := atomicfile.Write(cfg.PIDFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600, atomicfile.Options{}); err != nil {
 		_ = cmd.Process.Kill()
 		return 0, err
 	}

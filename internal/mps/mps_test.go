@@ -1,6 +1,8 @@
 package mps
 
 import (
+	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
@@ -245,5 +248,84 @@ func TestClientView(t *testing.T) {
 	}
 	if err := linkView(cfg, "a"); err != nil || viewProblem(cfg, "a") != "" {
 		t.Errorf("linked again: %v, %q", err, viewProblem(cfg, "a"))
+	}
+}
+
+// TestReadPID: the pid file is believed only when it is a regular file of root's (gpu-ctk's
+// user's), mode 0600, as gpu-ctk mps start writes it: one of another owner or mode, or a
+// link, names no daemon; a missing one says the share was not started.
+func TestReadPID(t *testing.T) {
+	testCases := []struct {
+		description string
+		root        bool // needs root (chown to another user)
+		plant       func(t *testing.T, p string)
+		want        string // the error; "" for pid 4242
+	}{
+		{description: "root's, 0600", plant: func(t *testing.T, p string) { writeFileMode(t, p, "4242\n", 0o600) }},
+		{description: "mode 0644", plant: func(t *testing.T, p string) { writeFileMode(t, p, "4242\n", 0o644) }, want: "mode 0644, not 0600"},
+		{description: "mode 0666", plant: func(t *testing.T, p string) { writeFileMode(t, p, "4242\n", 0o666) }, want: "mode 0666, not 0600"},
+		{description: "another user's", root: true, plant: func(t *testing.T, p string) {
+			writeFileMode(t, p, "4242\n", 0o600)
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "owned by uid 1000, not 0"},
+		{description: "a link to root's file", plant: func(t *testing.T, p string) {
+			writeFileMode(t, p+".real", "4242\n", 0o600)
+			symlink(t, p+".real", p)
+		}, want: "it is a symbolic link"},
+		{description: "too long", plant: func(t *testing.T, p string) { writeFileMode(t, p, strings.Repeat("4", 33), 0o600) }, want: "33 bytes, more than 32"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if tc.root {
+				requireRoot(t)
+			}
+			p := filepath.Join(t.TempDir(), "daemon.pid")
+			tc.plant(t, p)
+			pid, err := readPID(p)
+			if tc.want == "" {
+				if err != nil || pid != 4242 {
+					t.Errorf("pid %d, error %v", pid, err)
+				}
+				return
+			}
+			if want := "MPS pid file " + p + " ignored: " + tc.want; err == nil || err.Error() != want || !errors.Is(err, trustedfile.ErrUntrusted) || pid != 0 {
+				t.Errorf("pid %d, error %v\nwant %s", pid, err, want)
+			}
+		})
+	}
+	if _, err := readPID(filepath.Join(t.TempDir(), "daemon.pid")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing pid file: %v", err)
+	}
+}
+
+// TestLaunchWritesPIDFile: gpu-ctk mps start records its daemon's pid in a new file of its
+// own, mode 0600, whatever was at the path before (another user's 0644 file), so readPID
+// believes it.
+func TestLaunchWritesPIDFile(t *testing.T) {
+	requireRoot(t)
+	cfg := config.MPSConfig{Root: t.TempDir(), Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}}}}
+	if err := os.MkdirAll(cfg.LogDir("a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileMode(t, cfg.PIDFile("a"), "1\n", 0o644)
+	if err := os.Chown(cfg.PIDFile("a"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := launch(cfg, "a", Options{Self: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readPID(cfg.PIDFile("a")); err != nil || got != pid {
+		t.Errorf("readPID: %d, %v; want %d", got, err, pid)
+	}
+}
+
+func writeFileMode(t *testing.T, p, data string, mode os.FileMode) {
+	t.Helper()
+	writeFile(t, p, data)
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
 	}
 }
