@@ -254,20 +254,23 @@ func defaults(share config.MPSShare, devices int) []string {
 // to the share's user). The user needs no more: the share's MPS servers, which run as it,
 // reach the sockets and FIFO the daemon makes there with its own modes, and its logs are
 // readable. The pipe directory holds only what the daemon makes at start, and the client
-// view only what gpu-ctk links there once the defaults are set: both are made anew.
+// view only what gpu-ctk links there once the defaults are set: the pipe directory is made
+// anew, the client view emptied but kept, as containers that joined the share before a
+// restart have it bind-mounted: they see the new daemon's socket once linkView links it.
 func prepare(cfg config.MPSConfig, name string) error {
 	if err := os.MkdirAll(filepath.Join(cfg.Root, name), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Join(cfg.Root, name), err)
 	}
-	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name)} {
-		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("empty %s: %w", d, err)
-		}
+	if err := os.RemoveAll(cfg.PipeDir(name)); err != nil {
+		return fmt.Errorf("empty %s: %w", cfg.PipeDir(name), err)
 	}
-	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name), cfg.LogDir(name)} {
+	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name)} {
 		if err := ownDir(d); err != nil {
 			return err
 		}
+	}
+	if err := emptyDir(cfg.ClientDir(name)); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(cfg.ShmDir(name), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", cfg.ShmDir(name), err)
@@ -296,6 +299,30 @@ func ownDir(dir string) error {
 	}
 	if err := unix.Fchmod(fd, 0o755); err != nil {
 		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
+}
+
+// emptyDir makes dir an empty directory of gpu-ctk's (ownDir), keeping the directory itself
+// when there is one: what is under it goes, what is not a directory at its path (a link) is
+// removed first.
+func emptyDir(dir string) error {
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+		if err := os.Remove(dir); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
+	}
+	if err := ownDir(dir); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("empty %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
 	}
 	return nil
 }

@@ -134,14 +134,17 @@ func TestOpenLog(t *testing.T) {
 }
 
 // TestPrepareTakesDirectoriesBack: directories an older gpu-ctk gave to the share's user
-// become root's again; the pipe directory and the client view are made anew, so nothing
-// planted there is left for the daemon to follow or a container to see; the logs stay.
+// become root's again; the pipe directory is made anew and the client view emptied, so
+// nothing planted there is left for the daemon to follow or a container to see; the logs
+// stay. The client view stays the same directory (its inode): containers of the share that
+// have it bind-mounted see what gpu-ctk links there after a restart.
 func TestPrepareTakesDirectoriesBack(t *testing.T) {
 	requireRoot(t)
 	base := t.TempDir()
 	cfg := config.MPSConfig{Root: filepath.Join(base, "mps"), Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}, UID: 1000}}}
 	target := rootOnly(t, base)
-	for _, d := range []string{cfg.PipeDir("a"), cfg.LogDir("a")} {
+	writeFile(t, filepath.Join(target, "kept"), "root's\n")
+	for _, d := range []string{cfg.PipeDir("a"), cfg.LogDir("a"), cfg.ClientDir("a")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -151,6 +154,18 @@ func TestPrepareTakesDirectoriesBack(t *testing.T) {
 	}
 	symlink(t, filepath.Join(target, "pid"), filepath.Join(cfg.PipeDir("a"), "nvidia-cuda-mps-control.pid"))
 	writeFile(t, filepath.Join(cfg.LogDir("a"), "control.log"), "kept\n")
+	// The client view of the daemon before: its old control socket, what a killed linkView
+	// left, and what the share's user planted when the directory was theirs.
+	writeFile(t, filepath.Join(cfg.ClientDir("a"), "control"), "")
+	writeFile(t, filepath.Join(cfg.ClientDir("a"), ".control.new"), "")
+	symlink(t, target, filepath.Join(cfg.ClientDir("a"), "planted"))
+	if err := os.MkdirAll(filepath.Join(cfg.ClientDir("a"), "sub", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var before syscall.Stat_t
+	if err := syscall.Lstat(cfg.ClientDir("a"), &before); err != nil {
+		t.Fatal(err)
+	}
 	// prepare mounts the share's tmpfs too: unmounted when the test ends.
 	if err := os.MkdirAll(cfg.ShmDir("a"), 0o755); err != nil {
 		t.Fatal(err)
@@ -175,6 +190,31 @@ func TestPrepareTakesDirectoriesBack(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(cfg.LogDir("a"), "control.log")); string(data) != "kept\n" {
 		t.Errorf("control.log: %q", data)
+	}
+	var after syscall.Stat_t
+	if err := syscall.Lstat(cfg.ClientDir("a"), &after); err != nil || after.Dev != before.Dev || after.Ino != before.Ino {
+		t.Errorf("the client view is a new directory (inode %d, was %d; %v): containers that have it mounted lose the share", after.Ino, before.Ino, err)
+	}
+	if entries, _ := os.ReadDir(target); len(entries) != 1 || entries[0].Name() != "kept" {
+		t.Errorf("the root-only directory now holds %v", entries)
+	}
+	// A link at the client view's path is replaced by a directory, never followed.
+	if err := os.Remove(cfg.ClientDir("a")); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, target, cfg.ClientDir("a"))
+	if err := prepare(cfg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(cfg.ClientDir("a")); err != nil || !fi.IsDir() {
+		t.Errorf("client view: %v, %v; want a directory", fi, err)
+	}
+	if entries, _ := os.ReadDir(target); len(entries) != 1 || entries[0].Name() != "kept" {
+		t.Errorf("the root-only directory now holds %v", entries)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(target, &st); err != nil || st.Mode&0o7777 != 0o700 {
+		t.Errorf("the root-only directory: mode %o (%v)", st.Mode&0o7777, err)
 	}
 }
 

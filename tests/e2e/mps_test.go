@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // mpsProbe prints what a share's container sees: its NVIDIA nodes, its CUDA_MPS_* variables,
@@ -433,5 +434,74 @@ func TestMPSCDI(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// restartProbe, in a share's container, waits for the test to mark its share's client view
+// after gpu-ctk mps stop and start (a file "restarted" there, which the container sees only
+// if what it has mounted is the client view on the host), then prints the control socket it
+// finds: what a client connecting after the restart finds. The inode of the old socket may
+// be reused by the new one: only the mark tells them apart.
+const restartProbe = `
+[ -S /tmp/nvidia-mps/control ] && echo "socket before"
+echo started
+i=0
+while [ $i -lt 300 ]; do
+  if [ -e /tmp/nvidia-mps/restarted ]; then
+    [ -S /tmp/nvidia-mps/control ] && echo "socket after $(stat -c %i /tmp/nvidia-mps/control)"
+    exit 0
+  fi
+  sleep 0.05
+  i=$((i+1))
+done
+echo "no mark"
+`
+
+// TestMPSRestart: a container that joined a share before gpu-ctk mps stop and start sees
+// the new daemon's control socket in its pipe directory: the client view it has mounted is
+// the one gpu-ctk links the new socket into, not a directory removed from the host.
+func TestMPSRestart(t *testing.T) {
+	e, root := mpsEnv(t)
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=small"}, restartProbe)
+	id := containerID(t)
+	out, err := os.OpenFile(filepath.Join(t.TempDir(), "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if r := e.runtime(t, out, "create", "--bundle", b, id); r.code != 0 {
+		t.Fatalf("create: exit %d: %s", r.code, r.stderr)
+	}
+	defer e.runtime(t, nil, "delete", "--force", id)
+	if r := e.runtime(t, nil, "start", id); r.code != 0 {
+		t.Fatalf("start: exit %d: %s", r.code, r.stderr)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if data, _ := os.ReadFile(out.Name()); strings.Contains(string(data), "started\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the container did not start its probe")
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "stop", "small"); code != 0 || !strings.HasPrefix(out, "small: stopped (pid ") {
+		t.Fatalf("stop small: exit %d: %q", code, out)
+	}
+	if out, code := gpuCTK(t, e, "mps", "start", "small"); code != 0 || !strings.HasPrefix(out, "small: started (pid ") {
+		t.Fatalf("start small: exit %d: %q", code, out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, "small", "pipe", "control"), &st); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(root, "small", "client", "restarted")
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(mark)
+	waitStopped(t, e, id)
+	data, _ := os.ReadFile(out.Name())
+	if want := fmt.Sprintf("socket before\nstarted\nsocket after %d\n", st.Ino); string(data) != want {
+		t.Errorf("the container does not see the restarted daemon's control socket:\n%s\nwant\n%s", data, want)
 	}
 }
