@@ -192,8 +192,8 @@ type Options struct {
 }
 
 // startWait bounds how long Start waits for the daemon's control pipe, and then for it to
-// take the share's defaults.
-const startWait = 10 * time.Second
+// take the share's defaults (a variable for tests).
+var startWait = 10 * time.Second
 
 // Start starts the share's daemon unless it runs, then sets its defaults. It reports what
 // it did.
@@ -217,21 +217,54 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	if err := waitReady(cfg, name, startWait); err != nil {
 		return "", err
 	}
-	// A daemon that has just made its pipe may not answer yet: try again for a while.
-	cmds := defaults(share, len(o.UUIDs))
-	var err error
-	setDefaults := func() bool {
-		err = control(cfg, name, o, cmds)
-		return err == nil
-	}
-	if len(cmds) > 0 && !poll(startWait, 50*time.Millisecond, setDefaults) {
-		return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+	if err := setDefaults(cfg, name, o, share); err != nil {
+		return "", err
 	}
 	// Only now can a client connect: its server gets the share's defaults.
 	if err := linkView(cfg, name); err != nil {
 		return "", err
 	}
 	return did, nil
+}
+
+// setDefaults sets the share's defaults through the daemon's control interface, then reads
+// back the active thread percentage: the front end prints the daemon's answer to a refused
+// command on stdout and exits 0 (as the real one is documented to: fakehost's fakemps.c), so
+// its exit status says only that the daemon answered. The pinned-memory limit is not read
+// back: in what form get_default_device_pinned_mem_limit answers is not documented, and a
+// guess would refuse shares the daemon took.
+func setDefaults(cfg config.MPSConfig, name string, o Options, share config.MPSShare) error {
+	cmds := defaults(share, len(o.UUIDs))
+	if len(cmds) == 0 {
+		return nil
+	}
+	// A daemon that has just made its pipe may not answer yet: try again for a while.
+	var answer string
+	var err error
+	if !poll(startWait, 50*time.Millisecond, func() bool {
+		answer, err = control(cfg, name, o, cmds)
+		return err == nil
+	}) {
+		return fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+	}
+	want := share.ActiveThreadPercentage
+	if want == 0 {
+		return nil
+	}
+	const get = "get_default_active_thread_percentage"
+	got, err := control(cfg, name, o, []string{get})
+	if err != nil {
+		return fmt.Errorf("read back the defaults of MPS share %q: %w", name, err)
+	}
+	// The real daemon may print "20.0", the fake prints "20".
+	if v, err := strconv.ParseFloat(strings.TrimSpace(got), 64); err == nil && v == float64(want) {
+		return nil
+	}
+	msg := fmt.Sprintf("the daemon of MPS share %q did not take active-thread-percentage %d: %s answers %q", name, want, get, strings.TrimSpace(got))
+	if a := strings.TrimSpace(answer); a != "" {
+		msg += fmt.Sprintf(", and to the settings it answered %q", a)
+	}
+	return errors.New(msg + "; see " + cfg.LogDir(name))
 }
 
 // defaults are the control commands that set a share's limits for the servers it starts.
@@ -460,18 +493,20 @@ func poll(wait, interval time.Duration, done func() bool) bool {
 	return true
 }
 
-// control sends commands to the share's daemon through nvidia-cuda-mps-control.
-func control(cfg config.MPSConfig, name string, o Options, cmds []string) error {
+// control sends commands to the share's daemon through nvidia-cuda-mps-control and returns
+// what it printed on stdout: the daemon's answers.
+func control(cfg config.MPSConfig, name string, o Options, cmds []string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.Control)
 	cmd.Env = env(cfg, name, o)
 	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", o.Control, err, bytes.TrimSpace(out))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", o.Control, err, strings.TrimSpace(stdout.String()+"\n"+stderr.String()))
 	}
-	return nil
+	return stdout.String(), nil
 }
 
 // Stop takes the control socket out of the share's client view, quits the share's daemon
@@ -486,7 +521,7 @@ func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
 	did := "not running"
 	if st.PID != 0 {
 		if st.Running && o.Control != "" {
-			_ = control(cfg, name, o, []string{"quit"})
+			_, _ = control(cfg, name, o, []string{"quit"})
 		}
 		if !exited(st.PID, 10*time.Second) {
 			_ = unix.Kill(st.PID, unix.SIGTERM)

@@ -2,6 +2,7 @@ package mps
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -367,5 +368,83 @@ func writeFileMode(t *testing.T, p, data string, mode os.FileMode) {
 	writeFile(t, p, data)
 	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// frontEnd writes a stand-in for nvidia-cuda-mps-control's front end that records the
+// commands it reads in <dir>/commands and answers get_default_active_thread_percentage with
+// get and every set_* command with set (nothing when ""), exiting with code: what the real
+// front end does with a daemon that took, or refused, the share's defaults.
+func frontEnd(t *testing.T, dir, get, set string, code int) string {
+	t.Helper()
+	p := filepath.Join(dir, "nvidia-cuda-mps-control")
+	script := fmt.Sprintf(`#!/bin/sh
+while IFS= read -r line; do
+  echo "$line" >> %q
+  case "$line" in
+  get_default_active_thread_percentage) echo %q;;
+  set_*) [ -n %q ] && echo %q;;
+  esac
+done
+exit %d
+`, filepath.Join(dir, "commands"), get, set, set, code)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSetDefaults: the share's defaults are set, then the active thread percentage read
+// back and compared as a number; a daemon that answers with another value (it refused the
+// setting, printing why, and its front end exited 0) fails the start, its answers quoted.
+func TestSetDefaults(t *testing.T) {
+	startWait = 200 * time.Millisecond
+	t.Cleanup(func() { startWait = 10 * time.Second })
+	const sets = "set_default_active_thread_percentage 20\nset_default_device_pinned_mem_limit 0 16G\n"
+	testCases := []struct {
+		description string
+		share       config.MPSShare
+		get, set    string
+		code        int
+		want        string // the error, LOG and CONTROL for the share's log directory and the front end; "" for none
+		commands    string // what reached the front end
+	}{
+		{description: "taken, read back as the fake prints it", share: config.MPSShare{ActiveThreadPercentage: 20, PinnedMemoryLimit: "16G"},
+			get: "20", commands: sets + "get_default_active_thread_percentage\n"},
+		{description: "taken, read back as a float", share: config.MPSShare{ActiveThreadPercentage: 20, PinnedMemoryLimit: "16G"},
+			get: "20.0", commands: sets + "get_default_active_thread_percentage\n"},
+		{description: "refused, with the daemon's reason", share: config.MPSShare{ActiveThreadPercentage: 20, PinnedMemoryLimit: "16G"},
+			get: "100", set: "Invalid active thread percentage 20",
+			want: `the daemon of MPS share "a" did not take active-thread-percentage 20: get_default_active_thread_percentage answers "100", ` +
+				`and to the settings it answered "Invalid active thread percentage 20\nInvalid active thread percentage 20"; see LOG`,
+			commands: sets + "get_default_active_thread_percentage\n"},
+		{description: "refused silently", share: config.MPSShare{ActiveThreadPercentage: 20},
+			get: "100", want: `the daemon of MPS share "a" did not take active-thread-percentage 20: get_default_active_thread_percentage answers "100"; see LOG`,
+			commands: "set_default_active_thread_percentage 20\nget_default_active_thread_percentage\n"},
+		{description: "an answer that is no number", share: config.MPSShare{ActiveThreadPercentage: 20},
+			get: "Unknown command", want: `the daemon of MPS share "a" did not take active-thread-percentage 20: get_default_active_thread_percentage answers "Unknown command"; see LOG`,
+			commands: "set_default_active_thread_percentage 20\nget_default_active_thread_percentage\n"},
+		{description: "no percentage: nothing read back", share: config.MPSShare{PinnedMemoryLimit: "16G"},
+			get: "100", commands: "set_default_device_pinned_mem_limit 0 16G\n"},
+		{description: "no defaults: the daemon is not asked", share: config.MPSShare{}},
+		{description: "no daemon answers", share: config.MPSShare{ActiveThreadPercentage: 20},
+			set: "Cannot find MPS control daemon process", code: 1,
+			want: `set the defaults of MPS share "a": CONTROL: exit status 1: Cannot find MPS control daemon process`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.share.Devices = []string{"0"}
+			cfg := config.MPSConfig{Root: dir, Shares: map[string]config.MPSShare{"a": tc.share}}
+			o := Options{Control: frontEnd(t, dir, tc.get, tc.set, tc.code), UUIDs: []string{"GPU-0"}}
+			err := setDefaults(cfg, "a", o, tc.share)
+			want := strings.NewReplacer("LOG", cfg.LogDir("a"), "CONTROL", o.Control).Replace(tc.want)
+			if (err == nil) != (want == "") || err != nil && err.Error() != want {
+				t.Errorf("error %v\nwant  %s", err, want)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "commands")); tc.code == 0 && string(got) != tc.commands {
+				t.Errorf("commands:\n%s\nwant\n%s", got, tc.commands)
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 )
 
 // mpsProbe prints what a share's container sees: its NVIDIA nodes, its CUDA_MPS_* variables,
@@ -39,7 +41,26 @@ func mpsEnv(t *testing.T) (*env, string) {
 // when the test ends.
 func mpsConfigured(t *testing.T) (*env, string) {
 	t.Helper()
-	e := newEnv(t, 2)
+	return mpsConfiguredOn(t, newEnv(t, 2))
+}
+
+// mpsOwnHost is mpsConfigured on a fake host of the test's own, whose driver files it may
+// change.
+func mpsOwnHost(t *testing.T) (*env, string) {
+	t.Helper()
+	requireE2E(t)
+	dir := t.TempDir()
+	h, err := fakehost.Build(filepath.Join(dir, "host"), fakehost.Default(2))
+	if err != nil {
+		t.Fatalf("build fake host: %v", err)
+	}
+	e := &env{host: h, dir: dir, config: filepath.Join(dir, "config.toml"), stateRoot: filepath.Join(dir, "runc-state")}
+	return mpsConfiguredOn(t, e)
+}
+
+// mpsConfiguredOn writes e's config with the shares of mpsConfigured.
+func mpsConfiguredOn(t *testing.T, e *env) (*env, string) {
+	t.Helper()
 	root := filepath.Join(e.dir, "mps")
 	e.writeConfig(t, fmt.Sprintf(`[mps]
 root = %q
@@ -503,5 +524,53 @@ func TestMPSRestart(t *testing.T) {
 	data, _ := os.ReadFile(out.Name())
 	if want := fmt.Sprintf("socket before\nstarted\nsocket after %d\n", st.Ino); string(data) != want {
 		t.Errorf("the container does not see the restarted daemon's control socket:\n%s\nwant\n%s", data, want)
+	}
+}
+
+// refusingFrontEnd is an nvidia-cuda-mps-control whose daemon is the fake's (at %[1]s) and
+// whose front end answers set_default_active_thread_percentage as the real one answers a
+// command the daemon refused: the daemon's error on stdout, exit status 0.
+const refusingFrontEnd = `#!/bin/sh
+case "$1" in -f|-d) exec %[1]q "$@";; esac
+while IFS= read -r line; do
+  case "$line" in
+  set_default_active_thread_percentage*) echo "Invalid active thread percentage";;
+  *) printf '%%s\n' "$line" | %[1]q || exit;;
+  esac
+done
+`
+
+// TestMPSDefaultsRefused: a daemon that refuses a share's active thread percentage, its
+// front end printing why and exiting 0, fails gpu-ctk mps start with what it answered; the
+// share's containers are not given its control socket, and are refused.
+func TestMPSDefaultsRefused(t *testing.T) {
+	e, root := mpsOwnHost(t)
+	control := filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control")
+	real := filepath.Join(e.dir, "real", "nvidia-cuda-mps-control")
+	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(control, real); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(control, []byte(fmt.Sprintf(refusingFrontEnd, real)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	want := `gpu-ctk: MPS share "large": the daemon of MPS share "large" did not take active-thread-percentage 80: get_default_active_thread_percentage answers "100", ` +
+		`and to the settings it answered "Invalid active thread percentage"; see ` + filepath.Join(root, "large", "log") + "\n"
+	if code != 1 || out != want {
+		t.Errorf("start: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if entries, err := os.ReadDir(filepath.Join(root, "large", "client")); err != nil || len(entries) != 0 {
+		t.Errorf("the client view holds %v (%v)", entries, err)
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "large"); code != 0 || !strings.HasPrefix(out, "large: stopped (its client view "+filepath.Join(root, "large", "client")+" holds no control socket yet): gpu-ctk mps start large\n") {
+		t.Errorf("status: exit %d: %q", code, out)
+	}
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=large"}, "echo ran")
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	if r := e.run(t, b, "--log", logPath, "--log-format", "json"); r.code == 0 || !strings.HasPrefix(lastJSONError(t, logPath), `gpu-runtime: plan GPU injection: MPS share "large" is not running`) {
+		t.Errorf("a container on the share: exit %d: %q", r.code, lastJSONError(t, logPath))
 	}
 }
