@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -444,6 +445,52 @@ func TestSetDefaults(t *testing.T) {
 			}
 			if got, _ := os.ReadFile(filepath.Join(dir, "commands")); tc.code == 0 && string(got) != tc.commands {
 				t.Errorf("commands:\n%s\nwant\n%s", got, tc.commands)
+			}
+		})
+	}
+}
+
+// TestWaitReady: a daemon that is gone before it made its control pipe fails the start at
+// once, saying so; one that runs on without making it fails once the wait is over. Both
+// messages name the share and where its logs are.
+func TestWaitReady(t *testing.T) {
+	testCases := []struct {
+		description string
+		daemon      func(t *testing.T) int // starts what the pid file names
+		wait        time.Duration
+		want        string // PID, PIPE and LOG stand for the pid, the pipe and log directories
+	}{
+		{description: "the daemon exited", daemon: func(t *testing.T) int {
+			cmd := exec.Command("/bin/true")
+			if err := cmd.Run(); err != nil {
+				t.Fatal(err)
+			}
+			return cmd.Process.Pid
+		}, wait: 10 * time.Second, want: `the daemon of MPS share "a" exited: its daemon (pid PID) is gone; see LOG`},
+		{description: "no control pipe", daemon: func(t *testing.T) int {
+			cmd := exec.Command("/bin/sleep", "30")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			})
+			return cmd.Process.Pid
+		}, wait: 100 * time.Millisecond, want: `the daemon of MPS share "a" did not create its control pipe in PIPE within 100ms; see LOG`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			cfg := config.MPSConfig{Root: t.TempDir(), Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}}}}
+			if err := os.MkdirAll(cfg.PipeDir("a"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			pid := tc.daemon(t)
+			writeFileMode(t, cfg.PIDFile("a"), fmt.Sprintf("%d\n", pid), 0o600)
+			err := waitReady(cfg, "a", tc.wait)
+			want := strings.NewReplacer("PID", fmt.Sprint(pid), "PIPE", cfg.PipeDir("a"), "LOG", cfg.LogDir("a")).Replace(tc.want)
+			if err == nil || err.Error() != want {
+				t.Errorf("error %v\nwant  %s", err, want)
 			}
 		})
 	}
