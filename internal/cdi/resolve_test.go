@@ -349,3 +349,42 @@ func cdiNodes(devs []plan.CDIDevice) []string {
 	}
 	return out
 }
+
+// TestUnsupportedEdits: a CDI device whose edits, or whose spec's common edits, give network
+// devices or Intel RDT is refused with ErrUnsupportedEdit, naming the device or the spec:
+// gpu-runtime's model does not carry them, and no GPU's spec has them.
+func TestUnsupportedEdits(t *testing.T) {
+	testCases := []struct {
+		description string
+		spec        string
+		want        string // SPEC stands for the spec file
+	}{
+		{description: "a device's network device",
+			spec: "cdiVersion: 1.1.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {netDevices: [{hostInterfaceName: eth0, name: eth1}]}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI device example.com/x=d: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+		{description: "a device's Intel RDT",
+			spec: "cdiVersion: 0.7.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {intelRdt: {closID: gpu}}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI device example.com/x=d: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+		{description: "the spec's common Intel RDT",
+			spec: "cdiVersion: 0.7.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {env: [A=1]}}\ncontainerEdits: {intelRdt: {closID: gpu}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI spec SPEC (kind example.com/x): common edits: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "x.yaml")
+			if err := os.WriteFile(p, []byte(tc.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := NewResolver([]string{dir}, []string{"example.com/x"})
+			if problems := r.Problems(); len(problems) > 0 {
+				t.Fatalf("the spec did not load: %q", problems)
+			}
+			d, err := r.Resolve([]string{"example.com/x=d"}, nil, specs.User{})
+			want := strings.ReplaceAll(tc.want, "SPEC", p)
+			if err == nil || err.Error() != want || !errors.Is(err, ErrUnsupportedEdit) || d != nil {
+				t.Errorf("devices %v, error %v\nwant %s", d, err, want)
+			}
+		})
+	}
+}
