@@ -520,10 +520,12 @@ func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
 	st := daemonState(cfg, name)
 	did := "not running"
 	if st.PID != 0 {
-		if st.Running && o.Control != "" {
+		// Asked to quit, the daemon gets a while to do so; else it is signalled at once.
+		quit := st.Running && o.Control != ""
+		if quit {
 			_, _ = control(cfg, name, o, []string{"quit"})
 		}
-		if !exited(st.PID, 10*time.Second) {
+		if !quit || !exited(st.PID, 10*time.Second) {
 			_ = unix.Kill(st.PID, unix.SIGTERM)
 			if !exited(st.PID, 5*time.Second) {
 				_ = unix.Kill(st.PID, unix.SIGKILL)

@@ -574,3 +574,39 @@ func TestMPSDefaultsRefused(t *testing.T) {
 		t.Errorf("a container on the share: exit %d: %q", r.code, lastJSONError(t, logPath))
 	}
 }
+
+// TestMPSStopWithoutControl: gpu-ctk mps stop stops a share whose driver no longer has
+// nvidia-cuda-mps-control (removed, or a driver root without MPS programs): the daemon is
+// ended by signal, at once. gpu-ctk mps start needs it, and says so.
+func TestMPSStopWithoutControl(t *testing.T) {
+	e, _ := mpsOwnHost(t)
+	if out, code := gpuCTK(t, e, "mps", "start", "large"); code != 0 || !strings.HasPrefix(out, "large: started (pid ") {
+		t.Fatalf("start: exit %d: %q", code, out)
+	}
+	var pid int
+	if out, _ := gpuCTK(t, e, "mps", "status", "large"); !strings.HasPrefix(out, "large: running, pid ") {
+		t.Fatalf("status: %q", out)
+	} else if _, err := fmt.Sscanf(out, "large: running, pid %d", &pid); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control")
+	if err := os.Rename(control, control+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, code := ctkCombined(t, e, "mps", "stop", "large"); code != 0 || out != fmt.Sprintf("large: stopped (pid %d)\n", pid) {
+		t.Errorf("stop: exit %d: %q", code, out)
+	}
+	t.Logf("stopped in %s", time.Since(start))
+	// Ended: gone, or a zombie its new parent has not reaped yet.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Errorf("the daemon (pid %d) still runs: %s", pid, stat)
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "large"); code != 0 || !strings.HasPrefix(out, "large: stopped (not started): gpu-ctk mps start large\n") {
+		t.Errorf("status: exit %d: %q", code, out)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	if want := "gpu-ctk: nvidia-cuda-mps-control not found under driver root \"" + e.host.DriverRoot + "\": install the driver's MPS programs, or set driver.root\n"; code != 1 || out != want {
+		t.Errorf("start: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+}
