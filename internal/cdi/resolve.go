@@ -292,16 +292,22 @@ func (r *Resolver) unresolvable(names []string) error {
 // spec's common edits with the first of its devices (as the CDI library injects them: once),
 // applied by the CDI library to an empty spec whose process runs as user (node numbers and
 // owners filled in as the library fills them), every edit saying which spec or device brought
-// it; and the nodes each device injects with its spec's common ones.
+// it; and the nodes each device injects with its spec's common ones. Each spec's common
+// edits are read once, however many of its devices are asked for.
 func (r *Resolver) inModel(names []string, user specs.User) ([]plan.CDIDevice, error) {
 	out := make([]plan.CDIDevice, len(names))
-	specSeen := map[*cdi.Spec]bool{}
+	commons := map[*cdi.Spec]edits.Edits{}
 	for i, name := range names {
 		dev := r.devices[name]
 		s := dev.GetSpec()
-		common, err := editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", r.paths[s], s.GetVendor()+"/"+s.GetClass()), user)
-		if err != nil {
-			return nil, err
+		common, seen := commons[s]
+		if !seen {
+			var err error
+			common, err = editsOf(s.ApplyEdits, fmt.Sprintf("CDI spec %s (kind %s): common edits", r.paths[s], s.GetVendor()+"/"+s.GetClass()), user)
+			if err != nil {
+				return nil, err
+			}
+			commons[s] = common
 		}
 		own, err := editsOf(dev.ApplyEdits, "CDI device "+name, user)
 		if err != nil {
@@ -311,8 +317,7 @@ func (r *Resolver) inModel(names []string, user specs.User) ([]plan.CDIDevice, e
 		for _, n := range append(own.DeviceNodes, common.DeviceNodes...) {
 			out[i].Nodes = append(out[i].Nodes, n.Path)
 		}
-		if !specSeen[s] {
-			specSeen[s] = true
+		if !seen {
 			out[i].Edits.Add(common)
 		}
 		out[i].Edits.Add(own)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -348,4 +349,121 @@ func cdiNodes(devs []plan.CDIDevice) []string {
 		}
 	}
 	return out
+}
+
+// TestUnsupportedEdits: a CDI device whose edits, or whose spec's common edits, give network
+// devices or Intel RDT is refused with ErrUnsupportedEdit, naming the device or the spec:
+// gpu-runtime's model does not carry them, and no GPU's spec has them.
+func TestUnsupportedEdits(t *testing.T) {
+	testCases := []struct {
+		description string
+		spec        string
+		want        string // SPEC stands for the spec file
+	}{
+		{description: "a device's network device",
+			spec: "cdiVersion: 1.1.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {netDevices: [{hostInterfaceName: eth0, name: eth1}]}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI device example.com/x=d: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+		{description: "a device's Intel RDT",
+			spec: "cdiVersion: 0.7.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {intelRdt: {closID: gpu}}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI device example.com/x=d: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+		{description: "the spec's common Intel RDT",
+			spec: "cdiVersion: 0.7.0\nkind: example.com/x\ndevices:\n- {name: d, containerEdits: {env: [A=1]}}\ncontainerEdits: {intelRdt: {closID: gpu}}\n",
+			want: "CDI edit not supported by gpu-runtime: CDI spec SPEC (kind example.com/x): common edits: network devices or Intel RDT; use an engine with CDI of its own for this spec"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "x.yaml")
+			if err := os.WriteFile(p, []byte(tc.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := NewResolver([]string{dir}, []string{"example.com/x"})
+			if problems := r.Problems(); len(problems) > 0 {
+				t.Fatalf("the spec did not load: %q", problems)
+			}
+			d, err := r.Resolve([]string{"example.com/x=d"}, nil, specs.User{})
+			want := strings.ReplaceAll(tc.want, "SPEC", p)
+			if err == nil || err.Error() != want || !errors.Is(err, ErrUnsupportedEdit) || d != nil {
+				t.Errorf("devices %v, error %v\nwant %s", d, err, want)
+			}
+		})
+	}
+}
+
+// TestCommonEditsOnce: devices of two specs, one of them asked for twice over: each spec's
+// common edits come with the first of its devices only, and every device's nodes include its
+// spec's common ones. The whole model is compared.
+func TestCommonEditsOnce(t *testing.T) {
+	dir := t.TempDir()
+	for kind, spec := range map[string]string{
+		"x": "cdiVersion: 0.5.0\nkind: example.com/x\ncontainerEdits:\n  env: [X=common]\n  deviceNodes: [{path: /dev/x-ctl, type: c, major: 10, minor: 1}]\n" +
+			"devices:\n- {name: a, containerEdits: {deviceNodes: [{path: /dev/x-a, type: c, major: 10, minor: 2}]}}\n- {name: c, containerEdits: {env: [C=1], deviceNodes: [{path: /dev/x-c, type: c, major: 10, minor: 3}]}}\n",
+		"y": "cdiVersion: 0.5.0\nkind: example.com/y\ncontainerEdits:\n  mounts: [{hostPath: /y-lib, containerPath: /y-lib, options: [ro, bind]}]\n" +
+			"devices:\n- {name: b, containerEdits: {env: [B=1]}}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, kind+".yaml"), []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewResolver([]string{dir}, []string{"example.com/x", "example.com/y"})
+	got, err := r.Resolve([]string{"example.com/x=a", "example.com/y=b", "example.com/x=c"}, nil, specs.User{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xCommon := "CDI spec " + filepath.Join(dir, "x.yaml") + " (kind example.com/x): common edits"
+	yCommon := "CDI spec " + filepath.Join(dir, "y.yaml") + " (kind example.com/y): common edits"
+	node := func(p string, minor int64, why string) edits.DeviceNode {
+		return edits.DeviceNode{Path: p, Type: "c", Major: 10, Minor: minor, Why: why}
+	}
+	want := []plan.CDIDevice{
+		{Name: "example.com/x=a", Nodes: []string{"/dev/x-a", "/dev/x-ctl"}, Edits: edits.Edits{
+			Env:         []string{"X=common"},
+			DeviceNodes: []edits.DeviceNode{node("/dev/x-ctl", 1, xCommon), node("/dev/x-a", 2, "CDI device example.com/x=a")},
+		}},
+		{Name: "example.com/y=b", Nodes: nil, Edits: edits.Edits{
+			Env:    []string{"B=1"},
+			Mounts: []edits.Mount{{HostPath: "/y-lib", ContainerPath: "/y-lib", Options: []string{"ro", "bind"}, IDMapped: true, Why: yCommon}},
+		}},
+		{Name: "example.com/x=c", Nodes: []string{"/dev/x-c", "/dev/x-ctl"}, Edits: edits.Edits{
+			Env:         []string{"C=1"},
+			DeviceNodes: []edits.DeviceNode{node("/dev/x-c", 3, "CDI device example.com/x=c")},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("model =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestCommonEditsReadOnce: a spec's common edits are read once per Resolve, not once per
+// device asked for: with a hundred common mounts and tiny devices, resolving eight devices
+// allocates far less than eight times what resolving one does (reading them per device made
+// it about six times as much).
+func TestCommonEditsReadOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := "cdiVersion: 0.5.0\nkind: example.com/x\ncontainerEdits:\n  mounts:\n"
+	for i := range 100 {
+		s += fmt.Sprintf("  - {hostPath: /lib/l%d, containerPath: /lib/l%d, options: [ro, bind]}\n", i, i)
+	}
+	s += "devices:\n"
+	var names []string
+	for i := range 8 {
+		s += fmt.Sprintf("- {name: \"%d\", containerEdits: {env: [D=%d]}}\n", i, i)
+		names = append(names, fmt.Sprintf("example.com/x=%d", i))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver([]string{dir}, []string{"example.com/x"})
+	allocs := func(names []string) float64 {
+		return testing.AllocsPerRun(20, func() {
+			if _, err := r.Resolve(names, nil, specs.User{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	one, eight := allocs(names[:1]), allocs(names)
+	t.Logf("allocations: %.0f for one device, %.0f for eight", one, eight)
+	if eight > 2*one {
+		t.Errorf("resolving 8 devices of a spec allocates %.0f times, one device %.0f: its common edits are read per device", eight, one)
+	}
 }

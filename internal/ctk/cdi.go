@@ -111,13 +111,15 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	// in a spec directory others can write to would aim root's write at any file, and no
 	// link is read as a spec (internal/cdi's specRule). The new file is root's, mode 0644, whoever
 	// owned what it replaces: the rule spec files are read by.
+	var replaced string
 	if fi, err := os.Lstat(*output); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		target, _ := os.Readlink(*output)
-		fmt.Fprintf(stderr, "gpu-ctk: warning: %s was a symbolic link (to %s): replaced by the spec; links are not read as CDI specs\n", *output, target)
+		replaced = fmt.Sprintf("%s was a symbolic link (to %s): replaced by the spec; links are not read as CDI specs", *output, target)
 	}
 	if err := atomicfile.Write(*output, data, 0o644, atomicfile.Options{}); err != nil {
 		return err
 	}
+	warn(stderr, replaced)
 	fmt.Fprintf(stdout, "wrote %s: %d devices of kind %s, CDI version %s\n", *output, len(spec.Devices), spec.Kind, spec.Version)
 	return nil
 }

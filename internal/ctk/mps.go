@@ -131,7 +131,8 @@ func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.O
 				}
 			}
 		}
-		if base.Control == "" {
+		// Stopping does without it too: mps.Stop ends the daemons by signal.
+		if base.Control == "" && start {
 			return nil, fmt.Errorf("%s not found under driver root %q: install the driver's MPS programs, or set driver.root", mps.ControlName, cfg.Driver.Root)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -151,9 +152,14 @@ func viewProblem(cfg config.MPSConfig, name string) string {
 	return ""
 }
 
-// readPID reads a pid file: a regular file of a few bytes, not a symlink, never blocking.
+// pidRule is what the pid file gpu-ctk mps start writes must be to be believed: root's (or
+// gpu-ctk's user's), mode 0600, a few bytes. A pid another user could have written would
+// have Stop signal any process it names.
+var pidRule = trustedfile.Rule{What: "MPS pid file", Mode: 0o600, Max: 32}
+
+// readPID reads a pid file that passes pidRule, not through a symlink, never blocking.
 func readPID(p string) (int, error) {
-	data, _, err := trustedfile.ReadRegular(p, 32, false)
+	data, err := trustedfile.Read(p, pidRule)
 	if err != nil {
 		return 0, err
 	}
@@ -186,8 +192,8 @@ type Options struct {
 }
 
 // startWait bounds how long Start waits for the daemon's control pipe, and then for it to
-// take the share's defaults.
-const startWait = 10 * time.Second
+// take the share's defaults (a variable for tests).
+var startWait = 10 * time.Second
 
 // Start starts the share's daemon unless it runs, then sets its defaults. It reports what
 // it did.
@@ -211,21 +217,54 @@ func Start(cfg config.MPSConfig, name string, o Options) (string, error) {
 	if err := waitReady(cfg, name, startWait); err != nil {
 		return "", err
 	}
-	// A daemon that has just made its pipe may not answer yet: try again for a while.
-	cmds := defaults(share, len(o.UUIDs))
-	var err error
-	setDefaults := func() bool {
-		err = control(cfg, name, o, cmds)
-		return err == nil
-	}
-	if len(cmds) > 0 && !poll(startWait, 50*time.Millisecond, setDefaults) {
-		return "", fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+	if err := setDefaults(cfg, name, o, share); err != nil {
+		return "", err
 	}
 	// Only now can a client connect: its server gets the share's defaults.
 	if err := linkView(cfg, name); err != nil {
 		return "", err
 	}
 	return did, nil
+}
+
+// setDefaults sets the share's defaults through the daemon's control interface, then reads
+// back the active thread percentage: the front end prints the daemon's answer to a refused
+// command on stdout and exits 0 (as the real one is documented to: fakehost's fakemps.c), so
+// its exit status says only that the daemon answered. The pinned-memory limit is not read
+// back: in what form get_default_device_pinned_mem_limit answers is not documented, and a
+// guess would refuse shares the daemon took.
+func setDefaults(cfg config.MPSConfig, name string, o Options, share config.MPSShare) error {
+	cmds := defaults(share, len(o.UUIDs))
+	if len(cmds) == 0 {
+		return nil
+	}
+	// A daemon that has just made its pipe may not answer yet: try again for a while.
+	var answer string
+	var err error
+	if !poll(startWait, 50*time.Millisecond, func() bool {
+		answer, err = control(cfg, name, o, cmds)
+		return err == nil
+	}) {
+		return fmt.Errorf("set the defaults of MPS share %q: %w", name, err)
+	}
+	want := share.ActiveThreadPercentage
+	if want == 0 {
+		return nil
+	}
+	const get = "get_default_active_thread_percentage"
+	got, err := control(cfg, name, o, []string{get})
+	if err != nil {
+		return fmt.Errorf("read back the defaults of MPS share %q: %w", name, err)
+	}
+	// The real daemon may print "20.0", the fake prints "20".
+	if v, err := strconv.ParseFloat(strings.TrimSpace(got), 64); err == nil && v == float64(want) {
+		return nil
+	}
+	msg := fmt.Sprintf("the daemon of MPS share %q did not take active-thread-percentage %d: %s answers %q", name, want, get, strings.TrimSpace(got))
+	if a := strings.TrimSpace(answer); a != "" {
+		msg += fmt.Sprintf(", and to the settings it answered %q", a)
+	}
+	return errors.New(msg + "; see " + cfg.LogDir(name))
 }
 
 // defaults are the control commands that set a share's limits for the servers it starts.
@@ -248,20 +287,23 @@ func defaults(share config.MPSShare, devices int) []string {
 // to the share's user). The user needs no more: the share's MPS servers, which run as it,
 // reach the sockets and FIFO the daemon makes there with its own modes, and its logs are
 // readable. The pipe directory holds only what the daemon makes at start, and the client
-// view only what gpu-ctk links there once the defaults are set: both are made anew.
+// view only what gpu-ctk links there once the defaults are set: the pipe directory is made
+// anew, the client view emptied but kept, as containers that joined the share before a
+// restart have it bind-mounted: they see the new daemon's socket once linkView links it.
 func prepare(cfg config.MPSConfig, name string) error {
 	if err := os.MkdirAll(filepath.Join(cfg.Root, name), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Join(cfg.Root, name), err)
 	}
-	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name)} {
-		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("empty %s: %w", d, err)
-		}
+	if err := os.RemoveAll(cfg.PipeDir(name)); err != nil {
+		return fmt.Errorf("empty %s: %w", cfg.PipeDir(name), err)
 	}
-	for _, d := range []string{cfg.PipeDir(name), cfg.ClientDir(name), cfg.LogDir(name)} {
+	for _, d := range []string{cfg.PipeDir(name), cfg.LogDir(name)} {
 		if err := ownDir(d); err != nil {
 			return err
 		}
+	}
+	if err := emptyDir(cfg.ClientDir(name)); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(cfg.ShmDir(name), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", cfg.ShmDir(name), err)
@@ -290,6 +332,30 @@ func ownDir(dir string) error {
 	}
 	if err := unix.Fchmod(fd, 0o755); err != nil {
 		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	return nil
+}
+
+// emptyDir makes dir an empty directory of gpu-ctk's (ownDir), keeping the directory itself
+// when there is one: what is under it goes, what is not a directory at its path (a link) is
+// removed first.
+func emptyDir(dir string) error {
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+		if err := os.Remove(dir); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
+	}
+	if err := ownDir(dir); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("empty %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
+		}
 	}
 	return nil
 }
@@ -372,7 +438,8 @@ func launch(cfg config.MPSConfig, name string, o Options) (int, error) {
 		return 0, fmt.Errorf("start the daemon of MPS share %q: %w", name, err)
 	}
 	pid := cmd.Process.Pid
-	if err := os.WriteFile(cfg.PIDFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	// A new file of gpu-ctk's, mode 0600 (pidRule), whatever was at the path before.
+	if err := atomicfile.Write(cfg.PIDFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o600, atomicfile.Options{}); err != nil {
 		_ = cmd.Process.Kill()
 		return 0, err
 	}
@@ -426,18 +493,20 @@ func poll(wait, interval time.Duration, done func() bool) bool {
 	return true
 }
 
-// control sends commands to the share's daemon through nvidia-cuda-mps-control.
-func control(cfg config.MPSConfig, name string, o Options, cmds []string) error {
+// control sends commands to the share's daemon through nvidia-cuda-mps-control and returns
+// what it printed on stdout: the daemon's answers.
+func control(cfg config.MPSConfig, name string, o Options, cmds []string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.Control)
 	cmd.Env = env(cfg, name, o)
 	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", o.Control, err, bytes.TrimSpace(out))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", o.Control, err, strings.TrimSpace(stdout.String()+"\n"+stderr.String()))
 	}
-	return nil
+	return stdout.String(), nil
 }
 
 // Stop takes the control socket out of the share's client view, quits the share's daemon
@@ -451,10 +520,12 @@ func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
 	st := daemonState(cfg, name)
 	did := "not running"
 	if st.PID != 0 {
-		if st.Running && o.Control != "" {
-			_ = control(cfg, name, o, []string{"quit"})
+		// Asked to quit, the daemon gets a while to do so; else it is signalled at once.
+		quit := st.Running && o.Control != ""
+		if quit {
+			_, _ = control(cfg, name, o, []string{"quit"})
 		}
-		if !exited(st.PID, 10*time.Second) {
+		if !quit || !exited(st.PID, 10*time.Second) {
 			_ = unix.Kill(st.PID, unix.SIGTERM)
 			if !exited(st.PID, 5*time.Second) {
 				_ = unix.Kill(st.PID, unix.SIGKILL)

@@ -314,7 +314,8 @@ func TestCDIHandOffTimeout(t *testing.T) {
 // link at the output path (one a user planted in a spec directory they can write to): the
 // file it names — root's 0600 file, or one it would create elsewhere — is left as it was, the
 // link is replaced by the spec (root's, 0644, which the spec directories' rule reads), and a
-// warning names both.
+// warning names both once the spec is written; a write that fails leaves the link and warns
+// of no replacement.
 func TestCDIGenerateOutputLink(t *testing.T) {
 	e := newMIGEnv(t)
 	secret := filepath.Join(t.TempDir(), "secret")
@@ -364,6 +365,30 @@ func TestCDIGenerateOutputLink(t *testing.T) {
 			}
 		})
 	}
+	// A write that fails replaces nothing, and says nothing was replaced.
+	t.Run("a link in a read-only directory", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "nvidia.yaml")
+		if err := os.Symlink(secret, out); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+			t.Fatal(err)
+		}
+		gen := exec.Command(filepath.Join(binDir, "gpu-ctk"), "cdi", "generate", "--output", out)
+		gen.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
+		msg, _ := gen.CombinedOutput()
+		if code := gen.ProcessState.ExitCode(); code != 1 || !strings.HasPrefix(string(msg), "gpu-ctk: create temporary file for "+out+": ") || strings.Contains(string(msg), "warning") {
+			t.Errorf("exit %d:\n%s", code, msg)
+		}
+		if target, err := os.Readlink(out); err != nil || target != secret {
+			t.Errorf("%s: link to %q (%v)", out, target, err)
+		}
+	})
 }
 
 // TestCDIKinds: with the default policy a container's environment or cdi.k8s.io/ annotation

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 )
 
 // mpsProbe prints what a share's container sees: its NVIDIA nodes, its CUDA_MPS_* variables,
@@ -38,7 +41,26 @@ func mpsEnv(t *testing.T) (*env, string) {
 // when the test ends.
 func mpsConfigured(t *testing.T) (*env, string) {
 	t.Helper()
-	e := newEnv(t, 2)
+	return mpsConfiguredOn(t, newEnv(t, 2))
+}
+
+// mpsOwnHost is mpsConfigured on a fake host of the test's own, whose driver files it may
+// change.
+func mpsOwnHost(t *testing.T) (*env, string) {
+	t.Helper()
+	requireE2E(t)
+	dir := t.TempDir()
+	h, err := fakehost.Build(filepath.Join(dir, "host"), fakehost.Default(2))
+	if err != nil {
+		t.Fatalf("build fake host: %v", err)
+	}
+	e := &env{host: h, dir: dir, config: filepath.Join(dir, "config.toml"), stateRoot: filepath.Join(dir, "runc-state")}
+	return mpsConfiguredOn(t, e)
+}
+
+// mpsConfiguredOn writes e's config with the shares of mpsConfigured.
+func mpsConfiguredOn(t *testing.T, e *env) (*env, string) {
+	t.Helper()
 	root := filepath.Join(e.dir, "mps")
 	e.writeConfig(t, fmt.Sprintf(`[mps]
 root = %q
@@ -433,5 +455,158 @@ func TestMPSCDI(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// restartProbe, in a share's container, waits for the test to mark its share's client view
+// after gpu-ctk mps stop and start (a file "restarted" there, which the container sees only
+// if what it has mounted is the client view on the host), then prints the control socket it
+// finds: what a client connecting after the restart finds. The inode of the old socket may
+// be reused by the new one: only the mark tells them apart.
+const restartProbe = `
+[ -S /tmp/nvidia-mps/control ] && echo "socket before"
+echo started
+i=0
+while [ $i -lt 300 ]; do
+  if [ -e /tmp/nvidia-mps/restarted ]; then
+    [ -S /tmp/nvidia-mps/control ] && echo "socket after $(stat -c %i /tmp/nvidia-mps/control)"
+    exit 0
+  fi
+  sleep 0.05
+  i=$((i+1))
+done
+echo "no mark"
+`
+
+// TestMPSRestart: a container that joined a share before gpu-ctk mps stop and start sees
+// the new daemon's control socket in its pipe directory: the client view it has mounted is
+// the one gpu-ctk links the new socket into, not a directory removed from the host.
+func TestMPSRestart(t *testing.T) {
+	e, root := mpsEnv(t)
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=small"}, restartProbe)
+	id := containerID(t)
+	out, err := os.OpenFile(filepath.Join(t.TempDir(), "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if r := e.runtime(t, out, "create", "--bundle", b, id); r.code != 0 {
+		t.Fatalf("create: exit %d: %s", r.code, r.stderr)
+	}
+	defer e.runtime(t, nil, "delete", "--force", id)
+	if r := e.runtime(t, nil, "start", id); r.code != 0 {
+		t.Fatalf("start: exit %d: %s", r.code, r.stderr)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if data, _ := os.ReadFile(out.Name()); strings.Contains(string(data), "started\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the container did not start its probe")
+		}
+	}
+	if out, code := gpuCTK(t, e, "mps", "stop", "small"); code != 0 || !strings.HasPrefix(out, "small: stopped (pid ") {
+		t.Fatalf("stop small: exit %d: %q", code, out)
+	}
+	if out, code := gpuCTK(t, e, "mps", "start", "small"); code != 0 || !strings.HasPrefix(out, "small: started (pid ") {
+		t.Fatalf("start small: exit %d: %q", code, out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, "small", "pipe", "control"), &st); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(root, "small", "client", "restarted")
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(mark)
+	waitStopped(t, e, id)
+	data, _ := os.ReadFile(out.Name())
+	if want := fmt.Sprintf("socket before\nstarted\nsocket after %d\n", st.Ino); string(data) != want {
+		t.Errorf("the container does not see the restarted daemon's control socket:\n%s\nwant\n%s", data, want)
+	}
+}
+
+// refusingFrontEnd is an nvidia-cuda-mps-control whose daemon is the fake's (at %[1]s) and
+// whose front end answers set_default_active_thread_percentage as the real one answers a
+// command the daemon refused: the daemon's error on stdout, exit status 0.
+const refusingFrontEnd = `#!/bin/sh
+case "$1" in -f|-d) exec %[1]q "$@";; esac
+while IFS= read -r line; do
+  case "$line" in
+  set_default_active_thread_percentage*) echo "Invalid active thread percentage";;
+  *) printf '%%s\n' "$line" | %[1]q || exit;;
+  esac
+done
+`
+
+// TestMPSDefaultsRefused: a daemon that refuses a share's active thread percentage, its
+// front end printing why and exiting 0, fails gpu-ctk mps start with what it answered; the
+// share's containers are not given its control socket, and are refused.
+func TestMPSDefaultsRefused(t *testing.T) {
+	e, root := mpsOwnHost(t)
+	control := filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control")
+	real := filepath.Join(e.dir, "real", "nvidia-cuda-mps-control")
+	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(control, real); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(control, []byte(fmt.Sprintf(refusingFrontEnd, real)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	want := `gpu-ctk: MPS share "large": the daemon of MPS share "large" did not take active-thread-percentage 80: get_default_active_thread_percentage answers "100", ` +
+		`and to the settings it answered "Invalid active thread percentage"; see ` + filepath.Join(root, "large", "log") + "\n"
+	if code != 1 || out != want {
+		t.Errorf("start: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	if entries, err := os.ReadDir(filepath.Join(root, "large", "client")); err != nil || len(entries) != 0 {
+		t.Errorf("the client view holds %v (%v)", entries, err)
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "large"); code != 0 || !strings.HasPrefix(out, "large: stopped (its client view "+filepath.Join(root, "large", "client")+" holds no control socket yet): gpu-ctk mps start large\n") {
+		t.Errorf("status: exit %d: %q", code, out)
+	}
+	b := e.bundle(t, []string{"NVIDIA_MPS_SHARE=large"}, "echo ran")
+	logPath := filepath.Join(t.TempDir(), "log.json")
+	if r := e.run(t, b, "--log", logPath, "--log-format", "json"); r.code == 0 || !strings.HasPrefix(lastJSONError(t, logPath), `gpu-runtime: plan GPU injection: MPS share "large" is not running`) {
+		t.Errorf("a container on the share: exit %d: %q", r.code, lastJSONError(t, logPath))
+	}
+}
+
+// TestMPSStopWithoutControl: gpu-ctk mps stop stops a share whose driver no longer has
+// nvidia-cuda-mps-control (removed, or a driver root without MPS programs): the daemon is
+// ended by signal, at once. gpu-ctk mps start needs it, and says so.
+func TestMPSStopWithoutControl(t *testing.T) {
+	e, _ := mpsOwnHost(t)
+	if out, code := gpuCTK(t, e, "mps", "start", "large"); code != 0 || !strings.HasPrefix(out, "large: started (pid ") {
+		t.Fatalf("start: exit %d: %q", code, out)
+	}
+	var pid int
+	if out, _ := gpuCTK(t, e, "mps", "status", "large"); !strings.HasPrefix(out, "large: running, pid ") {
+		t.Fatalf("status: %q", out)
+	} else if _, err := fmt.Sscanf(out, "large: running, pid %d", &pid); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(e.host.BinDir, "nvidia-cuda-mps-control")
+	if err := os.Rename(control, control+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, code := ctkCombined(t, e, "mps", "stop", "large"); code != 0 || out != fmt.Sprintf("large: stopped (pid %d)\n", pid) {
+		t.Errorf("stop: exit %d: %q", code, out)
+	}
+	t.Logf("stopped in %s", time.Since(start))
+	// Ended: gone, or a zombie its new parent has not reaped yet.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Errorf("the daemon (pid %d) still runs: %s", pid, stat)
+	}
+	if out, code := gpuCTK(t, e, "mps", "status", "large"); code != 0 || !strings.HasPrefix(out, "large: stopped (not started): gpu-ctk mps start large\n") {
+		t.Errorf("status: exit %d: %q", code, out)
+	}
+	out, code := ctkCombined(t, e, "mps", "start", "large")
+	if want := "gpu-ctk: nvidia-cuda-mps-control not found under driver root \"" + e.host.DriverRoot + "\": install the driver's MPS programs, or set driver.root\n"; code != 1 || out != want {
+		t.Errorf("start: exit %d\n%s\nwant\n%s", code, out, want)
 	}
 }
