@@ -84,8 +84,7 @@ func daemonState(cfg config.MPSConfig, name string) State {
 		return s
 	}
 	s.PID = pid
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte(ControlName)) {
+	if !isDaemon(pid, false) {
 		s.Why = fmt.Sprintf("its daemon (pid %d) is gone", pid)
 		return s
 	}
@@ -95,6 +94,14 @@ func daemonState(cfg config.MPSConfig, name string) State {
 	}
 	s.Running = true
 	return s
+}
+
+// isDaemon says whether pid runs nvidia-cuda-mps-control (or, with starting, is still the
+// gpu-ctk mps __daemon that becomes it): a pid file outlives its daemon, and its pid may have
+// gone to another process since.
+func isDaemon(pid int, starting bool) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && (bytes.Contains(cmdline, []byte(ControlName)) || starting && bytes.Contains(cmdline, []byte("mps\x00"+DaemonCommand)))
 }
 
 // ControlSocket is the socket in a pipe directory that MPS clients connect to (the CUDA
@@ -519,7 +526,7 @@ func Stop(cfg config.MPSConfig, name string, o Options) (string, error) {
 	}
 	st := daemonState(cfg, name)
 	did := "not running"
-	if st.PID != 0 {
+	if st.PID != 0 && isDaemon(st.PID, true) { // never a process that took over a dead daemon's pid
 		// Asked to quit, the daemon gets a while to do so; else it is signalled at once.
 		quit := st.Running && o.Control != ""
 		if quit {

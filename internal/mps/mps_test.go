@@ -495,3 +495,29 @@ func TestWaitReady(t *testing.T) {
 		})
 	}
 }
+
+// TestStopSignalsOnlyTheDaemon: a pid file whose daemon died names a pid another process may
+// have since; stop leaves that process alone, and removes the stale pid file.
+func TestStopSignalsOnlyTheDaemon(t *testing.T) {
+	requireRoot(t)
+	cfg := config.MPSConfig{Root: t.TempDir(), Shares: map[string]config.MPSShare{"a": {Devices: []string{"0"}}}}
+	if err := os.MkdirAll(filepath.Join(cfg.Root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	writeFileMode(t, cfg.PIDFile("a"), fmt.Sprintf("%d\n", other.Process.Pid), 0o600)
+	did, err := Stop(cfg, "a", Options{})
+	if err != nil || did != "not running" {
+		t.Errorf("Stop = %q, %v; want not running", did, err)
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the process that has the dead daemon's pid was signalled: %v", err)
+	}
+	if _, err := os.Stat(cfg.PIDFile("a")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stale pid file kept: %v", err)
+	}
+}
