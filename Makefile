@@ -37,7 +37,7 @@ DIST := dist/$(ARCH)
 endif
 endif
 
-.PHONY: help build test unit e2e test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
+.PHONY: help build test unit e2e test-arm64 test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ unit: ## unit tests only (no root needed for most)
 
 e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and podman on a fake GPU host (root)
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ ./tests/engines/
+
+test-arm64: ## cross-build the arm64 packages (make package ARCH=arm64) and run them under qemu-user: --version, gpu-ctk info on an arm64 fake host, a create against an arm64 runc (root; make test runs it within go test ./...)
+	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 15m ./tests/arm64/
 
 fuzz: ## run each fuzz target briefly (execution counts, not durations: a duration-based -fuzztime can fail with "context deadline exceeded" on a loaded machine, golang/go#75804, fixed in go1.27)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./internal/ldcache/
