@@ -19,7 +19,7 @@ DIST := dist
 # (make package ARCH=arm64) another, cross-built into bin/<arch> and dist/<arch> unless BIN and
 # DIST say otherwise: gpu-runtime and gpu-hook need only Go, gpu-ctk (cgo) the target's C cross
 # compiler (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross, which make deps installs).
-HOST_ARCH := $(shell $(GO) env GOARCH)
+HOST_ARCH := $(shell env -u GOARCH $(GO) env GOARCH 2>/dev/null)
 ARCH := $(HOST_ARCH)
 CROSS_CC_arm64 := aarch64-linux-gnu-gcc
 CROSS_CC_amd64 := x86_64-linux-gnu-gcc
