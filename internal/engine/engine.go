@@ -13,11 +13,16 @@
 //     `<file>.bak.<UTC timestamp>` before it changes. Drop-ins are generated whole, marked by
 //     their first line, and never backed up: a backup in a drop-in directory would itself be
 //     loaded (cri-o reads every file of crio.conf.d).
-//   - Unconfigure undoes configure where gpu-ctk can tell: a backup holding the same settings
-//     as unconfigure's result is written back byte for byte and removed; a file holding only
-//     what configure wrote into it (an empty daemon.json object, a bare `version` line) is
-//     removed, and containerd's drop-in directory when left empty. What the user changed after
-//     configure is kept, after a backup.
+//   - Unconfigure undoes configure: what configure displaced in daemon.json (another
+//     default-runtime, a runtime of the same name such as NVIDIA's "nvidia") is put back from
+//     the backup configure made; a backup then holding the same settings as unconfigure's
+//     result is written back byte for byte; a file holding only what configure wrote into it
+//     (an empty daemon.json object, a bare `version` line) is removed, and a drop-in directory
+//     when left empty. What the user changed after configure is kept. Unconfigure makes no
+//     backup and removes every backup gpu-ctk made of the file: after configure then
+//     unconfigure, no `.bak.` file of gpu-ctk's is left.
+//   - cri-o's drop-in is refused where /etc/crio (the drop-in directory's parent) does not
+//     exist: cri-o is not installed, and nothing is created.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
 //   - Only regular files of at most 1 MiB are read, checked on an O_PATH handle before being
@@ -70,6 +75,8 @@ var (
 	ErrChanged = errors.New("file changed since it was read")
 	// ErrInvalidOptions: bad Options (a relative runtime path, an odd runtime name).
 	ErrInvalidOptions = errors.New("invalid options")
+	// ErrNotInstalled: the engine's configuration directory does not exist (cri-o).
+	ErrNotInstalled = errors.New("container engine not installed")
 	// ErrUnknownEngine: not docker, containerd or crio.
 	ErrUnknownEngine = errors.New("unknown container engine")
 )
@@ -125,6 +132,10 @@ type Options struct {
 	// ContainerdConfigVersion is the version to write into a new or empty containerd main
 	// config: 2 (containerd 1.3 and later, also read by 2.x; the default) or 3 (containerd 2.x).
 	ContainerdConfigVersion int
+
+	// backups: unconfigure of docker fills it with the content of daemon.json's backups,
+	// newest first, to find what configure displaced.
+	backups [][]byte
 }
 
 var defaultConfig = map[Engine]string{Docker: DefaultDockerConfig, Containerd: DefaultContainerdConfig, CRIO: DefaultCRIODropIn}
