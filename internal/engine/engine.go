@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -148,6 +149,11 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 	if !runtimeNameRE.MatchString(o.RuntimeName) {
 		return o, fmt.Errorf("%w: runtime name %q: use letters, digits, '.', '_' and '-' (63 at most), starting with a letter or digit", ErrInvalidOptions, o.RuntimeName)
 	}
+	if configuring {
+		if err := checkRuntimeName(engine, o.RuntimeName); err != nil {
+			return o, err
+		}
+	}
 	if configuring && !filepath.IsAbs(o.RuntimePath) {
 		return o, fmt.Errorf("%w: runtime path %q is not absolute", ErrInvalidOptions, o.RuntimePath)
 	}
@@ -170,6 +176,32 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 		}
 	}
 	return o, nil
+}
+
+// reservedRuntimeNames are the names each engine keeps for its own runtimes: dockerd refuses
+// to start with a daemon.json that redefines them, and in containerd and cri-o registering one
+// would put every container of that runtime through gpu-runtime (--set-as-default says so openly).
+var reservedRuntimeNames = map[Engine][]string{
+	Docker:     {"runc", "io.containerd.runc.v2", "io.containerd.runc.v1", "io.containerd.runtime.v1.linux"},
+	Containerd: {"runc"},
+	CRIO:       {"runc", "crun"},
+}
+
+// criHandlerRE is a lowercase RFC 1123 label: what Kubernetes accepts as a RuntimeClass handler.
+var criHandlerRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// checkRuntimeName refuses a name the engine reserves, and for the CRI engines a name no
+// RuntimeClass can name.
+func checkRuntimeName(engine Engine, name string) error {
+	if slices.Contains(reservedRuntimeNames[engine], name) {
+		return fmt.Errorf("%w: runtime name %q is %s's own runtime: choose another name (gpu, or nvidia for what was NVIDIA's runtime), and --set-as-default to make it the default",
+			ErrInvalidOptions, name, engine)
+	}
+	if engine != Docker && !criHandlerRE.MatchString(name) {
+		return fmt.Errorf("%w: runtime name %q cannot be a Kubernetes RuntimeClass handler: use lowercase letters, digits and '-' (63 at most), starting and ending with a letter or digit",
+			ErrInvalidOptions, name)
+	}
+	return nil
 }
 
 // ParseEngine returns the Engine named s ("cri-o" is accepted for crio).
