@@ -459,6 +459,10 @@ func (d *doctor) checkEngines() {
 			d.add(check, statusFail, fmt.Sprintf("installed (%s): %v", prog, err), "correct the file named")
 			continue
 		}
+		if current.Changed() && len(current.Stale) > 0 {
+			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but %s", prog, engine.DefaultRuntimeName, strings.Join(current.Stale, "; ")), configure)
+			continue
+		}
 		if current.Changed() {
 			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but not as gpu-ctk runtime configure writes it now (another path than %s, or an older gpu-ctk)", prog, engine.DefaultRuntimeName, runtimePath), configure)
 			continue

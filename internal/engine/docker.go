@@ -23,6 +23,7 @@ type edit struct {
 	content []byte
 	changed bool
 	notes   []string
+	source  string // containerd version 2: the file whose CRI section the drop-in copies
 }
 
 // configureDocker returns daemon.json (nil or empty for none) with runtimes.<name> pointing at

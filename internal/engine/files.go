@@ -51,6 +51,9 @@ type Plan struct {
 	Changes  []Change
 	Notes    []string // facts worth telling (a replaced default, a copied setting)
 	Warnings []string // what was left out and why (a containerd import that is not a regular file)
+	// Stale says why a registration configure made earlier is out of date (configure: what
+	// the planned changes bring up to date); doctor reports it.
+	Stale []string
 	Next     []string // what the user must do once the changes are written
 }
 
@@ -170,6 +173,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if !same {
 		p.Changes = append(p.Changes, drop.change(dropEdit.content, false)) // the drop-in first: a missing import stops containerd
 		p.Notes = append(p.Notes, dropEdit.notes...)
+		if drop.content != nil && dropEdit.source != "" && criCopyDrift(drop.content, dropEdit.content, opts.RuntimeName) {
+			p.Stale = append(p.Stale, fmt.Sprintf("%s's CRI section changed since configure, and containerd 1.x reads the copy in %s instead (it replaces the whole section with the last file's): "+
+				"the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again", dropEdit.source, drop.path))
+		}
 	}
 	if mainEdit.changed {
 		p.Changes = append(p.Changes, main.change(mainEdit.content, main.content != nil))

@@ -806,3 +806,36 @@ func TestUnconfigureRestoresWhatConfigureDisplaced(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerdCRIDrift: a CRI setting of config.toml changed after configure is shadowed by
+// the version 2 drop-in's copy; planning configure names the file and why (doctor shows it),
+// and configuring again takes the change in. A new runtime path alone is no drift.
+func TestContainerdCRIDrift(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, mainV2, 0o644)
+	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
+
+	moved := opts
+	moved.RuntimePath = "/opt/gpu/gpu-runtime"
+	if p := mustPlan(t, true, Containerd, moved); !p.Changed() || len(p.Stale) != 0 {
+		t.Errorf("another runtime path: changed %v, stale %q; want a change and no drift", p.Changed(), p.Stale)
+	}
+
+	writeFile(t, opts.ConfigPath, strings.Replace(readFileString(t, opts.ConfigPath), "pause:3.9", "pause:3.10", 1), 0o644)
+	p := mustPlan(t, true, Containerd, opts)
+	want := opts.ConfigPath + "'s CRI section changed since configure, and containerd 1.x reads the copy in " + opts.DropInPath +
+		" instead (it replaces the whole section with the last file's): the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again"
+	if !slices.Equal(p.Stale, []string{want}) {
+		t.Errorf("stale %q\nwant %q", p.Stale, want)
+	}
+	mustApply(t, p, testNow)
+	if !strings.Contains(readFileString(t, opts.DropInPath), "sandbox_image = 'registry.k8s.io/pause:3.10'") {
+		t.Errorf("the drop-in did not take the change in:\n%s", readFileString(t, opts.DropInPath))
+	}
+	if p := mustPlan(t, true, Containerd, opts); p.Changed() || len(p.Stale) != 0 {
+		t.Errorf("after configuring again: changed %v, stale %q", p.Changed(), p.Stale)
+	}
+}

@@ -386,3 +386,38 @@ func TestNVMLTimeoutInCTK(t *testing.T) {
 		t.Errorf("doctor and cdi generate took %s: the timeout did not bound them", took)
 	}
 }
+
+// TestDoctorContainerdCRIDrift: a CRI setting of containerd's config.toml changed after
+// configure, which containerd 1.x ignores for the drop-in's copy, is named by doctor with the
+// fix; configuring again clears it.
+func TestDoctorContainerdCRIDrift(t *testing.T) {
+	d := newDoctorEnv(t, healthyOptions())
+	main := filepath.Join(d.engineRoot, "etc/containerd/config.toml")
+	if err := os.MkdirAll(filepath.Dir(main), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.engineRoot, "usr/bin/containerd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(main, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	configure := []string{"runtime", "configure", "--runtime=containerd", "--config", main, "--drop-in", filepath.Join(d.engineRoot, "etc/containerd/conf.d/99-gpu-runtime.toml")}
+	d.ctk(t, 0, configure...)
+	if checks, _ := d.doctor(t); checks["engine containerd"].Status != "ok" {
+		t.Fatalf("after configure: %+v", checks["engine containerd"])
+	}
+	replaceInFile(t, main, "pause:3.9", "pause:3.10")
+	checks, _ := d.doctor(t)
+	c := checks["engine containerd"]
+	want := `runtime "gpu" registered, but ` + main + "'s CRI section changed since configure, and containerd 1.x reads the copy in " +
+		filepath.Join(d.engineRoot, "etc/containerd/conf.d/99-gpu-runtime.toml") + " instead (it replaces the whole section with the last file's): " +
+		"the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again"
+	if c.Status != "warn" || !strings.HasSuffix(c.Detail, want) || c.Fix != "gpu-ctk runtime configure --runtime=containerd && systemctl restart containerd" {
+		t.Errorf("engine containerd = %+v\nwant warn, a detail ending %q", c, want)
+	}
+	d.ctk(t, 0, configure...)
+	if checks, _ := d.doctor(t); checks["engine containerd"].Status != "ok" {
+		t.Errorf("after configuring again: %+v", checks["engine containerd"])
+	}
+}
