@@ -54,7 +54,7 @@ type Plan struct {
 	// Stale says why a registration configure made earlier is out of date (configure: what
 	// the planned changes bring up to date); doctor reports it.
 	Stale []string
-	Next     []string // what the user must do once the changes are written
+	Next  []string // what the user must do once the changes are written
 }
 
 // Changed reports whether applying the plan writes anything.
