@@ -839,3 +839,76 @@ func TestContainerdCRIDrift(t *testing.T) {
 		t.Errorf("after configuring again: changed %v, stale %q", p.Changed(), p.Stale)
 	}
 }
+
+// nvidiaCTKContainerdConfig is /etc/containerd/config.toml as `nvidia-ctk runtime configure
+// --runtime=containerd --set-as-default` leaves containerd 1.x's default config: NVIDIA's
+// runtime "nvidia" beside runc, and the default.
+const nvidiaCTKContainerdConfig = `version = 2
+
+[plugins]
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.6"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "nvidia"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          privileged_without_host_devices = false
+          runtime_engine = ""
+          runtime_root = ""
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = true
+`
+
+// TestContainerdMigrationFromNVIDIA: on a config.toml NVIDIA's toolkit configured, configure
+// --runtime-name nvidia --set-as-default makes the CRI handler "nvidia" (RuntimeClasses written
+// for NVIDIA's toolkit) gpu-runtime, with runc's settings, the default; unconfigure leaves
+// config.toml byte for byte as it was, NVIDIA's runtime in it, and no other file.
+func TestContainerdMigrationFromNVIDIA(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.RuntimeName = "nvidia"
+	opts.SetAsDefault = true
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, nvidiaCTKContainerdConfig, 0o644)
+	p := mustPlan(t, true, Containerd, opts)
+	if !slices.Contains(p.Notes, `containerd runtime "nvidia" starts from the settings of runtime "runc"`) {
+		t.Errorf("notes %q", p.Notes)
+	}
+	mustApply(t, p, testNow)
+	drop, err := parseTOML(readFile(t, opts.DropInPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cri := []string{"plugins", containerdV2Plugin, "containerd"}
+	if def, _ := stringAt(drop, append(cri, "default_runtime_name")...); def != "nvidia" {
+		t.Errorf("default_runtime_name %q", def)
+	}
+	if bin, _ := stringAt(drop, append(cri, "runtimes", "nvidia", "options", "BinaryName")...); bin != testRuntimePath {
+		t.Errorf("runtime nvidia's BinaryName %q", bin)
+	}
+	if opt, _, _ := subTable(drop, append(cri, "runtimes", "nvidia", "options")...); opt["SystemdCgroup"] != true {
+		t.Errorf("runtime nvidia's options %v: runc's SystemdCgroup not carried", opt)
+	}
+
+	opts.SetAsDefault = false
+	mustApply(t, mustPlan(t, false, Containerd, opts), testNow.Add(time.Second))
+	if got := readFileString(t, opts.ConfigPath); got != nvidiaCTKContainerdConfig {
+		t.Errorf("config.toml after unconfigure:\n%s", got)
+	}
+	if names := listDir(t, dir); !slices.Equal(names, []string{"config.toml"}) {
+		t.Errorf("files left: %v", names)
+	}
+}

@@ -206,6 +206,36 @@ func TestRealContainerdCRIDrift(t *testing.T) {
 	}
 }
 
+// TestRealContainerdMigrationFromNVIDIA: containerd 1.x itself reads gpu-runtime as the CRI
+// handler "nvidia", the default, after configure --runtime-name nvidia --set-as-default on a
+// config.toml NVIDIA's toolkit configured; and NVIDIA's runtime again after unconfigure.
+func TestRealContainerdMigrationFromNVIDIA(t *testing.T) {
+	if installedContainerdConfigVersion(t) != 2 {
+		t.Skip("SKIPPED: nvidiaCTKContainerdConfig is containerd 1.x's layout")
+	}
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.RuntimeName = "nvidia"
+	opts.SetAsDefault = true
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, nvidiaCTKContainerdConfig, 0o644)
+	cri := []string{"plugins", containerdV2Plugin, "containerd"}
+	check := func(when, wantBinary string) {
+		t.Helper()
+		dump := containerdDump(t, opts.ConfigPath)
+		def, _ := stringAt(dump, append(cri, "default_runtime_name")...)
+		bin, _ := stringAt(dump, append(cri, "runtimes", "nvidia", "options", "BinaryName")...)
+		if def != "nvidia" || bin != wantBinary {
+			t.Errorf("%s: containerd reads default_runtime_name %q and runtime nvidia's BinaryName %q; want nvidia and %q", when, def, bin, wantBinary)
+		}
+	}
+	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
+	check("after configure", testRuntimePath)
+	mustApply(t, mustPlan(t, false, Containerd, opts), testNow)
+	check("after unconfigure", "/usr/bin/nvidia-container-runtime")
+}
+
 // TestRealContainerdMinimalDropInLosesSettings documents why the version 2 drop-in carries
 // the CRI section: containerd 1.x replaces the section whole. When containerd stops doing
 // that, the copy becomes unnecessary and this test says so.
