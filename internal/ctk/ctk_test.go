@@ -189,6 +189,29 @@ func TestRuntimeCommand(t *testing.T) {
 			wantFiles:   map[string]string{"crio.conf.d/99-gpu-runtime.conf": "[crio.runtime.runtimes.nvidia-gpu]"},
 		},
 		{
+			description: "crio on a host without cri-o: refused, nothing created",
+			args:        []string{"configure", "--runtime=crio", "--config=DIR/etc/crio/crio.conf.d/99-gpu-runtime.conf"},
+			wantCode:    1,
+			wantErr: []string{"configure crio: container engine not installed: DIR/etc/crio does not exist, so cri-o is not installed here and nothing was written: " +
+				"install cri-o first (or, to write the drop-in for a cri-o installed later, create DIR/etc/crio/crio.conf.d and run gpu-ctk again)"},
+		},
+		{
+			description: "docker: the engine's own runtime name is refused",
+			args:        []string{"configure", "--runtime=docker", "--config=DIR/daemon.json", "--runtime-name=runc"},
+			wantCode:    1,
+			wantErr:     []string{`configure docker: invalid options: runtime name "runc" is docker's own runtime: choose another name (gpu, or nvidia for what was NVIDIA's runtime), and --set-as-default to make it the default`},
+		},
+		{
+			description: "docker: unconfigure gives NVIDIA's default back and says so",
+			args:        []string{"unconfigure", "--runtime=docker", "--config=DIR/daemon.json"},
+			files: map[string]string{
+				"daemon.json":                      "{\"default-runtime\": \"gpu\", \"runtimes\": {\"gpu\": {\"path\": \"/x\"}}, \"debug\": true}\n",
+				"daemon.json.bak.20250101T000000Z": "{\"default-runtime\": \"nvidia\"}\n",
+			},
+			wantStdout: []string{`unconfigured docker: runtime "gpu" removed`, "  wrote DIR/daemon.json\n", `note: docker default-runtime is again "nvidia", as before configure`},
+			wantFiles:  map[string]string{"daemon.json": "{\n    \"default-runtime\": \"nvidia\",\n    \"debug\": true\n}\n", "daemon.json.bak.20250101T000000Z": ""},
+		},
+		{
 			description: "containerd v1 config: a clear error, exit 1",
 			args:        []string{"configure", "--runtime=containerd", "--config=DIR/config.toml", "--drop-in=DIR/conf.d/99-gpu-runtime.toml"},
 			files:       map[string]string{"config.toml": "disabled_plugins = [\"cri\"]\n"},

@@ -33,8 +33,10 @@ const doctorUsage = `usage:
   gpu-ctk doctor [--json] [--engine-root DIR]
 
 doctor checks what GPU containers need on this host, one check a line, each starting with ok,
-warn or fail, and a failing or warning check ends with its fix: the configuration (the file
-gpu-runtime reads: GPU_RUNTIME_CONFIG or /etc/gpu-runtime/config.toml), the driver, NVML and
+warn, fail or skip, and a failing, warning or skipped check ends with its fix: the
+configuration (the file gpu-runtime reads: GPU_RUNTIME_CONFIG or /etc/gpu-runtime/config.toml;
+engines start gpu-runtime without this shell's GPU_RUNTIME_CONFIG, and read the latter; when it
+does not parse, the checks that read it are skipped), the driver, NVML and
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
 persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
 the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
@@ -47,7 +49,7 @@ mounted elsewhere, tests).
 // Check is one line of gpu-ctk doctor.
 type Check struct {
 	Check  string `json:"check"`
-	Status string `json:"status"` // ok, warn or fail
+	Status string `json:"status"` // ok, warn, fail, or skip (not run: what it reads is broken)
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
 }
@@ -57,6 +59,7 @@ const (
 	statusOK   = "ok"
 	statusWarn = "warn"
 	statusFail = "fail"
+	statusSkip = "skip" // not run: what it reads is broken (a line of its own says what)
 )
 
 func runDoctor(args []string, stdout, stderr io.Writer) error {
@@ -105,11 +108,24 @@ func (d *doctor) add(check, status, detail, fix string) {
 }
 
 func (d *doctor) run() {
-	for _, check := range []func(){d.checkConfig, d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
+	if !d.checkConfig() {
+		// Every other check reads the configuration: from the defaults they would report
+		// failures (driver not loaded, nodes missing) that are not the host's.
+		for _, name := range configDependentChecks {
+			d.add(name, statusSkip, "not checked: it reads the configuration, which does not parse", "correct the configuration (the config check above), then run gpu-ctk doctor again")
+		}
+		d.checkEngines()
+		d.checkCgroups()
+		return
+	}
+	for _, check := range []func(){d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
 		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkCDI, d.checkMPS} {
 		check()
 	}
 }
+
+// configDependentChecks are the checks that read the configuration, skipped when it does not parse.
+var configDependentChecks = []string{"driver", "NVML", "device nodes", "persistence mode", "MIG", "health", "hook", "low-level runtime", "discovery cache", "CDI", "MPS"}
 
 // checkMPS: every configured MPS share runs (a stopped one fails its containers).
 func (d *doctor) checkMPS() {
@@ -133,15 +149,15 @@ func (d *doctor) checkMPS() {
 	d.add("MPS", statusOK, "shares running: "+strings.Join(running, ", "), "")
 }
 
-func (d *doctor) checkConfig() {
+// checkConfig loads the configuration into d.cfg; false when it does not parse. A
+// GPU_RUNTIME_CONFIG of this shell is a warning: the engines start gpu-runtime without it.
+func (d *doctor) checkConfig() bool {
 	path := config.Path(os.Getenv)
 	cfg, warnings, err := config.LoadFromEnv(os.Getenv)
 	switch {
 	case err != nil:
-		d.cfg = config.Default()
-		d.add("config", statusFail, err.Error()+"; the checks below use the defaults",
+		d.add("config", statusFail, err.Error()+"; the checks that read it are skipped",
 			"correct "+path+" (gpu-ctk config prints what gpu-runtime reads): until then every GPU container fails to start")
-		return
 	case len(warnings) > 0:
 		d.add("config", statusWarn, path+": "+strings.Join(warnings, "; "), "remove or correct the keys named")
 	default:
@@ -151,7 +167,16 @@ func (d *doctor) checkConfig() {
 			d.add("config", statusOK, path+" parses", "")
 		}
 	}
+	if env := os.Getenv(config.EnvPath); env != "" && filepath.Clean(env) != config.DefaultPath {
+		d.add("config for engines", statusWarn, fmt.Sprintf("%s=%s is set in this shell, so gpu-ctk reads %s; docker, containerd and cri-o start gpu-runtime with their own environment, "+
+			"without it: their containers read %s, and may fail where these checks pass", config.EnvPath, env, env, config.DefaultPath),
+			fmt.Sprintf("put these settings in %s (or set %s in the engine's service environment: systemctl edit docker), then restart the engine", config.DefaultPath, config.EnvPath))
+	}
+	if err != nil {
+		return false
+	}
 	d.cfg = cfg
+	return true
 }
 
 func (d *doctor) checkDriver() {
@@ -432,6 +457,10 @@ func (d *doctor) checkEngines() {
 		current, err := engine.PlanConfigure(e.engine, opts)
 		if err != nil {
 			d.add(check, statusFail, fmt.Sprintf("installed (%s): %v", prog, err), "correct the file named")
+			continue
+		}
+		if current.Changed() && len(current.Stale) > 0 {
+			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but %s", prog, engine.DefaultRuntimeName, strings.Join(current.Stale, "; ")), configure)
 			continue
 		}
 		if current.Changed() {

@@ -25,10 +25,12 @@ const runtimeUsage = `usage:
   gpu-ctk runtime unconfigure --runtime=docker|containerd|crio [--runtime-name=NAME]
                               [--config=PATH] [--drop-in=PATH] [--dry-run]
 
-configure registers gpu-runtime as runtime NAME of the engine; unconfigure removes it, and
-the engine's default runtime only when it is NAME. Both are idempotent. Files are replaced
-atomically; daemon.json and containerd's config.toml are first copied to <file>.bak.<time>.
-After a change, restart the engine.
+configure registers gpu-runtime as runtime NAME of the engine (default gpu; nvidia keeps
+manifests and scripts written for NVIDIA's toolkit working); unconfigure removes it, and the
+engine's default runtime only when it is NAME, putting back what configure displaced (docker's
+previous default-runtime, a runtime of the same name). Both are idempotent. Files are replaced
+atomically; configure first copies daemon.json and containerd's config.toml to
+<file>.bak.<time>, and unconfigure removes those backups. After a change, restart the engine.
 
   docker      edits daemon.json (--config, default /etc/docker/daemon.json)
   containerd  writes a drop-in (--drop-in, default /etc/containerd/conf.d/99-gpu-runtime.toml)
@@ -80,7 +82,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	verb := map[bool]string{true: "configure", false: "unconfigure"}[configure]
 	flags := flag.NewFlagSet("gpu-ctk runtime", flag.ContinueOnError)
 	engineName := flags.String("runtime", "", "the container engine: docker, containerd or crio (required)")
-	name := flags.String("runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler)")
+	name := flags.String("runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler); nvidia to replace NVIDIA's toolkit")
 	pathFlag := flags.String("runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime)")
 	setAsDefault := flags.Bool("set-as-default", false, "configure: make the runtime the engine's default")
 	configPath := flags.String("config", "", "the engine's config file: daemon.json, containerd's main config, or the cri-o drop-in")

@@ -157,7 +157,7 @@ func unconfigureContainerdMain(current []byte, opts Options) (edit, error) {
 // missing), then its imports; cri is the CRI section in effect after them.
 func containerdDropIn(files []configFile, opts Options) (edit, error) {
 	var notes []string
-	version, cri := 0, map[string]any{}
+	version, cri, source := 0, map[string]any{}, ""
 	for i, f := range files {
 		doc, err := parseTOML(f.content)
 		if err != nil {
@@ -178,6 +178,7 @@ func containerdDropIn(files []configFile, opts Options) (edit, error) {
 		}
 		if version == 2 {
 			cri = deepCopy(section).(map[string]any) // containerd 1.x: the last file's section wins whole
+			source = f.path
 			if i > 0 {
 				notes = append(notes, fmt.Sprintf("%s also sets the CRI plugin section, which containerd 1.x replaces whole: the drop-in carries a copy, and a file containerd loads after the drop-in would drop our runtime", f.path))
 			}
@@ -253,7 +254,35 @@ func containerdDropIn(files []configFile, opts Options) (edit, error) {
 		}
 	}
 	out, err := renderTOML(dropInHeader(opts, extra...), doc)
-	return edit{content: out, changed: true, notes: notes}, err
+	return edit{content: out, changed: true, notes: notes, source: source}, err
+}
+
+// criCopyDrift reports whether two version 2 drop-ins carry different copies of the CRI
+// section, our runtime and the default naming it set aside: the settings copied from source
+// changed since the drop-in was generated.
+func criCopyDrift(old, updated []byte, name string) bool {
+	strip := func(data []byte) (map[string]any, bool) {
+		doc, err := parseTOML(data)
+		if err != nil {
+			return nil, false
+		}
+		cri, ok, err := subTable(doc, "plugins", containerdV2Plugin)
+		if err != nil || !ok {
+			return nil, false
+		}
+		if ctrd, ok, _ := subTable(cri, "containerd"); ok {
+			if rts, ok, _ := subTable(ctrd, "runtimes"); ok {
+				delete(rts, name)
+			}
+			if ctrd["default_runtime_name"] == name {
+				delete(ctrd, "default_runtime_name")
+			}
+		}
+		return cri, true
+	}
+	a, okA := strip(old)
+	b, okB := strip(updated)
+	return okA && okB && !reflect.DeepEqual(a, b)
 }
 
 // cdiAnnotationsPattern passes the CDI annotations through the CRI to the runtime.

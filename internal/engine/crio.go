@@ -1,6 +1,12 @@
 package engine
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
 
 // cri-o reads every file of /etc/crio/crio.conf.d in lexical order after crio.conf and
 // applies each key over the ones before, so a drop-in naming one runtime keeps the others.
@@ -45,4 +51,21 @@ func configureCRIO(current []byte, opts Options) (edit, error) {
 		notes = append(notes, fmt.Sprintf("cri-o default_runtime is now %q for every pod that names no runtime handler", opts.RuntimeName))
 	}
 	return edit{content: out, changed: true, notes: notes}, nil
+}
+
+// checkCRIOInstalled refuses a drop-in whose directory's parent (/etc/crio) does not exist:
+// cri-o is not installed, and configure would leave directories no package owns. A missing
+// drop-in directory alone (a cri-o without crio.conf.d) is created, and unconfigure removes it
+// once empty.
+func checkCRIOInstalled(dropIn string) error {
+	dir := filepath.Dir(dropIn)
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s does not exist, so cri-o is not installed here and nothing was written: install cri-o first "+
+			"(or, to write the drop-in for a cri-o installed later, create %s and run gpu-ctk again)", ErrNotInstalled, parent, dir)
+	}
+	return nil
 }

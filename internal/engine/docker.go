@@ -23,6 +23,7 @@ type edit struct {
 	content []byte
 	changed bool
 	notes   []string
+	source  string // containerd version 2: the file whose CRI section the drop-in copies
 }
 
 // configureDocker returns daemon.json (nil or empty for none) with runtimes.<name> pointing at
@@ -61,16 +62,25 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 }
 
 // unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
-// default-runtime when it names the runtime. Someone else's default is left alone.
+// default-runtime when it names the runtime. What configure displaced there — another
+// default-runtime, another runtime of the same name (NVIDIA's "nvidia" entry, replaced by
+// --runtime-name nvidia) — is put back, in its place, as opts.backups hold it (see
+// dockerDisplaced). Someone else's default is left alone.
 func unconfigureDocker(current []byte, opts Options) (edit, error) {
 	top, runtimes, entry, def, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err
 	}
+	was := dockerDisplaced(opts.backups, opts.RuntimeName, entry, def)
 	var notes []string
 	changed := false
 	if entry != nil {
-		runtimes.Remove(opts.RuntimeName)
+		if was.entry != nil {
+			runtimes.Set(opts.RuntimeName, was.entry)
+			notes = append(notes, fmt.Sprintf("docker runtime %q is again what it was before configure: %s", opts.RuntimeName, compactJSON(was.entry)))
+		} else {
+			runtimes.Remove(opts.RuntimeName)
+		}
 		if len(runtimes.Members) == 0 {
 			top.Remove(dockerRuntimesKey)
 		} else {
@@ -78,15 +88,71 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 		}
 		changed = true
 	}
-	switch def {
-	case opts.RuntimeName:
+	switch {
+	case def == opts.RuntimeName && was.def != nil:
+		top.Set(dockerDefaultKey, was.def)
+		notes = append(notes, fmt.Sprintf("docker default-runtime is again %s, as before configure", was.def))
+		changed = true
+	case def == opts.RuntimeName:
 		top.Remove(dockerDefaultKey)
 		changed = true
-	case "":
-	default:
+	case def != "":
 		notes = append(notes, fmt.Sprintf("docker default-runtime %q is not ours; left as it is", def))
 	}
 	return dockerEdit(current, top, changed, notes)
+}
+
+// displaced is what configure replaced in daemon.json: nil where it replaced nothing.
+type displaced struct {
+	def   json.RawMessage // the default-runtime value
+	entry json.RawMessage // the runtimes.<name> entry
+}
+
+// dockerDisplaced finds, in backups (daemon.json's backups gpu-ctk made, newest first), what
+// configure displaced: the default-runtime of the newest backup whose default-runtime is not
+// name (def is name now), and the runtimes.<name> of the newest backup whose entry differs
+// from the current one (entry), and the default of that backup when it named a runtime called
+// name (NVIDIA's "nvidia", replaced by --runtime-name nvidia). configure backs the file up
+// before every change, so the backup of the host before the first configure holds both;
+// later ones hold ours.
+func dockerDisplaced(backups [][]byte, name string, entry *jsonobject.Object, def string) displaced {
+	var was displaced
+	needDef, needEntry := def == name, entry != nil
+	current := ""
+	if entry != nil {
+		current = compactJSON(entry.Encode())
+	}
+	for _, b := range backups {
+		if !needDef && !needEntry {
+			break
+		}
+		top, bRuntimes, bEntry, bDef, err := loadDocker(b, name)
+		if err != nil {
+			continue
+		}
+		if needDef && bDef != name {
+			needDef = false
+			was.def, _ = top.Get(dockerDefaultKey)
+		}
+		if needEntry && (bEntry == nil || compactJSON(bEntry.Encode()) != current) {
+			needEntry = false
+			was.entry, _ = bRuntimes.Get(name)
+			if needDef && bDef == name { // NVIDIA's "nvidia" was the default and the runtime we replaced
+				needDef = false
+				was.def, _ = top.Get(dockerDefaultKey)
+			}
+		}
+	}
+	return was
+}
+
+// compactJSON is raw without insignificant whitespace (raw itself when it does not parse).
+func compactJSON(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
 }
 
 // dockerEdit is the edit leaving daemon.json as top, indented with four spaces: json.Indent

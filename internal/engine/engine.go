@@ -13,11 +13,16 @@
 //     `<file>.bak.<UTC timestamp>` before it changes. Drop-ins are generated whole, marked by
 //     their first line, and never backed up: a backup in a drop-in directory would itself be
 //     loaded (cri-o reads every file of crio.conf.d).
-//   - Unconfigure undoes configure where gpu-ctk can tell: a backup holding the same settings
-//     as unconfigure's result is written back byte for byte and removed; a file holding only
-//     what configure wrote into it (an empty daemon.json object, a bare `version` line) is
-//     removed, and containerd's drop-in directory when left empty. What the user changed after
-//     configure is kept, after a backup.
+//   - Unconfigure undoes configure: what configure displaced in daemon.json (another
+//     default-runtime, a runtime of the same name such as NVIDIA's "nvidia") is put back from
+//     the backup configure made; a backup then holding the same settings as unconfigure's
+//     result is written back byte for byte; a file holding only what configure wrote into it
+//     (an empty daemon.json object, a bare `version` line) is removed, and a drop-in directory
+//     when left empty. What the user changed after configure is kept. Unconfigure makes no
+//     backup and removes every backup gpu-ctk made of the file: after configure then
+//     unconfigure, no `.bak.` file of gpu-ctk's is left.
+//   - cri-o's drop-in is refused where /etc/crio (the drop-in directory's parent) does not
+//     exist: cri-o is not installed, and nothing is created.
 //   - Files are replaced atomically (temporary file in the same directory, fsync, original mode,
 //     rename). A malformed file is reported with its path, line and column, and left untouched.
 //   - Only regular files of at most 1 MiB are read, checked on an O_PATH handle before being
@@ -32,6 +37,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -70,6 +76,8 @@ var (
 	ErrChanged = errors.New("file changed since it was read")
 	// ErrInvalidOptions: bad Options (a relative runtime path, an odd runtime name).
 	ErrInvalidOptions = errors.New("invalid options")
+	// ErrNotInstalled: the engine's configuration directory does not exist (cri-o).
+	ErrNotInstalled = errors.New("container engine not installed")
 	// ErrUnknownEngine: not docker, containerd or crio.
 	ErrUnknownEngine = errors.New("unknown container engine")
 )
@@ -125,6 +133,10 @@ type Options struct {
 	// ContainerdConfigVersion is the version to write into a new or empty containerd main
 	// config: 2 (containerd 1.3 and later, also read by 2.x; the default) or 3 (containerd 2.x).
 	ContainerdConfigVersion int
+
+	// backups: unconfigure of docker fills it with the content of daemon.json's backups,
+	// newest first, to find what configure displaced.
+	backups [][]byte
 }
 
 var defaultConfig = map[Engine]string{Docker: DefaultDockerConfig, Containerd: DefaultContainerdConfig, CRIO: DefaultCRIODropIn}
@@ -136,6 +148,11 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 	o.RuntimeName = cmp.Or(o.RuntimeName, DefaultRuntimeName)
 	if !runtimeNameRE.MatchString(o.RuntimeName) {
 		return o, fmt.Errorf("%w: runtime name %q: use letters, digits, '.', '_' and '-' (63 at most), starting with a letter or digit", ErrInvalidOptions, o.RuntimeName)
+	}
+	if configuring {
+		if err := checkRuntimeName(engine, o.RuntimeName); err != nil {
+			return o, err
+		}
 	}
 	if configuring && !filepath.IsAbs(o.RuntimePath) {
 		return o, fmt.Errorf("%w: runtime path %q is not absolute", ErrInvalidOptions, o.RuntimePath)
@@ -159,6 +176,32 @@ func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) 
 		}
 	}
 	return o, nil
+}
+
+// reservedRuntimeNames are the names each engine keeps for its own runtimes: dockerd refuses
+// to start with a daemon.json that redefines them, and in containerd and cri-o registering one
+// would put every container of that runtime through gpu-runtime (--set-as-default says so openly).
+var reservedRuntimeNames = map[Engine][]string{
+	Docker:     {"runc", "io.containerd.runc.v2", "io.containerd.runc.v1", "io.containerd.runtime.v1.linux"},
+	Containerd: {"runc"},
+	CRIO:       {"runc", "crun"},
+}
+
+// criHandlerRE is a lowercase RFC 1123 label: what Kubernetes accepts as a RuntimeClass handler.
+var criHandlerRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// checkRuntimeName refuses a name the engine reserves, and for the CRI engines a name no
+// RuntimeClass can name.
+func checkRuntimeName(engine Engine, name string) error {
+	if slices.Contains(reservedRuntimeNames[engine], name) {
+		return fmt.Errorf("%w: runtime name %q is %s's own runtime: choose another name (gpu, or nvidia for what was NVIDIA's runtime), and --set-as-default to make it the default",
+			ErrInvalidOptions, name, engine)
+	}
+	if engine != Docker && !criHandlerRE.MatchString(name) {
+		return fmt.Errorf("%w: runtime name %q cannot be a Kubernetes RuntimeClass handler: use lowercase letters, digits and '-' (63 at most), starting and ending with a letter or digit",
+			ErrInvalidOptions, name)
+	}
+	return nil
 }
 
 // ParseEngine returns the Engine named s ("cri-o" is accepted for crio).

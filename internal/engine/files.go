@@ -35,8 +35,13 @@ type Change struct {
 	Mode     fs.FileMode // the existing file's permissions, or 0644 for a new file
 	// RestoredFrom is the backup Content was read from (unconfigure putting a file back as it
 	// was before configure); Apply removes it once Content is written.
-	RestoredFrom   string
-	RemoveEmptyDir bool // after removing the file, remove its directory if left empty
+	RestoredFrom string
+	// RemoveBackups are gpu-ctk's backups of the file, removed once it is written: unconfigure
+	// leaves the file holding everything of the user's, so none is left behind.
+	RemoveBackups []string
+	// RemoveEmptyDirs: after removing the file, remove its directory if left empty, and so on
+	// up this many directories (configure creates missing ones).
+	RemoveEmptyDirs int
 }
 
 // A Plan is what configure or unconfigure changes, in the order it must happen, and what the
@@ -46,7 +51,10 @@ type Plan struct {
 	Changes  []Change
 	Notes    []string // facts worth telling (a replaced default, a copied setting)
 	Warnings []string // what was left out and why (a containerd import that is not a regular file)
-	Next     []string // what the user must do once the changes are written
+	// Stale says why a registration configure made earlier is out of date (configure: what
+	// the planned changes bring up to date); doctor reports it.
+	Stale []string
+	Next  []string // what the user must do once the changes are written
 }
 
 // Changed reports whether applying the plan writes anything.
@@ -64,6 +72,9 @@ func PlanConfigure(engine Engine, opts Options) (*Plan, error) {
 	case Containerd:
 		return planContainerdConfigure(opts)
 	case CRIO:
+		if err := checkCRIOInstalled(opts.ConfigPath); err != nil {
+			return nil, err
+		}
 		return planSingleFile(crioFile, opts, configureCRIO, nil)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
@@ -81,7 +92,14 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 	case Containerd:
 		return planContainerdUnconfigure(opts)
 	case CRIO:
-		return planSingleFile(crioFile, opts, removeDropIn, nil)
+		p, err := planSingleFile(crioFile, opts, removeDropIn, nil)
+		if err != nil {
+			return nil, err
+		}
+		for i := range p.Changes {
+			p.Changes[i].RemoveEmptyDirs = 1 // crio.conf.d, which configure may have created
+		}
+		return p, nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 }
@@ -102,6 +120,9 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 	f, err := readConfig(opts.ConfigPath)
 	if err != nil {
 		return nil, err
+	}
+	if undo != nil {
+		opts.backups = readBackups(f.path)
 	}
 	e, err := fn(f.content, opts)
 	if err != nil {
@@ -152,6 +173,10 @@ func planContainerdConfigure(opts Options) (*Plan, error) {
 	if !same {
 		p.Changes = append(p.Changes, drop.change(dropEdit.content, false)) // the drop-in first: a missing import stops containerd
 		p.Notes = append(p.Notes, dropEdit.notes...)
+		if drop.content != nil && dropEdit.source != "" && criCopyDrift(drop.content, dropEdit.content, opts.RuntimeName) {
+			p.Stale = append(p.Stale, fmt.Sprintf("%s's CRI section changed since configure, and containerd 1.x reads the copy in %s instead (it replaces the whole section with the last file's): "+
+				"the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again", dropEdit.source, drop.path))
+		}
 	}
 	if mainEdit.changed {
 		p.Changes = append(p.Changes, main.change(mainEdit.content, main.content != nil))
@@ -202,7 +227,7 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
 	if dropEdit.changed {
 		c := drop.change(nil, false)
-		c.RemoveEmptyDir = true // gpu-ctk's choice of directory: configure created it if missing
+		c.RemoveEmptyDirs = 1 // gpu-ctk's choice of directory: configure created it if missing
 		p.Changes = append(p.Changes, c)
 	}
 	if p.Changed() {
@@ -330,25 +355,43 @@ var containerdUndo = undoRule{
 
 // undo plans writing content, unconfigure's result, to f, a file holding the user's settings,
 // so that f ends as it was before configure where that can be told: the newest backup of f
-// holding the same settings is written back byte for byte and removed (f needs no backup: it
-// is that one plus our runtime); else bare content removes f (configure created it); else
-// content is written after a backup of f.
+// holding the same settings is written back byte for byte (f needs no backup: it is that one
+// plus our runtime); else bare content removes f (configure created it); else content is
+// written. Either way every backup gpu-ctk made of f is then removed: unconfigure's result
+// holds all of the user's settings, and only what configure added is gone.
 func (p *Plan) undo(f configFile, content []byte, rule undoRule) {
-	for _, b := range backupsOf(f.path) {
+	backups := backupsOf(f.path)
+	for _, b := range backups {
 		data, _, err := trustedfile.ReadRegular(b, maxConfigSize, false) // a regular file, not a link
 		if err == nil && rule.same(data, content) {
 			c := f.change(data, false)
 			c.RestoredFrom = b
+			c.RemoveBackups = backups
 			p.Changes = append(p.Changes, c)
 			return
 		}
 	}
 	if rule.bare(content) {
-		p.Changes = append(p.Changes, f.change(nil, false))
+		c := f.change(nil, false)
+		c.RemoveBackups = backups
+		p.Changes = append(p.Changes, c)
 		p.Notes = append(p.Notes, fmt.Sprintf("%s held only what configure wrote (configure created it): removed", f.path))
 		return
 	}
-	p.Changes = append(p.Changes, f.change(content, true))
+	c := f.change(content, false)
+	c.RemoveBackups = backups
+	p.Changes = append(p.Changes, c)
+}
+
+// readBackups returns the content of path's backups that are regular files, newest first.
+func readBackups(path string) [][]byte {
+	var out [][]byte
+	for _, b := range backupsOf(path) {
+		if data, _, err := trustedfile.ReadRegular(b, maxConfigSize, false); err == nil {
+			out = append(out, data)
+		}
+	}
+	return out
 }
 
 // backupRE matches the names writeBackup gives: <UTC timestamp>[.N] after "<file>.bak.".
@@ -407,8 +450,11 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 			if err := os.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return backups, fmt.Errorf("remove %s: %w", c.Path, err)
 			}
-			if c.RemoveEmptyDir {
-				_ = os.Remove(filepath.Dir(c.Path)) // fails, as it should, when anything else is there
+			removeBackups(c.RemoveBackups)
+			for dir, n := filepath.Dir(c.Path), 0; n < c.RemoveEmptyDirs; dir, n = filepath.Dir(dir), n+1 {
+				if os.Remove(dir) != nil { // fails, as it should, when anything else is there
+					break
+				}
 			}
 			continue
 		}
@@ -423,8 +469,16 @@ func (p *Plan) Apply(now time.Time) ([]string, error) {
 				return backups, fmt.Errorf("remove the restored backup %s: %w", c.RestoredFrom, err)
 			}
 		}
+		removeBackups(c.RemoveBackups)
 	}
 	return backups, nil
+}
+
+// removeBackups removes backups gpu-ctk made, never failing: the file they were of is written.
+func removeBackups(names []string) {
+	for _, b := range names {
+		_ = os.Remove(b)
+	}
 }
 
 // MaxBackups is how many backups of a file gpu-ctk keeps; older ones are removed.

@@ -147,16 +147,15 @@ func TestDockerFiles(t *testing.T) {
 	}
 
 	// A key added after configure: unconfigure keeps it, so the file is not the backup; it
-	// backs the file up first, in the same second: a second backup beside the first.
+	// removes only what configure added, so it makes no backup, and removes configure's.
 	edited := bytes.Replace(configured, []byte(`"log-level": "warn",`), []byte(`"log-level": "warn", "debug": true,`), 1)
 	writeFile(t, path, string(edited), 0o600)
 	p = mustPlan(t, false, Docker, opts)
-	backups = mustApply(t, p, testNow)
-	if len(backups) != 1 || backups[0] != wantBackup+".1" {
-		t.Fatalf("backups %v, want [%s.1]", backups, wantBackup)
+	if backups = mustApply(t, p, testNow); len(backups) != 0 {
+		t.Fatalf("unconfigure made backups %v", backups)
 	}
-	if got := readFile(t, wantBackup+".1"); !bytes.Equal(got, edited) {
-		t.Errorf("second backup content:\n%s", got)
+	if names := listDir(t, dir); !slices.Equal(names, []string{"daemon.json"}) {
+		t.Errorf("files %v: configure's backup left behind", names)
 	}
 	want := decodeJSON(t, []byte(otherDaemonJSON))
 	want["debug"] = true
@@ -424,7 +423,7 @@ func TestUnconfigureRestoresBeforeConfigure(t *testing.T) {
 				opts.SetAsDefault = true
 				mustApply(t, mustPlan(t, true, Docker, opts), testNow.Add(time.Minute))
 			},
-			wantFiles: map[string]string{"daemon.json": compactJSON, "daemon.json.bak.20250304T050707Z": "*"},
+			wantFiles: map[string]string{"daemon.json": compactJSON},
 		},
 		{
 			description: "docker: a user's edit after configure is kept",
@@ -435,9 +434,7 @@ func TestUnconfigureRestoresBeforeConfigure(t *testing.T) {
 				writeFile(t, path, strings.Replace(readFileString(t, path), `"warn"`, `"debug"`, 1), 0o644)
 			},
 			wantFiles: map[string]string{
-				"daemon.json":                      "{\n    \"log-level\": \"debug\",\n    \"labels\": [\n        \"a\"\n    ]\n}\n",
-				"daemon.json.bak.20250304T050607Z": compactJSON,
-				"daemon.json.bak.20250304T050608Z": "*",
+				"daemon.json": "{\n    \"log-level\": \"debug\",\n    \"labels\": [\n        \"a\"\n    ]\n}\n",
 			},
 		},
 		{
@@ -455,9 +452,7 @@ func TestUnconfigureRestoresBeforeConfigure(t *testing.T) {
 			},
 			wantFiles: map[string]string{
 				"daemon.json":                           "{\n    \"log-level\": \"warn\",\n    \"labels\": [\n        \"a\"\n    ]\n}\n",
-				"daemon.json.bak.20250304T050607Z":      "*",
 				"daemon.json.bak.20250304T050607Z.real": compactJSON,
-				"daemon.json.bak.20250304T050608Z":      "*",
 			},
 		},
 		{
@@ -605,6 +600,30 @@ func TestCRIOFiles(t *testing.T) {
 	if names := listDir(t, dir); len(names) != 0 {
 		t.Errorf("files left: %v", names)
 	}
+	// configure created crio.conf.d; unconfigure removes it, empty.
+	if _, err := os.Stat(filepath.Join(dir, "crio.conf.d")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("crio.conf.d left behind: %v", err)
+	}
+}
+
+// TestCRIONotInstalled: without /etc/crio, configure refuses and creates nothing; a
+// crio.conf.d holding another file stays after unconfigure.
+func TestCRIONotInstalled(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "etc", "crio", "crio.conf.d", "99-gpu-runtime.conf")
+	_, err := PlanConfigure(CRIO, opts)
+	checkErr(t, err, ErrNotInstalled, filepath.Join(dir, "etc", "crio")+" does not exist, so cri-o is not installed here and nothing was written: install cri-o first "+
+		"(or, to write the drop-in for a cri-o installed later, create "+filepath.Join(dir, "etc", "crio", "crio.conf.d")+" and run gpu-ctk again)")
+	if names, _ := os.ReadDir(dir); len(names) != 0 {
+		t.Errorf("configure created %v", names)
+	}
+	writeFile(t, filepath.Join(dir, "etc", "crio", "crio.conf.d", "10-crio.conf"), "# cri-o's\n", 0o644)
+	mustApply(t, mustPlan(t, true, CRIO, opts), testNow)
+	mustApply(t, mustPlan(t, false, CRIO, opts), testNow)
+	if got := readFileString(t, filepath.Join(dir, "etc", "crio", "crio.conf.d", "10-crio.conf")); got != "# cri-o's\n" {
+		t.Errorf("10-crio.conf: %q", got)
+	}
 }
 
 func readFileString(t *testing.T, path string) string {
@@ -670,5 +689,226 @@ func TestRuntimeClassHint(t *testing.T) {
 	}
 	if got := runtimeClassHint("gpu-test"); !strings.HasPrefix(got, "Kubernetes: create a RuntimeClass (apiVersion node.k8s.io/v1) named gpu-test with handler \"gpu-test\"") {
 		t.Errorf("another name: %q", got)
+	}
+}
+
+// nvidiaCTKDaemonJSON is daemon.json as `nvidia-ctk runtime configure --runtime=docker
+// --set-as-default` leaves it on a host that had none: keys sorted, four-space indent.
+const nvidiaCTKDaemonJSON = `{
+    "default-runtime": "nvidia",
+    "runtimes": {
+        "nvidia": {
+            "args": [],
+            "path": "nvidia-container-runtime"
+        }
+    }
+}`
+
+// TestUnconfigureRestoresWhatConfigureDisplaced: from a host configured by NVIDIA's toolkit,
+// configure --set-as-default (and --runtime-name nvidia, which replaces NVIDIA's runtime) then
+// unconfigure gives the default and NVIDIA's runtime back: byte for byte when nothing else
+// changed, in place when the user edited the file meanwhile; no backup is left either way.
+func TestUnconfigureRestoresWhatConfigureDisplaced(t *testing.T) {
+	testCases := []struct {
+		description string
+		name        string
+		userEdit    bool   // the user adds a key between configure and unconfigure
+		wantRuntime string // runtimes.<name>.path after configure
+		want        string // daemon.json afterwards
+		wantNotes   []string
+	}{
+		{
+			description: "runtime gpu as the default, nothing else changed",
+			name:        "gpu",
+			wantRuntime: testRuntimePath,
+			want:        nvidiaCTKDaemonJSON,
+		},
+		{
+			description: "runtime nvidia replacing NVIDIA's, nothing else changed",
+			name:        "nvidia",
+			wantRuntime: testRuntimePath,
+			want:        nvidiaCTKDaemonJSON,
+		},
+		{
+			description: "runtime gpu as the default, the user added a key",
+			name:        "gpu",
+			userEdit:    true,
+			wantRuntime: testRuntimePath,
+			want: `{
+    "default-runtime": "nvidia",
+    "runtimes": {
+        "nvidia": {
+            "args": [],
+            "path": "nvidia-container-runtime"
+        }
+    },
+    "debug": true
+}
+`,
+			wantNotes: []string{`docker default-runtime is again "nvidia", as before configure`},
+		},
+		{
+			description: "runtime nvidia replacing NVIDIA's, the user added a key",
+			name:        "nvidia",
+			userEdit:    true,
+			wantRuntime: testRuntimePath,
+			want: `{
+    "default-runtime": "nvidia",
+    "runtimes": {
+        "nvidia": {
+            "args": [],
+            "path": "nvidia-container-runtime"
+        }
+    },
+    "debug": true
+}
+`,
+			wantNotes: []string{`docker runtime "nvidia" is again what it was before configure: {"args":[],"path":"nvidia-container-runtime"}`},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "daemon.json")
+			writeFile(t, path, nvidiaCTKDaemonJSON, 0o644)
+			opts := testOptions()
+			opts.RuntimeName = tc.name
+			opts.ConfigPath = path
+			opts.SetAsDefault = true
+			mustApply(t, mustPlan(t, true, Docker, opts), testNow)
+			configured := decodeJSON(t, readFile(t, path))
+			if configured["default-runtime"] != tc.name {
+				t.Errorf("default-runtime after configure: %v", configured["default-runtime"])
+			}
+			if got := configured["runtimes"].(map[string]any)[tc.name].(map[string]any)["path"]; got != tc.wantRuntime {
+				t.Errorf("runtimes.%s.path after configure: %v", tc.name, got)
+			}
+			if tc.userEdit {
+				s := readFileString(t, path)
+				writeFile(t, path, strings.TrimSuffix(strings.TrimSpace(s), "}")+`, "debug": true}`, 0o644)
+			}
+			opts.SetAsDefault = false
+			p := mustPlan(t, false, Docker, opts)
+			if backups := mustApply(t, p, testNow.Add(time.Second)); len(backups) != 0 {
+				t.Errorf("unconfigure made backups %v", backups)
+			}
+			if got := readFileString(t, path); got != tc.want {
+				t.Errorf("daemon.json after unconfigure:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if names := listDir(t, dir); !slices.Equal(names, []string{"daemon.json"}) {
+				t.Errorf("files left: %v", names)
+			}
+			for _, n := range tc.wantNotes {
+				if !slices.Contains(p.Notes, n) {
+					t.Errorf("notes %q lack %q", p.Notes, n)
+				}
+			}
+		})
+	}
+}
+
+// TestContainerdCRIDrift: a CRI setting of config.toml changed after configure is shadowed by
+// the version 2 drop-in's copy; planning configure names the file and why (doctor shows it),
+// and configuring again takes the change in. A new runtime path alone is no drift.
+func TestContainerdCRIDrift(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, mainV2, 0o644)
+	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
+
+	moved := opts
+	moved.RuntimePath = "/opt/gpu/gpu-runtime"
+	if p := mustPlan(t, true, Containerd, moved); !p.Changed() || len(p.Stale) != 0 {
+		t.Errorf("another runtime path: changed %v, stale %q; want a change and no drift", p.Changed(), p.Stale)
+	}
+
+	writeFile(t, opts.ConfigPath, strings.Replace(readFileString(t, opts.ConfigPath), "pause:3.9", "pause:3.10", 1), 0o644)
+	p := mustPlan(t, true, Containerd, opts)
+	want := opts.ConfigPath + "'s CRI section changed since configure, and containerd 1.x reads the copy in " + opts.DropInPath +
+		" instead (it replaces the whole section with the last file's): the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again"
+	if !slices.Equal(p.Stale, []string{want}) {
+		t.Errorf("stale %q\nwant %q", p.Stale, want)
+	}
+	mustApply(t, p, testNow)
+	if !strings.Contains(readFileString(t, opts.DropInPath), "sandbox_image = 'registry.k8s.io/pause:3.10'") {
+		t.Errorf("the drop-in did not take the change in:\n%s", readFileString(t, opts.DropInPath))
+	}
+	if p := mustPlan(t, true, Containerd, opts); p.Changed() || len(p.Stale) != 0 {
+		t.Errorf("after configuring again: changed %v, stale %q", p.Changed(), p.Stale)
+	}
+}
+
+// nvidiaCTKContainerdConfig is /etc/containerd/config.toml as `nvidia-ctk runtime configure
+// --runtime=containerd --set-as-default` leaves containerd 1.x's default config: NVIDIA's
+// runtime "nvidia" beside runc, and the default.
+const nvidiaCTKContainerdConfig = `version = 2
+
+[plugins]
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.6"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "nvidia"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          privileged_without_host_devices = false
+          runtime_engine = ""
+          runtime_root = ""
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = true
+`
+
+// TestContainerdMigrationFromNVIDIA: on a config.toml NVIDIA's toolkit configured, configure
+// --runtime-name nvidia --set-as-default makes the CRI handler "nvidia" (RuntimeClasses written
+// for NVIDIA's toolkit) gpu-runtime, with runc's settings, the default; unconfigure leaves
+// config.toml byte for byte as it was, NVIDIA's runtime in it, and no other file.
+func TestContainerdMigrationFromNVIDIA(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.RuntimeName = "nvidia"
+	opts.SetAsDefault = true
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, nvidiaCTKContainerdConfig, 0o644)
+	p := mustPlan(t, true, Containerd, opts)
+	if !slices.Contains(p.Notes, `containerd runtime "nvidia" starts from the settings of runtime "runc"`) {
+		t.Errorf("notes %q", p.Notes)
+	}
+	mustApply(t, p, testNow)
+	drop, err := parseTOML(readFile(t, opts.DropInPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cri := []string{"plugins", containerdV2Plugin, "containerd"}
+	if def, _ := stringAt(drop, append(cri, "default_runtime_name")...); def != "nvidia" {
+		t.Errorf("default_runtime_name %q", def)
+	}
+	if bin, _ := stringAt(drop, append(cri, "runtimes", "nvidia", "options", "BinaryName")...); bin != testRuntimePath {
+		t.Errorf("runtime nvidia's BinaryName %q", bin)
+	}
+	if opt, _, _ := subTable(drop, append(cri, "runtimes", "nvidia", "options")...); opt["SystemdCgroup"] != true {
+		t.Errorf("runtime nvidia's options %v: runc's SystemdCgroup not carried", opt)
+	}
+
+	opts.SetAsDefault = false
+	mustApply(t, mustPlan(t, false, Containerd, opts), testNow.Add(time.Second))
+	if got := readFileString(t, opts.ConfigPath); got != nvidiaCTKContainerdConfig {
+		t.Errorf("config.toml after unconfigure:\n%s", got)
+	}
+	if names := listDir(t, dir); !slices.Equal(names, []string{"config.toml"}) {
+		t.Errorf("files left: %v", names)
 	}
 }

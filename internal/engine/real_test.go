@@ -179,6 +179,63 @@ func TestRealContainerdKeepsImportedSettings(t *testing.T) {
 	}
 }
 
+// TestRealContainerdCRIDrift: with containerd 1.x, a CRI setting of config.toml changed after
+// configure does not take effect (the drop-in's copy of the section wins), which is why
+// configure's plan reports it as stale; configuring again makes containerd read the change.
+func TestRealContainerdCRIDrift(t *testing.T) {
+	if installedContainerdConfigVersion(t) != 2 {
+		t.Skip("SKIPPED: containerd 2.x merges imported plugin sections key by key: no copy to go stale")
+	}
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, mainV2, 0o644)
+	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
+	writeFile(t, opts.ConfigPath, strings.Replace(readFileString(t, opts.ConfigPath), "pause:3.9", "pause:3.10", 1), 0o644)
+	if got, _ := stringAt(containerdDump(t, opts.ConfigPath), "plugins", containerdV2Plugin, "sandbox_image"); got != "registry.k8s.io/pause:3.9" {
+		t.Errorf("containerd reads sandbox_image %q after the edit: containerd no longer lets the drop-in shadow config.toml; the stale check may be unnecessary", got)
+	}
+	p := mustPlan(t, true, Containerd, opts)
+	if len(p.Stale) != 1 {
+		t.Fatalf("stale %q, want the CRI section named", p.Stale)
+	}
+	mustApply(t, p, testNow)
+	if got, _ := stringAt(containerdDump(t, opts.ConfigPath), "plugins", containerdV2Plugin, "sandbox_image"); got != "registry.k8s.io/pause:3.10" {
+		t.Errorf("containerd reads sandbox_image %q after configuring again, want registry.k8s.io/pause:3.10", got)
+	}
+}
+
+// TestRealContainerdMigrationFromNVIDIA: containerd 1.x itself reads gpu-runtime as the CRI
+// handler "nvidia", the default, after configure --runtime-name nvidia --set-as-default on a
+// config.toml NVIDIA's toolkit configured; and NVIDIA's runtime again after unconfigure.
+func TestRealContainerdMigrationFromNVIDIA(t *testing.T) {
+	if installedContainerdConfigVersion(t) != 2 {
+		t.Skip("SKIPPED: nvidiaCTKContainerdConfig is containerd 1.x's layout")
+	}
+	dir := t.TempDir()
+	opts := testOptions()
+	opts.RuntimeName = "nvidia"
+	opts.SetAsDefault = true
+	opts.ConfigPath = filepath.Join(dir, "config.toml")
+	opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+	writeFile(t, opts.ConfigPath, nvidiaCTKContainerdConfig, 0o644)
+	cri := []string{"plugins", containerdV2Plugin, "containerd"}
+	check := func(when, wantBinary string) {
+		t.Helper()
+		dump := containerdDump(t, opts.ConfigPath)
+		def, _ := stringAt(dump, append(cri, "default_runtime_name")...)
+		bin, _ := stringAt(dump, append(cri, "runtimes", "nvidia", "options", "BinaryName")...)
+		if def != "nvidia" || bin != wantBinary {
+			t.Errorf("%s: containerd reads default_runtime_name %q and runtime nvidia's BinaryName %q; want nvidia and %q", when, def, bin, wantBinary)
+		}
+	}
+	mustApply(t, mustPlan(t, true, Containerd, opts), testNow)
+	check("after configure", testRuntimePath)
+	mustApply(t, mustPlan(t, false, Containerd, opts), testNow)
+	check("after unconfigure", "/usr/bin/nvidia-container-runtime")
+}
+
 // TestRealContainerdMinimalDropInLosesSettings documents why the version 2 drop-in carries
 // the CRI section: containerd 1.x replaces the section whole. When containerd stops doing
 // that, the copy becomes unnecessary and this test says so.

@@ -69,7 +69,7 @@ func (d *doctorEnv) doctor(t *testing.T) (map[string]ctk.Check, int) {
 		t.Errorf("%d text lines, %d JSON checks:\n%s", len(lines), len(checks), text)
 	}
 	for i, c := range checks {
-		if c.Status != "ok" && c.Status != "warn" && c.Status != "fail" {
+		if c.Status != "ok" && c.Status != "warn" && c.Status != "fail" && c.Status != "skip" {
 			t.Errorf("check %q: status %q", c.Check, c.Status)
 		}
 		if (c.Status == "ok") != (c.Fix == "") {
@@ -124,6 +124,12 @@ func TestDoctor(t *testing.T) {
 	if c := checks["engine docker"]; !strings.HasSuffix(c.Detail, `runtime "gpu" registered: `+filepath.Join(binDir, "gpu-runtime")) {
 		t.Errorf("engine docker: %q", c.Detail)
 	}
+	// The suite sets GPU_RUNTIME_CONFIG, which no engine sees.
+	if c := checks["config for engines"]; c.Status != "warn" ||
+		c.Detail != "GPU_RUNTIME_CONFIG="+d.config+" is set in this shell, so gpu-ctk reads "+d.config+"; docker, containerd and cri-o start gpu-runtime with their own environment, without it: their containers read /etc/gpu-runtime/config.toml, and may fail where these checks pass" ||
+		c.Fix != "put these settings in /etc/gpu-runtime/config.toml (or set GPU_RUNTIME_CONFIG in the engine's service environment: systemctl edit docker), then restart the engine" {
+		t.Errorf("config for engines: %+v", c)
+	}
 
 	type verdict struct{ check, status, detail, fix string }
 	cases := []struct {
@@ -150,7 +156,14 @@ func TestDoctor(t *testing.T) {
 				}
 			},
 			want: func(d *doctorEnv) []verdict {
-				return []verdict{{"config", "fail", "parse config " + d.config + ": ", "correct " + d.config + " (gpu-ctk config prints what gpu-runtime reads): until then every GPU container fails to start"}}
+				skipped := func(check string) verdict {
+					return verdict{check, "skip", "not checked: it reads the configuration, which does not parse", "correct the configuration (the config check above), then run gpu-ctk doctor again"}
+				}
+				// Nothing of the host is blamed: the checks that read the config are skipped,
+				// the engines are still checked.
+				return []verdict{{"config", "fail", "parse config " + d.config + ": ", "correct " + d.config + " (gpu-ctk config prints what gpu-runtime reads): until then every GPU container fails to start"},
+					skipped("driver"), skipped("NVML"), skipped("device nodes"), skipped("hook"), skipped("CDI"),
+					{"engine docker", "ok", `runtime "gpu" registered`, ""}}
 			}},
 		{description: "no NVML", code: 1,
 			breakIt: func(t *testing.T, d *doctorEnv) {
@@ -371,5 +384,40 @@ func TestNVMLTimeoutInCTK(t *testing.T) {
 	}
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("doctor and cdi generate took %s: the timeout did not bound them", took)
+	}
+}
+
+// TestDoctorContainerdCRIDrift: a CRI setting of containerd's config.toml changed after
+// configure, which containerd 1.x ignores for the drop-in's copy, is named by doctor with the
+// fix; configuring again clears it.
+func TestDoctorContainerdCRIDrift(t *testing.T) {
+	d := newDoctorEnv(t, healthyOptions())
+	main := filepath.Join(d.engineRoot, "etc/containerd/config.toml")
+	if err := os.MkdirAll(filepath.Dir(main), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.engineRoot, "usr/bin/containerd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(main, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	configure := []string{"runtime", "configure", "--runtime=containerd", "--config", main, "--drop-in", filepath.Join(d.engineRoot, "etc/containerd/conf.d/99-gpu-runtime.toml")}
+	d.ctk(t, 0, configure...)
+	if checks, _ := d.doctor(t); checks["engine containerd"].Status != "ok" {
+		t.Fatalf("after configure: %+v", checks["engine containerd"])
+	}
+	replaceInFile(t, main, "pause:3.9", "pause:3.10")
+	checks, _ := d.doctor(t)
+	c := checks["engine containerd"]
+	want := `runtime "gpu" registered, but ` + main + "'s CRI section changed since configure, and containerd 1.x reads the copy in " +
+		filepath.Join(d.engineRoot, "etc/containerd/conf.d/99-gpu-runtime.toml") + " instead (it replaces the whole section with the last file's): " +
+		"the change has no effect until gpu-ctk runtime configure --runtime=containerd runs again"
+	if c.Status != "warn" || !strings.HasSuffix(c.Detail, want) || c.Fix != "gpu-ctk runtime configure --runtime=containerd && systemctl restart containerd" {
+		t.Errorf("engine containerd = %+v\nwant warn, a detail ending %q", c, want)
+	}
+	d.ctk(t, 0, configure...)
+	if checks, _ := d.doctor(t); checks["engine containerd"].Status != "ok" {
+		t.Errorf("after configuring again: %+v", checks["engine containerd"])
 	}
 }

@@ -35,35 +35,42 @@ var dockerFlagDaemon, dockerDefaultDaemon shared[*dockerd]
 func dockerWithRuntime(t *testing.T) *dockerd {
 	t.Helper()
 	requireTools(t, dockerdBin, dockerBin, "containerd", "containerd-shim-runc-v2")
-	return dockerFlagDaemon.get(t, func() (*dockerd, error) { return startDockerd("dk", false) })
+	return dockerFlagDaemon.get(t, func() (*dockerd, error) { return startDockerd("dk", nil, nil) })
 }
 
 func dockerWithDefault(t *testing.T) *dockerd {
 	t.Helper()
 	requireTools(t, dockerdBin, dockerBin, "containerd", "containerd-shim-runc-v2")
-	return dockerDefaultDaemon.get(t, func() (*dockerd, error) { return startDockerd("dkd", true) })
+	return dockerDefaultDaemon.get(t, func() (*dockerd, error) { return startDockerd("dkd", nil, []string{"--set-as-default"}) })
 }
 
-// startDockerd configures a daemon.json with gpu-ctk, starts dockerd on it and imports img:1.
-func startDockerd(name string, setAsDefault bool) (*dockerd, error) {
+// dockerdKeys are settings every private dockerd needs: deprecated-key-path keeps dockerd
+// 20.10 from writing its identity key to /etc/docker/key.json; shutdown-timeout bounds the
+// stop; cgroup-parent keeps containers' cgroups under one the suite removes.
+func dockerdKeys(dir, name string) map[string]any {
+	return map[string]any{"deprecated-key-path": filepath.Join(dir, "key.json"), "shutdown-timeout": 5, "cgroup-parent": "/" + cgroupParent(name)}
+}
+
+// startDockerd writes initial as daemon.json (nil: the suite's own, with keys gpu-ctk must
+// keep), configures it with gpu-ctk runtime configure --runtime=docker and configureArgs,
+// starts dockerd on it and imports img:1.
+func startDockerd(name string, initial func(dir string) []byte, configureArgs []string) (*dockerd, error) {
 	d := &dockerd{dir: filepath.Join(workDir, name)}
 	d.config = filepath.Join(d.dir, "daemon.json")
 	d.sock = filepath.Join(d.dir, "docker.sock")
 	if err := os.MkdirAll(filepath.Join(d.dir, "client"), 0o755); err != nil {
 		return nil, err
 	}
-	// Settings gpu-ctk must keep. deprecated-key-path keeps dockerd 20.10 from writing its
-	// identity key to /etc/docker/key.json; shutdown-timeout bounds the stop.
-	// cgroup-parent keeps containers' cgroups under one the suite removes.
-	initial := fmt.Sprintf(`{"deprecated-key-path": %q, "shutdown-timeout": 5, "log-level": "info", "cgroup-parent": %q}`,
-		filepath.Join(d.dir, "key.json"), "/"+cgroupParent(name))
-	if err := os.WriteFile(d.config, []byte(initial), 0o644); err != nil {
+	// Settings gpu-ctk must keep (dockerdKeys, and a log level).
+	content := []byte(fmt.Sprintf(`{"deprecated-key-path": %q, "shutdown-timeout": 5, "log-level": "info", "cgroup-parent": %q}`,
+		filepath.Join(d.dir, "key.json"), "/"+cgroupParent(name)))
+	if initial != nil {
+		content = initial(d.dir)
+	}
+	if err := os.WriteFile(d.config, content, 0o644); err != nil {
 		return nil, err
 	}
-	args := []string{"runtime", "configure", "--runtime=docker", "--config", d.config, "--runtime-path", wrapper}
-	if setAsDefault {
-		args = append(args, "--set-as-default")
-	}
+	args := append([]string{"runtime", "configure", "--runtime=docker", "--config", d.config, "--runtime-path", wrapper}, configureArgs...)
 	if out, err := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gpu-ctk %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -299,4 +306,75 @@ func TestDockerBrokenConfig(t *testing.T) {
 	}
 	wantRan(t, "docker run without GPUs, config not TOML", d.runProbe(t))
 	wantRefused(t, "docker run with a GPU, config not TOML", d.runProbe(t, "-e", "NVIDIA_VISIBLE_DEVICES=0"), 125, "gpu-runtime: parse config "+runtimeConfig)
+}
+
+// nvidiaCTKDaemonJSON is daemon.json as `nvidia-ctk runtime configure --runtime=docker
+// --set-as-default` writes it (keys sorted, four-space indent, NVIDIA's runtime as "args" and
+// "path"), with the suite's own keys.
+func nvidiaCTKDaemonJSON(dir, name string) []byte {
+	cfg := dockerdKeys(dir, name)
+	cfg["default-runtime"] = "nvidia"
+	cfg["runtimes"] = map[string]any{"nvidia": map[string]any{"args": []string{}, "path": "nvidia-container-runtime"}}
+	data, err := json.MarshalIndent(cfg, "", "    ")
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// TestDockerMigrationFromNVIDIA: on a daemon.json NVIDIA's toolkit configured (runtime
+// "nvidia", the default), gpu-ctk runtime configure --runtime-name nvidia --set-as-default
+// makes gpu-runtime dockerd's "nvidia" runtime and default, so docker run --runtime=nvidia and
+// plain docker run get GPUs from it; unconfigure then gives daemon.json back byte for byte,
+// with no backup left, and a reloaded dockerd has NVIDIA's runtime as its default again.
+func TestDockerMigrationFromNVIDIA(t *testing.T) {
+	requireSetup(t)
+	requireTools(t, dockerdBin, dockerBin, "containerd", "containerd-shim-runc-v2")
+	const name = "dkn"
+	var before []byte
+	d, err := startDockerd(name, func(dir string) []byte {
+		before = nvidiaCTKDaemonJSON(dir, name)
+		return before
+	}, []string{"--runtime-name", "nvidia", "--set-as-default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtimes, def := d.info(t)
+	if runtimes["nvidia"].Path != wrapper || def != "nvidia" {
+		t.Fatalf("after configure, dockerd's runtime nvidia is %q and its default %q; want %q and nvidia", runtimes["nvidia"].Path, def, wrapper)
+	}
+	runEngineCases(t, "docker run", d.runProbe, []engineCase{
+		{description: "plain docker run -e NVIDIA_VISIBLE_DEVICES=1 gets GPU 1", flags: []string{"-e", "NVIDIA_VISIBLE_DEVICES=1"}, gpus: []int{1}},
+		{description: "--runtime=nvidia --gpus all gets both GPUs", flags: []string{"--runtime=nvidia", "--gpus", "all"}, gpus: []int{0, 1}},
+	})
+
+	r := runCmd(t, 30*time.Second, nil, "", filepath.Join(binDir, "gpu-ctk"), "runtime", "unconfigure", "--runtime=docker", "--config", d.config, "--runtime-name", "nvidia")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "restored "+d.config+" as it was before configure") {
+		t.Fatalf("gpu-ctk runtime unconfigure: %s", r)
+	}
+	if after, err := os.ReadFile(d.config); err != nil || string(after) != string(before) {
+		t.Errorf("daemon.json after unconfigure (err %v):\n%s\nwant, as NVIDIA's toolkit left it:\n%s", err, after, before)
+	}
+	if backups, _ := filepath.Glob(d.config + ".bak.*"); len(backups) != 0 {
+		t.Errorf("backups left: %v", backups)
+	}
+	// dockerd reloads runtimes and default-runtime on SIGHUP (systemctl reload docker).
+	pid, err := os.ReadFile(filepath.Join(d.dir, "docker.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runCmd(t, 10*time.Second, nil, "", "kill", "-HUP", strings.TrimSpace(string(pid))); r.Code != 0 {
+		t.Fatalf("kill -HUP dockerd: %s", r)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		runtimes, def = d.info(t)
+		if runtimes["nvidia"].Path == "nvidia-container-runtime" && def == "nvidia" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after unconfigure and a reload, dockerd's runtime nvidia is %q and its default %q; want nvidia-container-runtime and nvidia", runtimes["nvidia"].Path, def)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
