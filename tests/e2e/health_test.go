@@ -570,3 +570,39 @@ func TestHealthByIndex(t *testing.T) {
 		t.Errorf("after clearing both: %+v %v", records, err)
 	}
 }
+
+// TestHealthLeftOutEnv (issue 25 item 9): NVIDIA_VISIBLE_DEVICES=all with an unhealthy GPU runs
+// with the others and the container sees which device was left out and why in
+// GPU_RUNTIME_DEVICES_LEFT_OUT (runc's log, where the warning also goes, is deleted with a
+// docker container); a container that lost nothing has no such variable.
+func TestHealthLeftOutEnv(t *testing.T) {
+	h := newHealthEnv(t, fakehost.Default(2))
+	gpu1 := h.host.Options.GPUs[1].UUID
+	probe := `echo "left=${GPU_RUNTIME_DEVICES_LEFT_OUT-unset}"; ` + nodeProbe
+	left := func(t *testing.T) (string, []string) {
+		t.Helper()
+		b := h.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, probe)
+		r := h.run(t, b)
+		if r.code != 0 {
+			t.Fatalf("all: exit %d\n%s", r.code, r.stderr)
+		}
+		var value string
+		var nodes []string
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if v, ok := strings.CutPrefix(l, "left="); ok {
+				value = v
+			}
+			if n, ok := strings.CutPrefix(l, "dev "); ok {
+				nodes = append(nodes, n)
+			}
+		}
+		return value, nodes
+	}
+	if value, nodes := left(t); value != "unset" || len(nodes) != 2 {
+		t.Errorf("healthy host: left=%q, nodes %q", value, nodes)
+	}
+	h.ctk(t, 0, "health", "mark", gpu1, "--reason", "fan failure reported by the BMC", "--xid", "79")
+	if value, nodes := left(t); value != "1 "+gpu1+" fan failure reported by the BMC" || strings.Join(nodes, " ") != "/dev/nvidia0" {
+		t.Errorf("GPU 1 marked: left=%q, nodes %q", value, nodes)
+	}
+}
