@@ -24,7 +24,12 @@ else /etc/gpu-runtime/config.toml) over the defaults — as TOML, every key with
 --set changes keys of the file in place: each KEY=VALUE (KEY is section.name, e.g.
 driver.root=/run/nvidia/driver; a list is comma-separated or a TOML array) rewrites that key's
 line, keeping comments and everything else as it is. The result is validated as gpu-runtime
-would read it before anything is written; then the file is replaced atomically. The keys:
+would read it before anything is written (all the --set together); then the file is replaced
+atomically. An unknown key is refused naming the nearest known one. An MPS share is set key by
+key, mps.shares.NAME.KEY (KEY: devices, active-thread-percentage, pinned-memory-limit, uid); a
+new share is added as its own table and needs its devices, e.g.
+  gpu-ctk config --set mps.shares.small.devices=0 --set mps.shares.small.active-thread-percentage=20
+(then gpu-ctk mps start small). The keys:
 `
 
 func runConfig(args []string, stdout, stderr io.Writer) error {
@@ -86,15 +91,18 @@ func setConfig(path string, sets []string, stdout io.Writer) error {
 			return fmt.Errorf("%w; fix the file first (gpu-ctk config --set edits only a valid file)", err)
 		}
 	}
-	out := data
+	var pairs [][2]string
 	for _, kv := range sets {
 		key, value, ok := strings.Cut(kv, "=")
 		if !ok {
 			return fmt.Errorf("%w: --set %q: want KEY=VALUE, e.g. driver.root=/run/nvidia/driver", ErrUsage, kv)
 		}
-		if out, err = config.Set(out, path, strings.TrimSpace(key), value); err != nil {
-			return fmt.Errorf("--set %s: %w; %s not changed", kv, err, path)
-		}
+		pairs = append(pairs, [2]string{strings.TrimSpace(key), value})
+	}
+	// Validated once, all set: a new MPS share's devices and limits come together.
+	out, err := config.SetKeys(data, path, pairs)
+	if err != nil {
+		return fmt.Errorf("--set %s: %w; %s not changed", strings.Join(sets, " --set "), err, path)
 	}
 	if string(out) == string(data) && !created {
 		_, err := fmt.Fprintf(stdout, "%s: already so; nothing written\n", path)

@@ -15,10 +15,13 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/create"
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 	"github.com/gpu-runtime/gpu-runtime/pkg/requirements"
 )
 
@@ -32,7 +35,10 @@ capabilities (--privileged adds CAP_SYS_ADMIN) — and prints every edit the cre
 each with why: device nodes (type, major:minor, mode) and their cgroup rules, read-only
 mounts with the capability and file that selected them, hooks with their argv, the
 requirement checks and their outcome on this host. Nothing is created and no spec is written.
-When the create would fail, it prints the error gpu-runtime would give and exits 1.
+When the create would fail, it prints the error gpu-runtime would give and exits 1. A
+container that asks for no GPU but carries requirements (NVIDIA_REQUIRE_*, a legacy
+CUDA_VERSION) has them checked against this host's driver too, as a check of the image: explain
+exits 1 when one is not satisfied (or malformed), since the image would fail with a GPU.
 It reads gpu-runtime's configuration (GPU_RUNTIME_CONFIG works) and, like a create, uses the
 discovery cache.
 `
@@ -140,10 +146,23 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	} else if _, err := io.WriteString(stdout, ex.text()); err != nil {
 		return err
 	}
-	if ex.Decision == "error" {
+	if ex.Decision == "error" || !ex.satisfied() {
 		return ErrReported
 	}
 	return nil
+}
+
+// satisfied reports whether every requirement shown holds on this host (and could be checked).
+func (ex *Explanation) satisfied() bool {
+	if ex.Error != "" {
+		return false
+	}
+	for _, c := range ex.Requirements {
+		if !c.Satisfied {
+			return false
+		}
+	}
+	return true
 }
 
 // syntheticSpec is a container with the given environment and annotations, docker's default
@@ -211,6 +230,12 @@ func explain(source, path string, raw []byte, stderr io.Writer) *Explanation {
 	}
 	if in.Unchanged != "" {
 		ex.Decision, ex.Reason = "unchanged", in.Unchanged
+		if in.Unchanged == create.UnchangedNoGPU {
+			var problem string
+			if ex.Requirements, problem = imageConditions(cfg, raw); problem != "" {
+				ex.Warnings = append(ex.Warnings, problem)
+			}
+		}
 		return ex
 	}
 	ex.Decision = "inject"
@@ -231,6 +256,29 @@ func explain(source, path string, raw []byte, stderr io.Writer) *Explanation {
 	return ex
 }
 
+// imageConditions checks the requirements of a container that asks for no GPU against the
+// host's driver (no GPU selected), as a check of its image: the create does not check them,
+// but the same image with a GPU would fail. problem says why they could not be checked.
+func imageConditions(cfg config.Config, raw []byte) (out []ExplainedCondition, problem string) {
+	var s struct {
+		Process *struct {
+			Env []string `json:"env"`
+		} `json:"process"`
+	}
+	if json.Unmarshal(raw, &s) != nil || s.Process == nil {
+		return nil, ""
+	}
+	reqs, disabled := request.EnvRequirements(request.ParseEnv(s.Process.Env))
+	if len(reqs) == 0 || disabled {
+		return nil, ""
+	}
+	res, err := gpuhost.Build(cfg, gpuhost.Options{Query: nvmlinfo.QueryContext, Cache: true})
+	if err != nil {
+		return nil, "the image's requirements are not checked: " + err.Error()
+	}
+	return evaluate(reqs, plan.RequirementHost(res.Host.Driver, nil)), ""
+}
+
 // conditions evaluates each requirement on its own against what a create checks it against,
 // so that every outcome is shown, not only the first failure's.
 func conditions(in create.Injection) []ExplainedCondition {
@@ -238,9 +286,13 @@ func conditions(in create.Injection) []ExplainedCondition {
 	if !req.ChecksRequirements() {
 		return nil
 	}
-	host := plan.RequirementHost(in.Host.Driver, in.Plan.Devices)
+	return evaluate(req.Requirements, plan.RequirementHost(in.Host.Driver, in.Plan.Devices))
+}
+
+// evaluate checks each requirement on its own against host.
+func evaluate(reqs []requirements.Requirement, host requirements.Host) []ExplainedCondition {
 	var out []ExplainedCondition
-	for _, r := range req.Requirements {
+	for _, r := range reqs {
 		c := ExplainedCondition{Name: r.Name, Expression: r.Expression, Satisfied: true}
 		if _, err := requirements.Check([]requirements.Requirement{r}, host); err != nil {
 			c.Satisfied, c.Detail = false, err.Error()
@@ -260,6 +312,16 @@ func (ex *Explanation) text() string {
 		ex.requirementLines(w)
 	case "unchanged":
 		w("the create would leave the spec unchanged (%s): %s\n", ex.Source, strings.TrimSuffix(ex.Reason, "; spec unchanged"))
+		if len(ex.Requirements) > 0 {
+			w("requirements (not checked for a container without GPUs; the image's, on this host's driver):\n")
+			for _, c := range ex.Requirements {
+				if c.Satisfied {
+					w("  %s=%q: satisfied on this host\n", c.Name, c.Expression)
+				} else {
+					w("  %s=%q: NOT satisfied, the image would not start with a GPU here: %s\n", c.Name, c.Expression, c.Detail)
+				}
+			}
+		}
 	default:
 		w("the create would inject (%s), against driver %s (CUDA %s):\n", ex.Source, ex.Host.Driver, ex.Host.CUDA)
 		var devs []string

@@ -29,8 +29,11 @@ import (
 const healthUsage = `usage:
   gpu-ctk health [--json]
   gpu-ctk health watch
-  gpu-ctk health mark UUID --reason TEXT [--xid N]
-  gpu-ctk health clear UUID|all
+  gpu-ctk health mark DEVICE --reason TEXT [--xid N]
+  gpu-ctk health clear DEVICE|all
+
+DEVICE is an index as gpu-ctk health prints it (0, or 1:0 for a MIG device) or a UUID
+(GPU-…, MIG-…).
 
 gpu-runtime gives no container a device that is unhealthy: a GPU whose
 /proc/driver/nvidia/gpus/<bus id> is gone, one the driver excludes ("GPU Excluded: Yes"),
@@ -39,8 +42,8 @@ and a GPU or MIG device recorded in the health file (health.file, default
 NVIDIA_VISIBLE_DEVICES=all leaves it out with a warning (health.all = "skip") or fails
 (health.all = "fail").
 
-  health         each device (from NVML) with its state and the reason; records for devices
-                 this host does not have are listed too
+  health         each device (from NVML) with its state, since when, the Xid recorded with it
+                 and the reason; records for devices this host does not have are listed too
   watch          wait on NVML events of every GPU and MIG device — Xid critical errors
                  (except health.ignore-xids: application errors) and double-bit ECC errors —
                  and record each device they make unhealthy; runs until stopped (SIGTERM),
@@ -144,19 +147,22 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 		return writeJSON(stdout, devices)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tREASON")
+	fmt.Fprintln(tw, "INDEX\tUUID\tSTATE\tSINCE\tXID\tREASON")
 	for _, d := range devices {
-		index, since, reason := cmp.Or(d.Index, "-"), "-", "-"
+		index, since, xid, reason := cmp.Or(d.Index, "-"), "-", "-", "-"
 		if d.Kind == "MIG device" && d.Index != "" {
 			index = "  " + index
 		}
 		if h := d.Health; h != nil {
 			reason = h.Reason
+			if h.Xid != 0 {
+				xid = strconv.FormatUint(h.Xid, 10)
+			}
 			if !h.Since.IsZero() {
 				since = h.Since.UTC().Format(time.RFC3339)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", index, d.UUID, d.State, since, reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", index, d.UUID, d.State, since, xid, reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -165,11 +171,13 @@ func showHealth(cfg config.Config, asJSON bool, stdout, stderr io.Writer) error 
 }
 
 const healthMarkUsage = `usage:
-  gpu-ctk health mark UUID --reason TEXT [--xid N]
+  gpu-ctk health mark DEVICE --reason TEXT [--xid N]
 
-mark records a GPU or MIG device (by UUID, as gpu-ctk info lists them) in the health file:
-gpu-runtime then gives it to no container until gpu-ctk health clear UUID. A device already
-recorded keeps its record. The device must exist on this host when NVML can say so.
+mark records a GPU or MIG device in the health file: gpu-runtime then gives it to no
+container until gpu-ctk health clear DEVICE. DEVICE is its index as gpu-ctk health prints it
+(0, or 1:0 for a MIG device; NVML says which device that is now, and the record holds its
+UUID) or its UUID (GPU-…, MIG-…). A device already recorded keeps its record. The device must
+exist on this host when NVML can say so.
 `
 
 func runHealthMark(args []string, stdout, stderr io.Writer) error {
@@ -179,20 +187,20 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	if help, err := parseFlags(fs, args, healthMarkUsage, stdout); help || err != nil {
 		return err
 	}
-	// Flags may follow the UUID too (gpu-ctk health mark GPU-… --reason …).
-	uuid := fs.Arg(0)
-	if uuid != "" {
+	// Flags may follow the device too (gpu-ctk health mark GPU-… --reason …).
+	target := fs.Arg(0)
+	if target != "" {
 		if help, err := parseFlags(fs, fs.Args()[1:], healthMarkUsage, stdout); help || err != nil {
 			return err
 		}
 	}
 	switch {
-	case uuid == "":
-		return fmt.Errorf("%w: health mark needs the UUID of a GPU or MIG device (gpu-ctk health mark --help)", ErrUsage)
+	case target == "":
+		return fmt.Errorf("%w: health mark needs a GPU or MIG device: its index or UUID, as gpu-ctk health lists them (gpu-ctk health mark --help)", ErrUsage)
 	case fs.NArg() > 0:
-		return fmt.Errorf("%w: health mark takes one UUID, got also %q", ErrUsage, fs.Args())
-	case !discover.ValidHealthUUID(uuid):
-		return fmt.Errorf("%w: %q is not a GPU or MIG device UUID (GPU-… or MIG-…, as gpu-ctk info lists them)", ErrUsage, uuid)
+		return fmt.Errorf("%w: health mark takes one device, got also %q", ErrUsage, fs.Args())
+	case !validHealthTarget(target):
+		return fmt.Errorf("%w: %q is not a device index (0, 1:0) or UUID (GPU-…, MIG-…), as gpu-ctk health lists them", ErrUsage, target)
 	case *reason == "":
 		return fmt.Errorf("%w: health mark needs --reason TEXT: it is what a container asking for the device is told", ErrUsage)
 	}
@@ -206,7 +214,12 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to record the device in; set health.file in the gpu-runtime config`)
 	}
-	if drv, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false); err != nil {
+	uuid := target
+	if drv, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false); isIndex(target) {
+		if uuid, err = indexUUID(drv, err, target); err != nil {
+			return err
+		}
+	} else if err != nil {
 		warn(stderr, err.Error()+"; "+uuid+" is recorded without checking that this host has it")
 	} else if !hasDevice(drv, uuid) {
 		return fmt.Errorf("no GPU or MIG device %s on this host (gpu-ctk info lists them)", uuid)
@@ -223,6 +236,41 @@ func runHealthMark(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "recorded %s as unhealthy: %s (in %s); gpu-runtime gives it to no container until gpu-ctk health clear %s\n", uuid, *reason, cfg.Health.File, uuid)
 	return err
+}
+
+// validHealthTarget reports whether s names a device as health mark and clear take it: an
+// index (isIndex) or a UUID.
+func validHealthTarget(s string) bool { return isIndex(s) || discover.ValidHealthUUID(s) }
+
+// isIndex reports whether s is a device index as gpu-ctk health prints it: "1", or "1:0" for
+// a MIG device (at most 4 digits each: no host has more devices).
+func isIndex(s string) bool {
+	digits := func(p string) bool { return p != "" && len(p) <= 4 && strings.Trim(p, "0123456789") == "" }
+	gpu, mig, isMIG := strings.Cut(s, ":")
+	return digits(gpu) && (!isMIG || digits(mig))
+}
+
+// indexUUID is the UUID of the device at index (isIndex) in drv, which NVML gave (queryErr
+// when it could not): an index means nothing without NVML, and changes with the host.
+func indexUUID(drv discover.Driver, queryErr error, index string) (string, error) {
+	if queryErr != nil {
+		return "", fmt.Errorf("device %s: an index names a device only through NVML, which failed: %w; give its UUID instead (gpu-ctk health lists them)", index, queryErr)
+	}
+	var have []string
+	for _, g := range drv.GPUs {
+		have = append(have, strconv.Itoa(g.Index))
+		if strconv.Itoa(g.Index) == index {
+			return g.UUID, nil
+		}
+		for _, m := range g.MIGDevices {
+			i := fmt.Sprintf("%d:%d", g.Index, m.Index)
+			have = append(have, i)
+			if i == index {
+				return m.UUID, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no GPU or MIG device %s on this host: it has %s (gpu-ctk health lists them)", index, cmp.Or(strings.Join(have, ", "), "none"))
 }
 
 // hasDevice reports whether drv has a GPU or MIG device of that UUID.
@@ -251,10 +299,11 @@ func addRecords(file string, recs []discover.HealthRecord) (added []discover.Hea
 }
 
 const healthClearUsage = `usage:
-  gpu-ctk health clear UUID|all
+  gpu-ctk health clear DEVICE|all
 
 clear removes a device's record from the health file (all: every record): gpu-runtime gives
-it to containers again. It does not touch what the driver says (a GPU that is gone or
+it to containers again. DEVICE is its index as gpu-ctk health prints it (0, 1:0) or its UUID.
+A device that has no record (is not marked) is an error: clear exits 1 and says so. It does not touch what the driver says (a GPU that is gone or
 excluded stays unhealthy), and does not repair anything: run it once the device is fixed,
 or when the record was a false alarm.
 `
@@ -268,11 +317,11 @@ func runHealthClear(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: health clear takes one UUID, or all (gpu-ctk health clear --help)", ErrUsage)
+		return fmt.Errorf("%w: health clear takes one device (its index or UUID), or all (gpu-ctk health clear --help)", ErrUsage)
 	}
 	target := fs.Arg(0)
-	if target != "all" && !discover.ValidHealthUUID(target) {
-		return fmt.Errorf("%w: %q is not a GPU or MIG device UUID, nor all", ErrUsage, target)
+	if target != "all" && !validHealthTarget(target) {
+		return fmt.Errorf("%w: %q is not a device index (0, 1:0) or UUID (GPU-…, MIG-…), as gpu-ctk health lists them, nor all", ErrUsage, target)
 	}
 	cfg, err := loadConfig(stderr)
 	if err != nil {
@@ -280,6 +329,15 @@ func runHealthClear(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Health.File == "" {
 		return errors.New(`health.file is "": there is no health file to clear`)
+	}
+	named := target // as the messages name it: "1:0 (MIG-…)" for an index
+	if isIndex(target) {
+		drv, _, err := gpuhost.Driver(cfg, nvmlinfo.QueryContext, false)
+		uuid, err := indexUUID(drv, err, target)
+		if err != nil {
+			return err
+		}
+		target, named = uuid, target+" ("+uuid+")"
 	}
 	var cleared []string
 	warning, err := discover.UpdateHealthFile(cfg.Health.File, func(have []discover.HealthRecord) ([]discover.HealthRecord, error) {
@@ -292,7 +350,7 @@ func runHealthClear(args []string, stdout, stderr io.Writer) error {
 			keep = append(keep, r)
 		}
 		if len(cleared) == 0 && target != "all" {
-			return nil, fmt.Errorf("%w: the health file %s has no record of %s; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)", ErrNoRecord, cfg.Health.File, target)
+			return nil, fmt.Errorf("%w: %s is not marked unhealthy: the health file %s has no record of it, so there is nothing to clear; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)", ErrNoRecord, named, cfg.Health.File)
 		}
 		return keep, nil
 	})

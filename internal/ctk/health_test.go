@@ -232,7 +232,7 @@ func TestHealthCommands(t *testing.T) {
 		t.Errorf("clear: %q %v", out, err)
 	}
 	_, _, err = run("clear", "GPU-1234")
-	if !errors.Is(err, ErrNoRecord) || err.Error() != "no health record: the health file "+file+" has no record of GPU-1234; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)" {
+	if !errors.Is(err, ErrNoRecord) || err.Error() != "no health record: GPU-1234 is not marked unhealthy: the health file "+file+" has no record of it, so there is nothing to clear; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)" || ExitCode(err) != 1 {
 		t.Errorf("clear again: %v", err)
 	}
 	out, _, err = run("clear", "all")
@@ -248,20 +248,30 @@ func TestHealthCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"frob"}, `usage: unknown health command "frob": the commands are watch, mark and clear (gpu-ctk health --help)`},
-		{[]string{"mark"}, "usage: health mark needs the UUID of a GPU or MIG device (gpu-ctk health mark --help)"},
+		{[]string{"mark"}, "usage: health mark needs a GPU or MIG device: its index or UUID, as gpu-ctk health lists them (gpu-ctk health mark --help)"},
 		{[]string{"mark", "GPU-1"}, "usage: health mark needs --reason TEXT: it is what a container asking for the device is told"},
-		{[]string{"mark", "1", "--reason", "x"}, `usage: "1" is not a GPU or MIG device UUID (GPU-… or MIG-…, as gpu-ctk info lists them)`},
-		{[]string{"mark", "GPU-1", "GPU-2", "--reason", "x"}, `usage: health mark takes one UUID, got also ["GPU-2" "--reason" "x"]`},
+		{[]string{"mark", "1:", "--reason", "x"}, `usage: "1:" is not a device index (0, 1:0) or UUID (GPU-…, MIG-…), as gpu-ctk health lists them`},
+		{[]string{"mark", "gpu1", "--reason", "x"}, `usage: "gpu1" is not a device index (0, 1:0) or UUID (GPU-…, MIG-…), as gpu-ctk health lists them`},
+		{[]string{"mark", "GPU-1", "GPU-2", "--reason", "x"}, `usage: health mark takes one device, got also ["GPU-2" "--reason" "x"]`},
 		{[]string{"mark", "GPU-1", "--reason", "two\nlines"}, "usage: --reason \"two\\nlines\": it holds a control character (one line of printable text expected)"},
 		{[]string{"mark", "GPU-1", "--bogus"}, "usage: flag provided but not defined: -bogus (gpu-ctk health mark --help)"},
-		{[]string{"clear"}, "usage: health clear takes one UUID, or all (gpu-ctk health clear --help)"},
-		{[]string{"clear", "everything"}, `usage: "everything" is not a GPU or MIG device UUID, nor all`},
+		{[]string{"clear"}, "usage: health clear takes one device (its index or UUID), or all (gpu-ctk health clear --help)"},
+		{[]string{"clear", "everything"}, `usage: "everything" is not a device index (0, 1:0) or UUID (GPU-…, MIG-…), as gpu-ctk health lists them, nor all`},
 		{[]string{"watch", "now"}, `usage: health watch takes no arguments, got ["now"] (gpu-ctk health watch --help)`},
 	}
 	for _, u := range usage {
 		_, _, err := run(u.args...)
 		if !errors.Is(err, ErrUsage) || err.Error() != u.want {
 			t.Errorf("health %q: %v\nwant %s", u.args, err, u.want)
+		}
+	}
+	// An index names a device only through NVML, which this test host lacks: mark and clear
+	// say so and record nothing (the fake host's e2e test marks and clears by index).
+	for _, args := range [][]string{{"mark", "1:0", "--reason", "x"}, {"clear", "0"}} {
+		_, _, err := run(args...)
+		want := "device " + args[1] + ": an index names a device only through NVML, which failed: NVML library not found"
+		if err == nil || errors.Is(err, ErrUsage) || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "; give its UUID instead (gpu-ctk health lists them)") {
+			t.Errorf("health %q: %v\nwant %s…", args, err, want)
 		}
 	}
 	for _, sub := range []string{"watch", "mark", "clear"} {

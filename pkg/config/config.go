@@ -439,7 +439,7 @@ next:
 			}
 		}
 		seen = append(seen, key)
-		warnings = append(warnings, fmt.Sprintf("config %s: unknown key %q ignored", name, key))
+		warnings = append(warnings, fmt.Sprintf("config %s: unknown key %q ignored%s", name, key, didYouMean(key)))
 	}
 	return warnings
 }

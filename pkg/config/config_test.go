@@ -194,7 +194,7 @@ y = 2
 				c.Driver.Root = "/drv"
 			}),
 			wantWarnings: []string{
-				`config /x.toml: unknown key "runtime.runtims" ignored`,
+				`config /x.toml: unknown key "runtime.runtims" ignored (did you mean "runtime.runtimes"?)`,
 				`config /x.toml: unknown key "driver.extra.deep" ignored`,
 				`config /x.toml: unknown key "nvidia" ignored`,
 				`config /x.toml: unknown key "\"odd.key\"" ignored`,
@@ -531,13 +531,13 @@ func TestLoad(t *testing.T) {
 			description:  "file",
 			path:         valid,
 			want:         debug,
-			wantWarnings: []string{`config ` + valid + `: unknown key "runtime.log-levle" ignored`},
+			wantWarnings: []string{`config ` + valid + `: unknown key "runtime.log-levle" ignored (did you mean "runtime.log-level"?)`},
 		},
 		{
 			description:  "a link to the file is followed",
 			path:         link,
 			want:         debug,
-			wantWarnings: []string{`config ` + link + `: unknown key "runtime.log-levle" ignored`},
+			wantWarnings: []string{`config ` + link + `: unknown key "runtime.log-levle" ignored (did you mean "runtime.log-level"?)`},
 		},
 		{
 			description: "bad value names the file",

@@ -185,7 +185,9 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 	}
 	var out []Device
 	var unknown, unknownMIG []string
+	var migWhole []discover.GPU // docker run --gpus N's GPUs in MIG mode (dockerCountError)
 	var errs []error
+	count, isCount := dockerCount(req)
 	seen := map[string]string{} // device UUID → the token that named it
 	for _, tok := range req.Devices {
 		d, err := resolveToken(tok, gpus)
@@ -202,6 +204,10 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 			continue
 		case err != nil:
 			errs = append(errs, err)
+			continue
+		}
+		if d.GPU.MIGEnabled() && !d.IsMIG() && !manager && isCount {
+			migWhole = append(migWhole, d.GPU)
 			continue
 		}
 		if d.GPU.MIGEnabled() && !d.IsMIG() && !manager {
@@ -231,29 +237,13 @@ func selectDevices(req request.Request, drv discover.Driver) ([]Device, error) {
 		}
 		errs = append([]error{fmt.Errorf("%w: MIG device %s in %s: %s", ErrUnknownDevice, quote.List(unknownMIG), request.EnvVisibleDevices, have)}, errs...)
 	}
-	if len(unknown) > 0 {
-		err := fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))
-		if n, isCount := dockerCount(req); isCount {
-			err = fmt.Errorf("%w: docker run --gpus %d asked for %d GPUs, and %s; use --gpus %d or fewer, --gpus all, or --gpus device=<index or UUID>",
-				ErrUnknownDevice, n, n, describe(gpus), len(gpus))
-		}
-		errs = append([]error{err}, errs...)
+	switch {
+	case isCount && (len(unknown) > 0 || len(migWhole) > 0): // one error, in --gpus N's words
+		errs = append([]error{dockerCountError(count, gpus, len(unknown) > 0, migWhole)}, errs...)
+	case len(unknown) > 0:
+		errs = append([]error{fmt.Errorf("%w %s in %s: %s", ErrUnknownDevice, quote.List(unknown), requestedIn(req), describe(gpus))}, errs...)
 	}
 	return out, errors.Join(errs...)
-}
-
-// dockerCount recognises docker run --gpus N: docker writes NVIDIA_VISIBLE_DEVICES=0,1,…,N-1
-// beside its hook.
-func dockerCount(req request.Request) (int, bool) {
-	if !req.DockerGPUs || len(req.Devices) == 0 {
-		return 0, false
-	}
-	for i, tok := range req.Devices {
-		if tok != strconv.Itoa(i) {
-			return 0, false
-		}
-	}
-	return len(req.Devices), true
 }
 
 // errUnknownMIG: a token of a MIG form that names no MIG device.

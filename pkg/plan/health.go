@@ -70,38 +70,68 @@ func excludedToken(tok string, drv discover.Driver) error {
 	return nil
 }
 
+// EnvLeftOut is the variable a container gets when "all" left unhealthy devices out of it
+// (health.all = "skip"): what the container's own users see (docker exec, kubectl exec, the
+// application's log), where runc's log is gone with the container.
+const EnvLeftOut = "GPU_RUNTIME_DEVICES_LEFT_OUT"
+
+// LeftOut is a device that "all" selected and the health policy left out.
+type LeftOut struct {
+	Index, UUID string
+	Reason      string // the device's health reason ("Xid 79: GPU has fallen off the bus")
+}
+
+// leftOutEnv is EnvLeftOut's value: "<index> <UUID> <reason>" per device, joined by "; ", each
+// reason cut to quote.MaxValue bytes (an operator's reason is one line, but of any length)
+// with ';' and control characters replaced.
+func leftOutEnv(out []LeftOut) string {
+	parts := make([]string, len(out))
+	for i, l := range out {
+		reason := strings.Map(func(r rune) rune {
+			if r == ';' || r < 0x20 || r == 0x7f {
+				return ','
+			}
+			return r
+		}, l.Reason)
+		parts[i] = l.Index + " " + l.UUID + " " + quote.Cut(reason)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // screenAll applies the health policy to what NVIDIA_VISIBLE_DEVICES=all selected: unhealthy
 // devices are left out with a warning each (config.HealthAllSkip) or fail the create
 // (config.HealthAllFail). When every device is unhealthy the create fails either way.
-func screenAll(req request.Request, devices []Device, policy string) ([]Device, []string, error) {
+func screenAll(req request.Request, devices []Device, policy string) ([]Device, []LeftOut, []string, error) {
 	if req.Mode != request.AllGPUs {
-		return devices, nil, nil
+		return devices, nil, nil, nil
 	}
 	what := request.EnvVisibleDevices + "=all"
 	if req.DockerGPUs {
 		what = "docker run --gpus all"
 	}
 	var healthy []Device
+	var leftOut []LeftOut
 	var warnings, problems []string
 	for _, d := range devices {
 		if d.Health() == nil {
 			healthy = append(healthy, d)
 			continue
 		}
+		leftOut = append(leftOut, LeftOut{Index: d.Index, UUID: d.UUID, Reason: d.Health().Reason})
 		text, fix := healthText(d)
 		problems = append(problems, text)
 		warnings = append(warnings, fmt.Sprintf("%s: unhealthy %s left out (%s)", what, text, fix))
 	}
 	switch {
 	case len(problems) == 0:
-		return devices, nil, nil
+		return devices, nil, nil, nil
 	case policy == config.HealthAllFail:
-		return nil, nil, fmt.Errorf("%w: %s includes %s; with health.all = %q such a container does not start: fix or clear the device (gpu-ctk health), or set health.all = %q",
+		return nil, nil, nil, fmt.Errorf("%w: %s includes %s; with health.all = %q such a container does not start: fix or clear the device (gpu-ctk health), or set health.all = %q",
 			ErrUnhealthy, what, strings.Join(problems, "; "), config.HealthAllFail, config.HealthAllSkip)
 	case len(healthy) == 0:
-		return nil, nil, fmt.Errorf("%w: %s: every device of this host is unhealthy: %s", ErrUnhealthy, what, strings.Join(problems, "; "))
+		return nil, nil, nil, fmt.Errorf("%w: %s: every device of this host is unhealthy: %s", ErrUnhealthy, what, strings.Join(problems, "; "))
 	}
-	return healthy, warnings, nil
+	return healthy, leftOut, warnings, nil
 }
 
 // checkCDIHealth fails when the devices that CDI devices inject include an unhealthy one. A

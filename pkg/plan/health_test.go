@@ -2,7 +2,9 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +185,47 @@ func TestCDIHealth(t *testing.T) {
 	want := `unhealthy device: CDI devices "nvidia.com/gpu=all" give MIG device 0:2 (MIG-2222, 1g.10gb): Xid 94: contained ECC error since 2026-11-25T10:00:00Z (recorded in ` + healthFile + `) (` + clearFix + `MIG-2222); GPU 3 (GPU-dddd): ` + xid79 + ` (` + clearFix + `GPU-dddd); ask for other devices`
 	if err == nil || err.Error() != want || !errors.Is(err, ErrUnhealthy) {
 		t.Errorf("error =\n%v\nwant\n%s", err, want)
+	}
+}
+
+// TestLeftOutEnv (issue 25 item 9): the devices "all" leaves out are data in the plan and
+// become the container's GPU_RUNTIME_DEVICES_LEFT_OUT when the spec is written, each with its
+// index, UUID and reason (bounded, no ';' or control characters); nothing left out, no variable.
+func TestLeftOutEnv(t *testing.T) {
+	h := healthHost()
+	h.Driver.GPUs[1].Health = recorded("Xid 79: GPU has fallen off the bus", 79)
+	h.Driver.GPUs[0].MIGDevices[0].Health = recorded("fan; failure\nreported "+strings.Repeat("x", 400), 0)
+	for _, docker := range []bool{false, true} { // NVIDIA_VISIBLE_DEVICES=all, docker run --gpus all
+		r := req(t, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility")
+		r.DockerGPUs = docker
+		p, err := Build(r, h, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []LeftOut{{Index: "0:0", UUID: "MIG-0000", Reason: "fan; failure\nreported " + strings.Repeat("x", 400)},
+			{Index: "1", UUID: "GPU-bbbb", Reason: "Xid 79: GPU has fallen off the bus"}}
+		if !reflect.DeepEqual(p.LeftOut, want) {
+			t.Errorf("docker %v: left out %+v, want %+v", docker, p.LeftOut, want)
+		}
+		if slices.ContainsFunc(p.Edits.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvLeftOut) }) {
+			t.Error("the plan's edits hold the variable before it is rendered")
+		}
+		reason := "fan, failure,reported " + strings.Repeat("x", 400)
+		wantEnv := EnvLeftOut + "=0:0 MIG-0000 " + reason[:256] + fmt.Sprintf("… (%d bytes)", len(reason)) + "; 1 GPU-bbbb Xid 79: GPU has fallen off the bus"
+		e := p.Rendered(Render{})
+		if !slices.Contains(e.Env, wantEnv) || !strings.Contains(e.EnvWhy, `devices left out: the unhealthy devices "all" did not give this container`) {
+			t.Errorf("docker %v: env %q (%s)\nwant %q", docker, e.Env, e.EnvWhy, wantEnv)
+		}
+	}
+	// Asked for by name, or nothing unhealthy: no variable.
+	for _, env := range []string{"NVIDIA_VISIBLE_DEVICES=2", "NVIDIA_VISIBLE_DEVICES=all"} {
+		hh := h
+		if env == "NVIDIA_VISIBLE_DEVICES=all" {
+			hh = healthHost()
+		}
+		p, err := Build(req(t, env, "NVIDIA_DRIVER_CAPABILITIES=utility"), hh, nil)
+		if err != nil || len(p.LeftOut) != 0 || slices.ContainsFunc(p.Rendered(Render{}).Env, func(kv string) bool { return strings.HasPrefix(kv, EnvLeftOut) }) {
+			t.Errorf("%s: %v, left out %+v", env, err, p.LeftOut)
+		}
 	}
 }

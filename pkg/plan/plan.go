@@ -66,7 +66,10 @@ type Plan struct {
 	Edits edits.Edits
 	// Devices are the selected devices (whole GPUs and MIG devices), in request order, then
 	// those the CDI devices give.
-	Devices     []Device
+	Devices []Device
+	// LeftOut are the unhealthy devices "all" left out (health.all = "skip"): an intent, written
+	// as the container's EnvLeftOut (Rendered).
+	LeftOut     []LeftOut
 	LoaderCache LoaderCache
 	Warnings    []string // problems that do not stop the container (a missing optional node)
 }
@@ -134,9 +137,9 @@ func (p *Plan) native(req request.Request, host Host) error {
 	if err == nil && req.MPSShare != "" {
 		devices, err = mpsDevices(req, host, devices)
 	}
-	devices, healthWarnings, healthErr := screenAll(req, devices, host.UnhealthyAll)
+	devices, leftOut, healthWarnings, healthErr := screenAll(req, devices, host.UnhealthyAll)
 	errs := []error{err, healthErr}
-	p.Devices = devices
+	p.Devices, p.LeftOut = devices, leftOut
 	for _, d := range devices {
 		de, err := d.Edits(host)
 		errs = append(errs, err)

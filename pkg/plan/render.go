@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
@@ -20,11 +21,17 @@ type Render struct {
 	ProcRoot               string
 }
 
-// Rendered returns the plan's edits with its intents written as hooks: the loader-cache update
-// unless it was done at create, and the MIG capabilities of a driver's /proc interface.
+// Rendered returns the plan's edits with its intents written: as hooks, the loader-cache update
+// unless it was done at create, and the MIG capabilities of a driver's /proc interface; as the
+// container's EnvLeftOut, the devices "all" left out.
 func (p Plan) Rendered(r Render) edits.Edits {
 	e := p.Edits
 	e.Hooks = slices.Clone(e.Hooks)
+	if len(p.LeftOut) > 0 {
+		e.Env = append(slices.Clone(e.Env), EnvLeftOut+"="+leftOutEnv(p.LeftOut))
+		why := "devices left out: the unhealthy devices \"all\" did not give this container (health.all = \"skip\")"
+		e.EnvWhy = strings.TrimPrefix(e.EnvWhy+"; "+why, "; ")
+	}
 	if len(p.LoaderCache.Libraries) > 0 && !p.LoaderCache.Done {
 		e.Hooks = append(e.Hooks, r.LDCacheHook(p.LoaderCache))
 	}

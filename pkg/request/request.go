@@ -248,6 +248,11 @@ func parseVisibleDevices(value string) (Mode, []string, error) {
 	return DeviceList, tokens, nil
 }
 
+// EnvRequirements returns the requirement checks a container environment carries and whether
+// NVIDIA_DISABLE_REQUIRE turns them off, whether or not it asks for a GPU (gpu-ctk explain
+// checks an image's requirements for a container that asks for none).
+func EnvRequirements(env Env) ([]requirements.Requirement, bool) { return envRequirements(env) }
+
 // envRequirements returns the requirement checks a container environment asks for — each
 // NVIDIA_REQUIRE_* but NVIDIA_REQUIRE_JETPACK*, sorted by name, then a legacy CUDA image's
 // implied rule (CUDA_VERSION=12.4.1 gives cuda>=12.4, named CUDA_VERSION) — and whether

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
 // TestCTKConfig: gpu-ctk config prints what gpu-runtime reads; --set edits the file in place,
@@ -51,7 +53,9 @@ func TestCTKConfig(t *testing.T) {
 	}{
 		{[]string{"config", "--config", file, "--set", "driver.root=relative"}, 1,
 			`gpu-ctk: --set driver.root=relative: driver.root = "relative": config ` + file + `: invalid driver.root "relative": want an absolute path; ` + file + " not changed"},
-		{[]string{"config", "--config", file, "--set", "driver.rot=/x"}, 1, `unknown key "driver.rot": the keys are runtime.runtimes, runtime.log-file`},
+		{[]string{"config", "--config", file, "--set", "driver.rot=/x"}, 1, `unknown key "driver.rot" (did you mean "driver.root"?): the keys are runtime.runtimes, runtime.log-file`},
+		{[]string{"config", "--config", file, "--set", "mps.shares.small.active-thread-percentage=20"}, 1,
+			`mps.shares.small.active-thread-percentage = 20: config ` + file + `: invalid mps.shares.small.devices []: want the share's GPUs, by index or UUID`},
 		{[]string{"config", "--config", file, "--set", "driver.root"}, 2, `--set "driver.root": want KEY=VALUE, e.g. driver.root=/run/nvidia/driver`},
 		{[]string{"config", "--config", filepath.Join(t.TempDir(), "none.toml")}, 1, "no such file or directory"},
 	} {
@@ -62,6 +66,17 @@ func TestCTKConfig(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(file); string(after) != string(before) {
 		t.Error("a refused --set changed the file")
+	}
+	// Issue 25 item 11: --set adds an MPS share, its keys in any order, validated together.
+	if out, code := run("config", "--config", file, "--set", "mps.shares.small.active-thread-percentage=20", "--set", "mps.shares.small.devices=0,1", "--set", "mps.shares.small.uid=1000"); code != 0 {
+		t.Errorf("--set an MPS share: exit %d\n%s", code, out)
+	}
+	cfg, _, err := config.Load(file)
+	if small := cfg.MPS.Shares["small"]; err != nil || strings.Join(small.Devices, ",") != "0,1" || small.ActiveThreadPercentage != 20 || small.UID != 1000 {
+		t.Errorf("the share: %+v, %v", cfg.MPS.Shares, err)
+	}
+	if got, _ := os.ReadFile(file); !strings.HasSuffix(string(got), "\n[mps.shares.small]\nactive-thread-percentage = 20\ndevices = [\"0\", \"1\"]\nuid = 1000\n") {
+		t.Errorf("file:\n%s", got)
 	}
 	if err := os.WriteFile(file, []byte("[driver\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -254,7 +254,10 @@ func TestExplain(t *testing.T) {
 
 	t.Run("requirement outcomes", func(t *testing.T) {
 		b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_REQUIRE_DRIVER=driver>=500"}, "true")
-		ex, text, _ := explainBundle(t, e, b)
+		ex, text, code := explainBundle(t, e, b)
+		if code != 1 || ex.Decision != "error" {
+			t.Errorf("explain of an unsatisfied requirement: exit %d, decision %q; want exit 1 (its --help says so), decision \"error\"", code, ex.Decision)
+		}
 		want := []ctk.ExplainedCondition{
 			{Name: "NVIDIA_REQUIRE_CUDA", Expression: "cuda>=99.0", Detail: "unsatisfied condition: cuda>=99.0, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)"},
 			{Name: "NVIDIA_REQUIRE_DRIVER", Expression: "driver>=500", Satisfied: true},
@@ -286,6 +289,23 @@ func TestExplain(t *testing.T) {
 				t.Errorf("%q: text =\n%s", env, text)
 			}
 		}
+	})
+
+	// Issue 25 item 8: a container that asks for no GPU is an image check (README: "check an
+	// image first with gpu-ctk explain --env NVIDIA_REQUIRE_CUDA=…"): a requirement this host
+	// does not satisfy exits 1 as the help says, a satisfied one 0; NVIDIA_DISABLE_REQUIRE skips.
+	t.Run("an image's requirement without a GPU", func(t *testing.T) {
+		out := e.ctk(t, 1, "explain", "--env", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "--env", "NVIDIA_REQUIRE_DRIVER=driver>=500")
+		want := "the create would leave the spec unchanged (--env): no GPU requested\n" +
+			"requirements (not checked for a container without GPUs; the image's, on this host's driver):\n" +
+			`  NVIDIA_REQUIRE_CUDA="cuda>=99.0": NOT satisfied, the image would not start with a GPU here: unsatisfied condition: cuda>=99.0, please update your driver to a newer version, or use an earlier cuda container (host: cuda 12.4, driver 550.54.15)` + "\n" +
+			`  NVIDIA_REQUIRE_DRIVER="driver>=500": satisfied on this host` + "\n"
+		if out != want {
+			t.Errorf("explain =\n%s\nwant\n%s", out, want)
+		}
+		e.ctk(t, 0, "explain", "--env", "NVIDIA_REQUIRE_CUDA=cuda>=12.0")
+		e.ctk(t, 0, "explain", "--env", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "--env", "NVIDIA_DISABLE_REQUIRE=true")
+		e.ctk(t, 1, "explain", "--json", "--env", "CUDA_VERSION=99.1")
 	})
 
 	t.Run("no GPU", func(t *testing.T) {

@@ -381,8 +381,8 @@ func TestHealthWatch(t *testing.T) {
 		"INDEX  UUID",
 		"0      " + gpu0 + "  healthy    -",
 		fmt.Sprintf("  0:0  %s  healthy    -", mig[0].UUID),
-		fmt.Sprintf("  0:1  %s  unhealthy  %s  Xid 94: contained ECC error", mig[1].UUID, since(mig[1].UUID)),
-		fmt.Sprintf("1      %s  unhealthy  %s  Xid 79: GPU has fallen off the bus", gpu1, since(gpu1)),
+		fmt.Sprintf("  0:1  %s  unhealthy  %s  94   Xid 94: contained ECC error", mig[1].UUID, since(mig[1].UUID)),
+		fmt.Sprintf("1      %s  unhealthy  %s  79   Xid 79: GPU has fallen off the bus", gpu1, since(gpu1)),
 	} {
 		if !strings.Contains(out, line) {
 			t.Errorf("gpu-ctk health lacks %q:\n%s", line, out)
@@ -510,5 +510,99 @@ func TestHealthCDI(t *testing.T) {
 	want := `the health of the GPUs of CDI devices "nvidia.com/gpu=1" is not checked: NVML library not found: load libnvidia-ml.so.1 from driver root "` + broken + `": tried `
 	if r.code != 0 || strings.Join(nodes, " ") != "/dev/nvidia1" || len(warnings) != 1 || !strings.HasPrefix(warnings[0], want) {
 		t.Errorf("without discovery: exit %d, nodes %q, warnings %q\nwant a warning starting %q\n%s", r.code, nodes, warnings, want, r.stderr)
+	}
+}
+
+// TestHealthByIndex (issue 25 item 11): health mark and clear take the indices gpu-ctk health
+// prints (a GPU's, a MIG device's "0:1"), the table shows the Xid stored with a record, and
+// clearing a device that is not marked exits 1 saying so.
+func TestHealthByIndex(t *testing.T) {
+	opts := fakehost.Default(2)
+	must(t, opts.GPUs[0].AddMIGDevices("3g.40gb", "3g.40gb"))
+	h := newHealthEnv(t, opts)
+	gpu1 := h.host.Options.GPUs[1].UUID
+	mig := h.host.MIGDevices()
+
+	out := h.ctk(t, 0, "health", "mark", "1", "--reason", "fan failure reported by the BMC", "--xid", "79")
+	if want := "recorded " + gpu1 + " as unhealthy: fan failure reported by the BMC (in " + h.file + "); gpu-runtime gives it to no container until gpu-ctk health clear " + gpu1 + "\n"; out != want {
+		t.Errorf("mark 1: %q\nwant %q", out, want)
+	}
+	h.ctk(t, 0, "health", "mark", "0:1", "--reason", "maintenance")
+	if r := h.record(t, mig[1].UUID); r.Reason != "maintenance" || r.Xid != 0 {
+		t.Errorf("0:1's record: %+v", r)
+	}
+	since := h.record(t, gpu1).Since.UTC().Format(time.RFC3339)
+	out = h.ctk(t, 0, "health")
+	for _, line := range []string{
+		"INDEX  UUID                                      STATE      SINCE                 XID  REASON\n",
+		fmt.Sprintf("1      %s  unhealthy  %s  79   fan failure reported by the BMC\n", gpu1, since),
+		fmt.Sprintf("  0:0  %s  healthy    -                     -    -\n", mig[0].UUID),
+		fmt.Sprintf("  0:1  %s  unhealthy  %s  -    maintenance\n", mig[1].UUID, h.record(t, mig[1].UUID).Since.UTC().Format(time.RFC3339)),
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("gpu-ctk health lacks %q:\n%s", line, out)
+		}
+	}
+
+	// An index this host does not have names what it has; nothing is recorded.
+	stderr := func(args ...string) (string, int) { // gpu-ctk's error, and its exit status
+		cmd := exec.Command(filepath.Join(binDir, "gpu-ctk"), args...)
+		cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+h.config)
+		var b strings.Builder
+		cmd.Stderr = &b
+		_ = cmd.Run()
+		return b.String(), cmd.ProcessState.ExitCode()
+	}
+	out, code := stderr("health", "mark", "0:7", "--reason", "x")
+	if want := "gpu-ctk: no GPU or MIG device 0:7 on this host: it has 0, 0:0, 0:1, 1 (gpu-ctk health lists them)\n"; code != 1 || out != want {
+		t.Errorf("mark 0:7: exit %d %q\nwant %q", code, out, want)
+	}
+
+	if out := h.ctk(t, 0, "health", "clear", "0:1"); out != "cleared "+mig[1].UUID+": gpu-runtime gives it to containers again\n" {
+		t.Errorf("clear 0:1: %q", out)
+	}
+	out, code = stderr("health", "clear", "0:1")
+	if want := "gpu-ctk: no health record: 0:1 (" + mig[1].UUID + ") is not marked unhealthy: the health file " + h.file + " has no record of it, so there is nothing to clear; gpu-ctk health shows why a device is held back (the driver's /proc may say so: that clears when the driver does)\n"; code != 1 || out != want {
+		t.Errorf("clear 0:1 again: exit %d %q\nwant %q", code, out, want)
+	}
+	h.ctk(t, 0, "health", "clear", "1")
+	if records, err := discover.ReadHealthFile(h.file); err != nil || len(records) != 0 {
+		t.Errorf("after clearing both: %+v %v", records, err)
+	}
+}
+
+// TestHealthLeftOutEnv (issue 25 item 9): NVIDIA_VISIBLE_DEVICES=all with an unhealthy GPU runs
+// with the others and the container sees which device was left out and why in
+// GPU_RUNTIME_DEVICES_LEFT_OUT (runc's log, where the warning also goes, is deleted with a
+// docker container); a container that lost nothing has no such variable.
+func TestHealthLeftOutEnv(t *testing.T) {
+	h := newHealthEnv(t, fakehost.Default(2))
+	gpu1 := h.host.Options.GPUs[1].UUID
+	probe := `echo "left=${GPU_RUNTIME_DEVICES_LEFT_OUT-unset}"; ` + nodeProbe
+	left := func(t *testing.T) (string, []string) {
+		t.Helper()
+		b := h.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, probe)
+		r := h.run(t, b)
+		if r.code != 0 {
+			t.Fatalf("all: exit %d\n%s", r.code, r.stderr)
+		}
+		var value string
+		var nodes []string
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if v, ok := strings.CutPrefix(l, "left="); ok {
+				value = v
+			}
+			if n, ok := strings.CutPrefix(l, "dev "); ok {
+				nodes = append(nodes, n)
+			}
+		}
+		return value, nodes
+	}
+	if value, nodes := left(t); value != "unset" || len(nodes) != 2 {
+		t.Errorf("healthy host: left=%q, nodes %q", value, nodes)
+	}
+	h.ctk(t, 0, "health", "mark", gpu1, "--reason", "fan failure reported by the BMC", "--xid", "79")
+	if value, nodes := left(t); value != "1 "+gpu1+" fan failure reported by the BMC" || strings.Join(nodes, " ") != "/dev/nvidia0" {
+		t.Errorf("GPU 1 marked: left=%q, nodes %q", value, nodes)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
 	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
@@ -382,5 +383,33 @@ func TestDockerGPUsCountError(t *testing.T) {
 	want := "gpu-runtime: plan GPU injection: unknown device: docker run --gpus 3 asked for 3 GPUs, and this host has GPUs 0 (" + e.host.Options.GPUs[0].UUID + "), 1 (" + e.host.Options.GPUs[1].UUID + "); use --gpus 2 or fewer, --gpus all, or --gpus device=<index or UUID>"
 	if r.code == 0 || !strings.Contains(r.stderr, want) {
 		t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
+	}
+}
+
+// TestDockerGPUsCountOnMIGHost (issue 25 item 10): docker run --gpus 2 (and 3) on a host whose
+// GPU 1 is in MIG mode fails with one error naming the flag, what it selected and what to ask
+// for, never NVIDIA_VISIBLE_DEVICES, which docker wrote and the user never set.
+func TestDockerGPUsCountOnMIGHost(t *testing.T) {
+	opts := fakehost.Default(2)
+	must(t, opts.GPUs[1].AddMIGDevices("3g.40gb", "1g.10gb"))
+	e := newEnv(t, 1)
+	e.host = privateHost(t, filepath.Join(e.dir, "host"), opts)
+	e.writeConfig(t, "")
+	mig := e.host.MIGDevices()
+	gpu0, gpu1 := e.host.Options.GPUs[0].UUID, e.host.Options.GPUs[1].UUID
+	ways := `; ask for whole GPUs not in MIG mode: --gpus device=0, or MIG devices: --gpus '"device=1:0,1:1"' (this host has MIG devices 1:0 (` + mig[0].UUID + `, 3g.40gb), 1:1 (` + mig[1].UUID + `, 1g.10gb)), or --gpus all (every GPU not in MIG mode and every MIG device)`
+	for _, tc := range []struct{ devices, want string }{
+		{"0,1", "gpu-runtime: plan GPU injection: GPU in MIG mode requested whole: docker run --gpus 2 selects the first 2 GPUs, 0 and 1; GPU 1 (" + gpu1 + ") is in MIG mode and cannot be given whole" + ways},
+		{"0,1,2", "gpu-runtime: plan GPU injection: unknown device: docker run --gpus 3 asked for 3 GPUs, and this host has GPUs 0 (" + gpu0 + "), 1 (" + gpu1 + ", in MIG mode); GPU 1 (" + gpu1 + ") is in MIG mode and cannot be given whole" + ways},
+	} {
+		b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=" + tc.devices}, "true")
+		editSpec(t, b, func(s map[string]any) {
+			s["hooks"] = map[string]any{"prestart": []any{map[string]any{"path": "/usr/bin/nvidia-container-runtime-hook", "args": []any{"nvidia-container-runtime-hook", "prestart"}}}}
+		})
+		logPath := filepath.Join(t.TempDir(), "log.json")
+		r := e.run(t, b, "--log", logPath, "--log-format", "json")
+		if msg := lastJSONError(t, logPath); r.code == 0 || msg != tc.want {
+			t.Errorf("%s: exit %d, error:\n%s\nwant\n%s", tc.devices, r.code, msg, tc.want)
+		}
 	}
 }
