@@ -41,6 +41,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.mig, "mig", "`GPU=PROFILE,...`: put the GPU in MIG mode with MIG devices of these profiles, e.g. 0=3g.40gb,2g.20gb,1g.10gb (repeatable, or ;-separated)")
 	procInterface := fs.Bool("proc-interface", false, "the driver uses the /proc interface for MIG capabilities: no nvidia-caps major, no /dev/nvidia-caps")
 	fs.Var(&cfg.excluded, "excluded", "`GPU,...`: mark these GPUs excluded from the driver (GPU Excluded: Yes; NVML does not list them)")
+	gds := fs.Int("gds", 0, "number of GPUDirect Storage nodes /dev/nvidia-fs<N> (NVIDIA_GDS)")
+	mofed := fs.Int("mofed", 0, "number of InfiniBand verbs nodes /dev/infiniband/uverbs<N>, with rdma_cm (NVIDIA_MOFED)")
+	gdrcopy := fs.Bool("gdrcopy", false, "make GDRCopy's /dev/gdrdrv (NVIDIA_GDRCOPY)")
+	nvswitches := fs.Int("nvswitches", 0, "number of NVSwitch nodes /dev/nvidia-nvswitch<N>, with nvidia-nvswitchctl (NVIDIA_NVSWITCH)")
 	fs.Var(&cfg.persistenceOff, "persistence-off", "`GPU,...`: turn persistence mode off on these GPUs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stderr)
@@ -64,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cfg.opts.NVMLInitError = *initError
 	cfg.opts.WithPersistencedSocket = !*noSocket
 	cfg.opts.MIGCapsProcInterface = *procInterface
+	cfg.opts.Features = fakehost.Features{GDS: *gds, MOFED: *mofed, GDRCopy: *gdrcopy, NVSwitches: *nvswitches}
 	if err := cfg.apply(); err != nil {
 		return nil, err
 	}
