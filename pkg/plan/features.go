@@ -63,11 +63,11 @@ func FeatureNodes(f request.Feature, host Host, why string) ([]edits.DeviceNode,
 	return out, errors.Join(errs...)
 }
 
-// FeatureMissing says that a host has none of a feature's nodes, and how it gets them.
-func FeatureMissing(f request.Feature, devRoot string) string {
+// FeatureMissing says that a host has none of a feature's nodes, what follows (outcome), and
+// how the host gets them.
+func FeatureMissing(f request.Feature, devRoot, outcome string) string {
 	ft := features[f]
-	return fmt.Sprintf("%s=%s: no %s node (%s) under device root %q, nothing injected for it: %s",
-		request.EnvOf(f), request.FeatureEnabled, ft.name, ft.nodes, devRoot, ft.hint)
+	return fmt.Sprintf("no %s node (%s) under device root %q, %s: %s", ft.name, ft.nodes, devRoot, outcome, ft.hint)
 }
 
 // addFeatures adds the nodes of the features a GPU container enabled, each with its cgroup
@@ -80,7 +80,7 @@ func (p *Plan) addFeatures(req request.Request, host Host) error {
 		nodes, err := FeatureNodes(f, host, fmt.Sprintf("%s=%s: %s", request.EnvOf(f), request.FeatureEnabled, features[f].name))
 		errs = append(errs, err)
 		if len(nodes) == 0 && err == nil {
-			p.Warnings = append(p.Warnings, FeatureMissing(f, host.Devices.Root))
+			p.Warnings = append(p.Warnings, request.EnvOf(f)+"="+request.FeatureEnabled+": "+FeatureMissing(f, host.Devices.Root, "nothing injected for it"))
 		}
 		p.Edits.Add(edits.Edits{DeviceNodes: nodes})
 	}
