@@ -165,3 +165,20 @@ func runQuiet(args ...string) (string, error) {
 	err := Run(args, &out, &strings.Builder{})
 	return out.String(), err
 }
+
+// TestSystemUsage: gpu-ctk system names what it needs and what is unknown.
+func TestSystemUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"system"}, "usage: gpu-ctk system needs create-dev-char-symlinks"},
+		{[]string{"system", "link"}, `usage: unknown system command "link" (gpu-ctk system --help)`},
+		{[]string{"cdi", "generate", "--mode", "ib"}, `usage: --mode "ib": want gpu, gds, mofed, gdrcopy, nvswitch`},
+	} {
+		err := Run(tc.args, &strings.Builder{}, &strings.Builder{})
+		if err == nil || err.Error() != tc.want || ExitCode(err) != 2 {
+			t.Errorf("gpu-ctk %v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
