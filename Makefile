@@ -15,18 +15,40 @@ GOLANGCI_LINT := .cache/golangci-lint/$(GOLANGCI_LINT_VERSION)/golangci-lint
 # Set on the command line only (make package BIN=… DIST=…), never from the environment.
 BIN := bin
 DIST := dist
+# The architecture to build for, in Go's words: this machine's, or on the command line
+# (make package ARCH=arm64) another, cross-built into bin/<arch> and dist/<arch> unless BIN and
+# DIST say otherwise: gpu-runtime and gpu-hook need only Go, gpu-ctk (cgo) the target's C cross
+# compiler (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross, which make deps installs).
+HOST_ARCH := $(shell env -u GOARCH $(GO) env GOARCH 2>/dev/null)
+ARCH := $(HOST_ARCH)
+CROSS_CC_arm64 := aarch64-linux-gnu-gcc
+CROSS_CC_amd64 := x86_64-linux-gnu-gcc
+CTK_CC :=
+ifneq ($(ARCH),$(HOST_ARCH))
+ifeq ($(CROSS_CC_$(ARCH)),)
+$(error ARCH=$(ARCH): gpu-runtime is built for amd64 or arm64 only)
+endif
+CTK_CC := $(CROSS_CC_$(ARCH))
+ifeq ($(origin BIN),file)
+BIN := bin/$(ARCH)
+endif
+ifeq ($(origin DIST),file)
+DIST := dist/$(ARCH)
+endif
+endif
 
-.PHONY: help build test unit e2e test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
+.PHONY: help build test unit e2e test-arm64 test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
-build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
-	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
+build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen); ARCH=arm64 cross-builds them into bin/arm64
+	@test -z "$(CTK_CC)" || command -v $(CTK_CC) >/dev/null || { echo "make build ARCH=$(ARCH): the C compiler $(CTK_CC) (for gpu-ctk) is not installed: run make deps, or apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (gcc-x86-64-linux-gnu libc6-dev-amd64-cross for amd64)" >&2; exit 1; }
+	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
+	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
+	GOARCH=$(ARCH) $(if $(CTK_CC),CC=$(CTK_CC) )CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm; docker.io, containerd, podman only where no engine of that kind is installed; crictl and containerd 2.x into .cache/)
+deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm, on amd64 gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static; docker.io, containerd, podman only where no engine of that kind is installed; crictl and containerd 2.x into .cache/)
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
 
@@ -46,6 +68,9 @@ unit: ## unit tests only (no root needed for most)
 
 e2e: build ## end-to-end tests: real runc, dockerd, containerd (ctr and CRI) and podman on a fake GPU host (root)
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 20m ./tests/e2e/ ./tests/engines/
+
+test-arm64: ## cross-build the arm64 packages (make package ARCH=arm64) and run them under qemu-user: --version, gpu-ctk info on an arm64 fake host, a create against an arm64 runc (root; make test runs it within go test ./...)
+	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 15m ./tests/arm64/
 
 fuzz: ## run each fuzz target briefly (execution counts, not durations: a duration-based -fuzztime can fail with "context deadline exceeded" on a loaded machine, golang/go#75804, fixed in go1.27)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=200000x ./internal/ldcache/
@@ -81,8 +106,8 @@ lint: $(GOLANGCI_LINT) ## gofmt, go vet, go mod tidy check, golangci-lint (.gola
 	@for f in packaging/scripts/*; do dash -n "$$f" || exit 1; done
 	@if command -v shellcheck >/dev/null; then shellcheck scripts/*.sh packaging/scripts/*; else echo "lint: shellcheck is not installed: shell scripts only syntax-checked"; fi
 
-package: build ## build dist/gpu-runtime_<version>_<arch>.deb and dist/gpu-runtime-<version>-1.<arch>.rpm with nfpm (built once into .cache/nfpm)
-	VERSION=$(VERSION) BIN=$(BIN) DIST=$(DIST) ./scripts/package.sh
+package: build ## build dist/gpu-runtime_<version>_<arch>.deb and dist/gpu-runtime-<version>-1.<arch>.rpm with nfpm (built once into .cache/nfpm); ARCH=arm64 cross-builds dist/arm64/…_arm64.deb and ….aarch64.rpm
+	VERSION=$(VERSION) BIN=$(BIN) DIST=$(DIST) ARCH=$(ARCH) ./scripts/package.sh
 
 install: ## install what make build built, building nothing (so sudo make install works without Go): binaries, config, RuntimeClass, docker's hook link where safe
 	@for b in gpu-runtime gpu-hook gpu-ctk; do test -x $(BIN)/$$b || { echo "make install: $(BIN)/$$b is missing: run make build first (as yourself; then sudo make install)" >&2; exit 1; }; done

@@ -4,7 +4,11 @@
 #
 #   scripts/install-deps.sh          what make test needs: runc, crun, busybox-static, gcc,
 #                                    libc6-dev, file, binutils (objdump), rpm (Debian's, to inspect
-#                                    the .rpm), dash
+#                                    the .rpm), dash; on amd64 also what make package ARCH=arm64
+#                                    and tests/arm64 need: gcc-aarch64-linux-gnu,
+#                                    libc6-dev-arm64-cross (aarch64 cross compiler and C library)
+#                                    and qemu-user-static (qemu-aarch64-static, run explicitly:
+#                                    no binfmt_misc registration is made or needed)
 #   scripts/install-deps.sh --demo   only what make demo needs: runc, busybox-static, gcc, libc6-dev
 #
 # The container engines (docker.io, containerd, podman) are scripts/install-engine-deps.sh's.
@@ -15,7 +19,7 @@ demo=false
 case "${1:-}" in
   "") ;;
   --demo) demo=true ;;
-  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
   *) echo "install-deps: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
@@ -35,6 +39,11 @@ if ! $demo; then
   command -v objdump >/dev/null || need+=(binutils) # make package: the glibc gpu-ctk needs
   command -v rpm >/dev/null || need+=(rpm)          # tests/packaging: rpm -qp on the .rpm
   command -v dash >/dev/null || need+=(dash)        # tests/packaging: the scripts under Debian's sh
+  if [ "$(go env GOARCH)" = amd64 ]; then            # make package ARCH=arm64, tests/arm64
+    command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+    [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
+    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+  fi
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

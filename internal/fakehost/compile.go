@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 )
@@ -64,12 +65,34 @@ func cached(key string, build func() ([]byte, error)) ([]byte, error) {
 	return a.data, a.err
 }
 
-// gccBuild runs gcc in a fresh temporary directory holding inputs (name to content) and
-// returns the content of the file it writes to "out".
-func gccBuild(inputs map[string][]byte, args ...string) ([]byte, error) {
-	gcc, err := exec.LookPath("gcc")
+// compiler is the C compiler for a Go architecture name ("" or runtime.GOARCH: this
+// machine's) and the Debian packages that provide it and the target's C library.
+func compiler(arch string) (gcc, packages string, err error) {
+	if arch == "" || arch == runtime.GOARCH {
+		return "gcc", "gcc libc6-dev", nil
+	}
+	switch arch {
+	case "arm64":
+		return "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu libc6-dev-arm64-cross", nil
+	case "amd64":
+		return "x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu libc6-dev-amd64-cross", nil
+	}
+	return "", "", fmt.Errorf("no C compiler known for architecture %q: %s", arch, supportedArchs)
+}
+
+// supportedArchs says which values Options.Arch takes.
+const supportedArchs = `the fake host's architecture is "" (this machine's), "amd64" or "arm64"`
+
+// gccBuild runs the C compiler for arch (see compiler) in a fresh temporary directory holding
+// inputs (name to content) and returns the content of the file it writes to "out".
+func gccBuild(arch string, inputs map[string][]byte, args ...string) ([]byte, error) {
+	name, packages, err := compiler(arch)
 	if err != nil {
-		return nil, fmt.Errorf("find C compiler (install gcc): %w", err)
+		return nil, err
+	}
+	gcc, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("find C compiler %s (install %s): %w", name, packages, err)
 	}
 	dir, err := os.MkdirTemp("", "fakehost-gcc-")
 	if err != nil {
@@ -87,7 +110,7 @@ func gccBuild(inputs map[string][]byte, args ...string) ([]byte, error) {
 	cmd.Stdout = &output
 	cmd.Stderr = &output
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("run gcc %q: %w: %s", args, err, bytes.TrimSpace(output.Bytes()))
+		return nil, fmt.Errorf("run %s %q: %w: %s", name, args, err, bytes.TrimSpace(output.Bytes()))
 	}
 	out, err := os.ReadFile(filepath.Join(dir, "out"))
 	if err != nil {
@@ -97,54 +120,54 @@ func gccBuild(inputs map[string][]byte, args ...string) ([]byte, error) {
 }
 
 // stubObject returns the object file every stub library is linked from.
-func stubObject() ([]byte, error) {
-	return cached("object:stub", func() ([]byte, error) {
-		return gccBuild(map[string][]byte{"stub.c": stubSource}, withCFlags("-c", "stub.c")...)
+func stubObject(arch string) ([]byte, error) {
+	return cached(arch+"/object:stub", func() ([]byte, error) {
+		return gccBuild(arch, map[string][]byte{"stub.c": stubSource}, withCFlags("-c", "stub.c")...)
 	})
 }
 
 // stubLibrary returns an empty shared library with the given SONAME.
-func stubLibrary(soname string) ([]byte, error) {
-	return cached("stub:"+soname, func() ([]byte, error) {
-		obj, err := stubObject()
+func stubLibrary(arch, soname string) ([]byte, error) {
+	return cached(arch+"/stub:"+soname, func() ([]byte, error) {
+		obj, err := stubObject(arch)
 		if err != nil {
 			return nil, err
 		}
-		return gccBuild(map[string][]byte{"stub.o": obj}, "-shared", "stub.o", "-Wl,-soname,"+soname)
+		return gccBuild(arch, map[string][]byte{"stub.o": obj}, "-shared", "stub.o", "-Wl,-soname,"+soname)
 	})
 }
 
 // cudaLibrary returns a fake libcuda reporting cudaVersion.
-func cudaLibrary(soname string, cudaVersion int) ([]byte, error) {
-	key := "cuda:" + soname + ":" + strconv.Itoa(cudaVersion)
+func cudaLibrary(arch, soname string, cudaVersion int) ([]byte, error) {
+	key := arch + "/cuda:" + soname + ":" + strconv.Itoa(cudaVersion)
 	return cached(key, func() ([]byte, error) {
 		args := withCFlags("-shared", "-DFAKEHOST_CUDA_VERSION="+strconv.Itoa(cudaVersion),
 			"fakecuda.c", "-Wl,-soname,"+soname)
-		return gccBuild(map[string][]byte{"fakecuda.c": cudaSource}, args...)
+		return gccBuild(arch, map[string][]byte{"fakecuda.c": cudaSource}, args...)
 	})
 }
 
 // mpsControl returns the fake nvidia-cuda-mps-control (csrc/fakemps.c), static: it runs in
 // any container, as a tenant's own copy of the front end would.
-func mpsControl() ([]byte, error) {
-	return cached("mps-control", func() ([]byte, error) {
-		return gccBuild(map[string][]byte{"fakemps.c": mpsSource}, "-O2", "-Wall", "-Wextra", "-static", "fakemps.c")
+func mpsControl(arch string) ([]byte, error) {
+	return cached(arch+"/mps-control", func() ([]byte, error) {
+		return gccBuild(arch, map[string][]byte{"fakemps.c": mpsSource}, "-O2", "-Wall", "-Wextra", "-static", "fakemps.c")
 	})
 }
 
 // nvmlObject returns the compiled csrc/fakenvml.c, which every fake NVML is linked from.
-func nvmlObject() ([]byte, error) {
-	return cached("object:nvml", func() ([]byte, error) {
+func nvmlObject(arch string) ([]byte, error) {
+	return cached(arch+"/object:nvml", func() ([]byte, error) {
 		inputs := map[string][]byte{"fakenvml.c": nvmlSource, "fakenvml.h": nvmlHeader}
-		return gccBuild(inputs, withCFlags("-pthread", "-c", "fakenvml.c")...)
+		return gccBuild(arch, inputs, withCFlags("-pthread", "-c", "fakenvml.c")...)
 	})
 }
 
 // nvmlLibrary returns a fake NVML with the data of config, a generated fakenvml_config.c.
-func nvmlLibrary(config []byte) ([]byte, error) {
+func nvmlLibrary(arch string, config []byte) ([]byte, error) {
 	sum := sha256.Sum256(config)
-	return cached("nvml:"+hex.EncodeToString(sum[:]), func() ([]byte, error) {
-		obj, err := nvmlObject()
+	return cached(arch+"/nvml:"+hex.EncodeToString(sum[:]), func() ([]byte, error) {
+		obj, err := nvmlObject(arch)
 		if err != nil {
 			return nil, err
 		}
@@ -152,7 +175,7 @@ func nvmlLibrary(config []byte) ([]byte, error) {
 		// The generated data needs no optimising: -O0 keeps building many hosts cheap.
 		args := append(withCFlags("-O0", "-shared", "-pthread", "fakenvml.o", "fakenvml_config.c"),
 			"-Wl,-soname,libnvidia-ml.so.1")
-		return gccBuild(inputs, args...)
+		return gccBuild(arch, inputs, args...)
 	})
 }
 
@@ -160,7 +183,7 @@ func nvmlLibrary(config []byte) ([]byte, error) {
 // missing parent directories. It fails if path exists. Needs gcc; the library is compiled once
 // per process and SONAME.
 func BuildLibrary(path, soname string) error {
-	data, err := stubLibrary(soname)
+	data, err := stubLibrary("", soname)
 	if err != nil {
 		return fmt.Errorf("build library %s: %w", soname, err)
 	}
@@ -171,7 +194,7 @@ func BuildLibrary(path, soname string) error {
 // cudaVersion (12040 is CUDA 12.4) and whose cuInit succeeds, e.g. for an image's
 // /usr/local/cuda/compat/libcuda.so.<version>.
 func BuildCUDALibrary(path, soname string, cudaVersion int) error {
-	data, err := cudaLibrary(soname, cudaVersion)
+	data, err := cudaLibrary("", soname, cudaVersion)
 	if err != nil {
 		return fmt.Errorf("build libcuda %s: %w", soname, err)
 	}

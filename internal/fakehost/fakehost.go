@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -38,6 +39,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 // Device numbers of the fake host. NVIDIAMajor and the minors are fixed by the real driver;
@@ -133,6 +136,53 @@ type Options struct {
 	// Features adds the device nodes of DGX/HGX features (GPUDirect Storage, MOFED, GDRCopy,
 	// NVSwitch) and their /proc/devices lines.
 	Features Features
+	// Arch is the Go name of the architecture the libraries and compiled binaries are built
+	// for: "" is this machine's; "arm64" (Grace Hopper, Grace Blackwell) or "amd64" on another
+	// machine needs the cross compiler (gcc-aarch64-linux-gnu and libc6-dev-arm64-cross on
+	// Debian). A foreign host's libraries go in usr/lib/aarch64-linux-gnu (or
+	// usr/lib/x86_64-linux-gnu) in the distribution layout, and as this machine's ldconfig
+	// skips libraries of another machine, its ld.so.cache is written by internal/ldcache with
+	// the flags that architecture's ldconfig records.
+	Arch string
+}
+
+// foreignArch returns opts.Arch, or "" when it is this machine's.
+func (opts *Options) foreignArch() string {
+	if opts.Arch == runtime.GOARCH {
+		return ""
+	}
+	return opts.Arch
+}
+
+// multiarch is the Debian multiarch tuple of the host's architecture.
+func (opts *Options) multiarch() string {
+	arch := opts.Arch
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	if arch == "arm64" {
+		return "aarch64-linux-gnu"
+	}
+	return "x86_64-linux-gnu"
+}
+
+// LibDir is the host's library directory, relative to its driver root: Layout.LibDir, with the
+// multiarch directory of Arch in the distribution layout.
+func (opts *Options) LibDir() string {
+	if opts.Layout != LayoutDistribution {
+		return opts.Layout.LibDir()
+	}
+	return path.Join("usr/lib", opts.multiarch())
+}
+
+// Path is Layout.Path for the host's architecture: a Library's RelPath, or an entry of
+// Binaries, mapped to where this host keeps the file.
+func (opts *Options) Path(rel string) string {
+	p := opts.Layout.Path(rel)
+	if rest, ok := strings.CutPrefix(p, LibDirRel+"/"); ok {
+		return path.Join("usr/lib", opts.multiarch(), rest)
+	}
+	return p
 }
 
 // Host is a fake host built by Build.
@@ -231,6 +281,9 @@ func (opts *Options) validate() error {
 	}
 	if opts.CUDAVersion <= 0 {
 		errs = append(errs, fmt.Errorf("CUDA version %d is not of the form 12040", opts.CUDAVersion))
+	}
+	if opts.Arch != "" && opts.Arch != "amd64" && opts.Arch != "arm64" {
+		errs = append(errs, fmt.Errorf("architecture %q: %s", opts.Arch, supportedArchs))
 	}
 	if opts.NVMLInitDelay < 0 {
 		errs = append(errs, fmt.Errorf("NVML init delay %v is negative", opts.NVMLInitDelay))
@@ -383,7 +436,7 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 		Dir:        dir,
 		DriverRoot: driverRoot,
 		DevRoot:    filepath.Join(dir, "devroot"),
-		LibDir:     filepath.Join(driverRoot, opts.Layout.LibDir()),
+		LibDir:     filepath.Join(driverRoot, opts.LibDir()),
 		BinDir:     filepath.Join(driverRoot, opts.Layout.BinDir()),
 		ProcRoot:   filepath.Join(dir, "procroot"),
 		NVMLEvents: opts.NVMLEventsPath,
@@ -400,7 +453,7 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 	devStep, ldStep := h.makeDeviceNodes, h.runLDConfig
 	if !nodes { // the file tree only: no mknod, and without root no ldconfig -r (it chroots)
 		devStep = func() error { return os.MkdirAll(h.DevRoot, 0o755) }
-		if os.Geteuid() != 0 {
+		if os.Geteuid() != 0 && opts.foreignArch() == "" {
 			ldStep = h.linkSONAMEs
 		}
 	}
@@ -430,7 +483,7 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 func (h *Host) linkSONAMEs() error {
 	opts := &h.Options
 	for _, l := range append(Decoys(opts.DriverVersion), Libraries(opts.DriverVersion)...) {
-		file := filepath.Join(h.DriverRoot, opts.Layout.Path(l.RelPath))
+		file := filepath.Join(h.DriverRoot, opts.Path(l.RelPath))
 		if filepath.Base(file) == l.SONAME {
 			continue
 		}
@@ -546,18 +599,19 @@ func (h *Host) writeLibraries() error {
 	var jobs []job
 	for _, l := range append(Libraries(opts.DriverVersion), Decoys(opts.DriverVersion)...) {
 		soname := l.SONAME
-		build := func() ([]byte, error) { return stubLibrary(soname) }
+		arch := opts.foreignArch()
+		build := func() ([]byte, error) { return stubLibrary(arch, soname) }
 		switch {
 		case l.Prefix == "libnvidia-ml":
 			eventsPath := h.NVMLEvents
 			if eventsPath == filepath.Join(h.Dir, defaultEventsFile) && opts.Layout == LayoutDistribution {
 				eventsPath = "" // the library finds it from its own place (see fakenvml.c)
 			}
-			build = func() ([]byte, error) { return nvmlLibrary(nvmlConfig(opts, eventsPath)) }
+			build = func() ([]byte, error) { return nvmlLibrary(arch, nvmlConfig(opts, eventsPath)) }
 		case l.Prefix == "libcuda" && l.Capability != "":
-			build = func() ([]byte, error) { return cudaLibrary(soname, opts.CUDAVersion) }
+			build = func() ([]byte, error) { return cudaLibrary(arch, soname, opts.CUDAVersion) }
 		}
-		jobs = append(jobs, job{opts.Layout.Path(l.RelPath), build})
+		jobs = append(jobs, job{opts.Path(l.RelPath), build})
 	}
 
 	errs := make([]error, len(jobs))
@@ -589,7 +643,10 @@ func (h *Host) runLDConfig() error {
 	if err != nil {
 		return err
 	}
-	libDir := "/" + h.Options.Layout.LibDir()
+	if h.Options.foreignArch() != "" {
+		return h.writeForeignLDCache()
+	}
+	libDir := "/" + h.Options.LibDir()
 	args := []string{"-r", h.DriverRoot}
 	if h.Options.Layout == LayoutLib64 {
 		args = append(args, "-n", libDir, libDir+"/vdpau")
@@ -605,6 +662,59 @@ func (h *Host) runLDConfig() error {
 	}
 	return nil
 }
+
+// writeForeignLDCache does for a host of another architecture what runLDConfig does, which
+// this machine's ldconfig cannot: it skips every library of another ELF machine ("unknown
+// machine"), making neither links nor cache entries. The SONAME links are made as linkSONAMEs
+// makes them; the distribution layout's ld.so.conf and ld.so.cache list every library by its
+// SONAME link, with the flags the host architecture's ldconfig records, encoded by
+// internal/ldcache as glibc 2.36's ldconfig lays a cache out.
+func (h *Host) writeForeignLDCache() error {
+	if err := h.linkSONAMEs(); err != nil {
+		return err
+	}
+	opts := &h.Options
+	if opts.Layout != LayoutDistribution {
+		return nil
+	}
+	machine := uint16(emX8664)
+	if opts.Arch == "arm64" {
+		machine = emAArch64
+	}
+	flags, err := ldcache.FlagsFor(64, machine)
+	if err != nil {
+		return err
+	}
+	cache := &ldcache.Cache{Generator: "gpu-runtime internal/fakehost (" + opts.Arch + ")"}
+	seen := map[string]bool{}
+	var libs []ldcache.Library
+	for _, l := range append(Libraries(opts.DriverVersion), Decoys(opts.DriverVersion)...) {
+		link := "/" + path.Join(path.Dir(opts.Path(l.RelPath)), l.SONAME)
+		if !seen[link] {
+			seen[link] = true
+			libs = append(libs, ldcache.Library{Name: l.SONAME, Path: link, Flags: flags})
+		}
+	}
+	if err := cache.Add(libs...); err != nil {
+		return err
+	}
+	data, err := cache.Encode()
+	if err != nil {
+		return fmt.Errorf("encode ld.so.cache: %w", err)
+	}
+	libDir := "/" + opts.LibDir()
+	conf := libDir + "\n" + libDir + "/vdpau\n"
+	if err := installFile(filepath.Join(h.DriverRoot, LDSOConfRel), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	return installFile(filepath.Join(h.DriverRoot, LDSOCacheRel), data, 0o644)
+}
+
+// ELF e_machine values of the architectures a fake host can be built for.
+const (
+	emX8664   = 62
+	emAArch64 = 183
+)
 
 // findLDConfig returns the host's ldconfig.
 func findLDConfig() (string, error) {

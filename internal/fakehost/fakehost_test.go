@@ -13,12 +13,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/ldcache"
 )
 
 // requireBuildable skips, loudly, where Build cannot work.
@@ -494,6 +497,8 @@ func TestBuildRejects(t *testing.T) {
 	noCUDA.CUDAVersion = 0
 	badLayout := Default(1)
 	badLayout.Layout = "usr/local/nvidia"
+	badArch := Default(1)
+	badArch.Arch = "aarch64"
 	testCases := []struct {
 		description string
 		opts        Options
@@ -502,6 +507,7 @@ func TestBuildRejects(t *testing.T) {
 		{"driver version without dots", badDriver, `driver version "550"`},
 		{"no CUDA version", noCUDA, "CUDA version 0"},
 		{"unknown layout", badLayout, `layout "usr/local/nvidia" is not "" or "lib64"`},
+		{"architecture in uname's words", badArch, `architecture "aarch64": the fake host's architecture is "" (this machine's), "amd64" or "arm64"`},
 		{"index gap", withGPUs(func(g []GPU) { g[1].Index = 2 }), "index 2 is not in 0-1"},
 		{"repeated minor", withGPUs(func(g []GPU) { g[1].Minor = 0 }), "minor 0 is used twice"},
 		{"minor of nvidiactl", withGPUs(func(g []GPU) { g[1].Minor = 255 }), "minor 255 is not in 0-253"},
@@ -626,5 +632,76 @@ func TestBuildFiles(t *testing.T) {
 		if got, err := os.Readlink(filepath.Join(h.LibDir, link)); err != nil || got != want {
 			t.Errorf("%s -> %q, %v; want %q", link, got, err, want)
 		}
+	}
+}
+
+// TestBuildFilesArm64 builds the fake host of a Grace Hopper node on this machine: every
+// library and the compiled nvidia-cuda-mps-control are aarch64 ELF files in the arm64 multiarch
+// directory, the ld.so.cache (which this machine's ldconfig cannot write for them) lists them
+// with the AArch64 flags, and the driver's /proc version names the aarch64 module. An arm64
+// gpu-ctk loads this NVML under qemu-user in tests/arm64.
+func TestBuildFilesArm64(t *testing.T) {
+	if runtime.GOARCH == "arm64" {
+		t.Skip("SKIPPED: this machine is arm64: TestBuild covers its native fake host")
+	}
+	if _, err := exec.LookPath("aarch64-linux-gnu-gcc"); err != nil {
+		t.Skip("SKIPPED: an arm64 fake host needs the aarch64 cross compiler: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (make deps does)")
+	}
+	opts := Default(2)
+	opts.Arch = "arm64"
+	h := BuildFilesT(t, opts)
+	if want := filepath.Join(h.DriverRoot, "usr/lib/aarch64-linux-gnu"); h.LibDir != want {
+		t.Errorf("LibDir = %s, want %s", h.LibDir, want)
+	}
+	machine := func(p string) elf.Machine {
+		t.Helper()
+		f, err := elf.Open(p)
+		if err != nil {
+			t.Fatalf("open %s: %v", p, err)
+		}
+		defer f.Close()
+		return f.Machine
+	}
+	for _, l := range append(Libraries(opts.DriverVersion), Decoys(opts.DriverVersion)...) {
+		if m := machine(filepath.Join(h.DriverRoot, h.Options.Path(l.RelPath))); m != elf.EM_AARCH64 {
+			t.Errorf("%s is for %v, want EM_AARCH64", l.RelPath, m)
+		}
+	}
+	if m := machine(filepath.Join(h.BinDir, "nvidia-cuda-mps-control")); m != elf.EM_AARCH64 {
+		t.Errorf("nvidia-cuda-mps-control is for %v, want EM_AARCH64", m)
+	}
+	entries, err := ldcache.Load(filepath.Join(h.DriverRoot, LDSOCacheRel))
+	if err != nil {
+		t.Fatalf("ld.so.cache: %v", err)
+	}
+	aarch64, err := ldcache.FlagsFor(64, uint16(elf.EM_AARCH64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		if e.Flags != aarch64 {
+			t.Errorf("ld.so.cache entry %s has flags %#x, want AArch64's %#x", e.Name, e.Flags, aarch64)
+		}
+		got[e.Name] = e.Path
+	}
+	for name, want := range map[string]string{
+		"libnvidia-ml.so.1":    "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
+		"libcuda.so.1":         "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+		"libvdpau_nvidia.so.1": "/usr/lib/aarch64-linux-gnu/vdpau/libvdpau_nvidia.so.1",
+	} {
+		if got[name] != want {
+			t.Errorf("ld.so.cache: %s => %q, want %q", name, got[name], want)
+		}
+	}
+	if n := len(Libraries(opts.DriverVersion)) + 1; len(entries) != n { // the decoy libcuda shares libcuda.so.1
+		t.Errorf("ld.so.cache has %d entries, want %d", len(entries), n)
+	}
+	if link, err := os.Readlink(filepath.Join(h.LibDir, "libcuda.so.1")); err != nil || link != "libcuda.so."+opts.DriverVersion {
+		t.Errorf("libcuda.so.1 -> %q, %v; want the driver's libcuda", link, err)
+	}
+	version, err := os.ReadFile(filepath.Join(h.ProcRoot, ProcVersionRel))
+	if err != nil || !strings.HasPrefix(string(version), "NVRM version: NVIDIA UNIX aarch64 Kernel Module  "+opts.DriverVersion) {
+		t.Errorf("%s = %q, %v; want the aarch64 module's", ProcVersionRel, version, err)
 	}
 }

@@ -267,11 +267,11 @@ func (h *Host) writeBinaries() error {
 			data = []byte(nvidiaSMI(&h.Options))
 		case "nvidia-cuda-mps-control":
 			var err error
-			if data, err = mpsControl(); err != nil {
+			if data, err = mpsControl(h.Options.foreignArch()); err != nil {
 				return fmt.Errorf("build %s: %w", name, err)
 			}
 		}
-		if err := installFile(filepath.Join(h.DriverRoot, h.Options.Layout.Path(rel)), data, 0o755); err != nil {
+		if err := installFile(filepath.Join(h.DriverRoot, h.Options.Path(rel)), data, 0o755); err != nil {
 			return err
 		}
 	}

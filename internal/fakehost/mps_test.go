@@ -40,7 +40,7 @@ func TestFakeMPSControl(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("SKIPPED: the fake MPS daemon needs gcc; install it (apt-get install gcc)")
 	}
-	data, err := mpsControl()
+	data, err := mpsControl("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -365,7 +365,7 @@ var nvmlCheckSource []byte
 // small buffers, bad handles, reference counting, and the fake libcuda.
 func TestNVMLLibraryC(t *testing.T) {
 	requireBuildable(t)
-	exe, err := gccBuild(map[string][]byte{"nvmlcheck.c": nvmlCheckSource}, "-Wall", "-Wextra", "-Werror", "nvmlcheck.c")
+	exe, err := gccBuild("", map[string][]byte{"nvmlcheck.c": nvmlCheckSource}, "-Wall", "-Wextra", "-Werror", "nvmlcheck.c")
 	if err != nil {
 		t.Fatalf("build nvmlcheck: %v", err)
 	}

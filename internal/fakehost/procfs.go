@@ -85,8 +85,8 @@ func (h *Host) procDevices() string {
 // procVersion renders /proc/driver/nvidia/version (kernel-open/nvidia/nv-procfs.c,
 // nv_procfs_read_version: "NVRM version: %s" of the module's id string, then the compiler).
 // The build date is made up.
-func procVersion(driverVersion string) string {
-	return "NVRM version: NVIDIA UNIX x86_64 Kernel Module  " + driverVersion + "  Tue Mar  5 22:23:56 UTC 2024\n" +
+func procVersion(driverVersion, machine string) string {
+	return "NVRM version: NVIDIA UNIX " + machine + " Kernel Module  " + driverVersion + "  Tue Mar  5 22:23:56 UTC 2024\n" +
 		"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
 }
 
@@ -166,7 +166,7 @@ func (h *Host) ProcFiles() []ProcFile {
 	opts := &h.Options
 	files := []ProcFile{
 		{ProcDevicesRel, h.procDevices(), 0o444},
-		{ProcVersionRel, procVersion(opts.DriverVersion), 0o444},
+		{ProcVersionRel, procVersion(opts.DriverVersion, strings.TrimSuffix(opts.multiarch(), "-linux-gnu")), 0o444},
 	}
 	for _, g := range byIndex(opts.GPUs) {
 		b, _ := parseBusID(g.BusID)

@@ -22,7 +22,7 @@ type config struct {
 	persistenceOff indexFlag
 }
 
-const usage = "usage: fakehost --dir DIR [--gpus N] [--driver-version V] [--cuda-version 12040]\n" +
+const usage = "usage: fakehost --dir DIR [--gpus N] [--driver-version V] [--cuda-version 12040] [--arch arm64]\n" +
 	"                [--mig GPU=PROFILE,...]... [--proc-interface] [--excluded GPU,...] [--persistence-off GPU,...]"
 
 // parseFlags parses the command line; usage problems are errors.
@@ -39,6 +39,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	initError := fs.Bool("nvml-init-error", false, "make nvmlInit fail with NVML_ERROR_DRIVER_NOT_LOADED")
 	noSocket := fs.Bool("no-persistenced-socket", false, "do not create the nvidia-persistenced socket")
 	fs.Var(&cfg.mig, "mig", "`GPU=PROFILE,...`: put the GPU in MIG mode with MIG devices of these profiles, e.g. 0=3g.40gb,2g.20gb,1g.10gb (repeatable, or ;-separated)")
+	arch := fs.String("arch", "", "build the driver libraries for this Go architecture, e.g. arm64 (needs its cross compiler: gcc-aarch64-linux-gnu libc6-dev-arm64-cross); default this machine's")
 	procInterface := fs.Bool("proc-interface", false, "the driver uses the /proc interface for MIG capabilities: no nvidia-caps major, no /dev/nvidia-caps")
 	fs.Var(&cfg.excluded, "excluded", "`GPU,...`: mark these GPUs excluded from the driver (GPU Excluded: Yes; NVML does not list them)")
 	gds := fs.Int("gds", 0, "number of GPUDirect Storage nodes /dev/nvidia-fs<N> (NVIDIA_GDS)")
@@ -69,6 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cfg.opts.WithPersistencedSocket = !*noSocket
 	cfg.opts.MIGCapsProcInterface = *procInterface
 	cfg.opts.Features = fakehost.Features{GDS: *gds, MOFED: *mofed, GDRCopy: *gdrcopy, NVSwitches: *nvswitches}
+	cfg.opts.Arch = *arch
 	if err := cfg.apply(); err != nil {
 		return nil, err
 	}
