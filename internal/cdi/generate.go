@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
 // DefaultKind is the kind of the spec Generate writes.
@@ -163,4 +164,35 @@ func Validate(spec *specsgo.Spec) error {
 		return fmt.Errorf("the CDI library refuses the spec: %w", err)
 	}
 	return nil
+}
+
+// FeatureKind is the kind of a DGX/HGX feature's spec, as NVIDIA's nvidia-ctk cdi generate
+// --mode names it: nvidia.com/gds, nvidia.com/mofed, nvidia.com/gdrcopy, nvidia.com/nvswitch.
+func FeatureKind(f request.Feature) string { return "nvidia.com/" + string(f) }
+
+// GenerateFeature writes the CDI spec of a DGX/HGX feature on a host, as NVIDIA's gated
+// specs: one device, "all", with every node of the feature the host has (plan.FeatureNodes,
+// the nodes NVIDIA_GDS=enabled and the like inject), and no common edits. A host without the
+// feature's nodes has no spec: the error says how it gets them.
+func GenerateFeature(host plan.Host, f request.Feature, kind string) (*specsgo.Spec, error) {
+	kind = cmp.Or(kind, FeatureKind(f))
+	if err := validateKind(kind); err != nil {
+		return nil, err
+	}
+	nodes, err := plan.FeatureNodes(f, host, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("--mode %s: %s", f, plan.FeatureMissing(f, host.Devices.Root, "no spec written"))
+	}
+	spec := &specsgo.Spec{Kind: kind, Devices: []specsgo.Device{{Name: AllDevice,
+		ContainerEdits: containerEdits(edits.Edits{DeviceNodes: nodes}, plan.Render{})}}}
+	if spec.Version, err = specsgo.MinimumRequiredVersion(spec); err != nil {
+		return nil, fmt.Errorf("CDI version of the spec: %w", err)
+	}
+	if err := Validate(spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }

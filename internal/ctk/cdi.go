@@ -22,12 +22,13 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/oci"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
+	"github.com/gpu-runtime/gpu-runtime/pkg/request"
 )
 
 const cdiUsage = `usage:
   gpu-ctk cdi generate [--output FILE] [--format yaml|json] [--kind nvidia.com/gpu]
                        [--device-name-strategy index|uuid|both] [--capabilities LIST]
-                       [--check FILE]
+                       [--check FILE] [--mode gpu|gds|mofed|gdrcopy|nvswitch]
   gpu-ctk cdi list
 
 generate writes a CDI spec for this host, read with gpu-runtime's configuration (driver.root,
@@ -38,6 +39,9 @@ NVIDIA_DRIVER_CAPABILITIES). Without --output it goes to stdout; --output replac
 atomically by a new file of mode 0644 that belongs to the user gpu-ctk runs as (root): a
 symbolic link at FILE is replaced, never followed. With --check FILE nothing is written: the exit status is 1, with what differs,
 when FILE no longer matches this host (a driver upgrade, a MIG reconfiguration).
+--mode gds, mofed, gdrcopy or nvswitch writes instead the spec of that DGX/HGX feature, as
+NVIDIA's nvidia-ctk does: kind nvidia.com/<mode> (--kind changes it), one device "all" with
+the host's nodes of the feature (an error where the host has none).
 
 list prints the fully qualified names of the devices the specs in cdi.spec-dirs offer.
 `
@@ -69,8 +73,18 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	strategy := fs.String("device-name-strategy", cdi.NameBoth, "name devices by index, uuid or both")
 	capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec carries, as NVIDIA_DRIVER_CAPABILITIES")
 	check := fs.String("check", "", "compare FILE with the spec this host would get; write nothing")
+	mode := fs.String("mode", "gpu", "gpu (the GPUs), or a DGX/HGX feature's spec: gds, mofed, gdrcopy, nvswitch")
 	if help, err := parseNoArgs(fs, args, cdiUsage, stdout); help || err != nil {
 		return err
+	}
+	feature, err := featureMode(*mode)
+	if err != nil {
+		return err
+	}
+	kindSet := false
+	fs.Visit(func(f *flag.Flag) { kindSet = kindSet || f.Name == "kind" })
+	if feature != "" && !kindSet {
+		*kind = cdi.FeatureKind(feature)
 	}
 	caps, err := capabilities.Parse(*capsFlag)
 	if err != nil {
@@ -87,7 +101,13 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	spec, warnings, err := cdi.Generate(h, r, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
+	var spec *specsgo.Spec
+	var warnings []string
+	if feature != "" {
+		spec, err = cdi.GenerateFeature(h, feature, *kind)
+	} else {
+		spec, warnings, err = cdi.Generate(h, r, cdi.GenerateOptions{Kind: *kind, NameStrategy: *strategy, Capabilities: caps})
+	}
 	warn(stderr, warnings...)
 	if err != nil {
 		return err
@@ -122,6 +142,21 @@ func cdiGenerate(args []string, stdout, stderr io.Writer) error {
 	warn(stderr, replaced)
 	fmt.Fprintf(stdout, "wrote %s: %d devices of kind %s, CDI version %s\n", *output, len(spec.Devices), spec.Kind, spec.Version)
 	return nil
+}
+
+// featureMode reads --mode: "" for the GPUs' spec, else the DGX/HGX feature.
+func featureMode(mode string) (request.Feature, error) {
+	names := []string{"gpu"}
+	for _, f := range request.Features {
+		if string(f.Feature) == mode {
+			return f.Feature, nil
+		}
+		names = append(names, string(f.Feature))
+	}
+	if mode == "gpu" {
+		return "", nil
+	}
+	return "", fmt.Errorf("%w: --mode %q: want %s", ErrUsage, mode, strings.Join(names, ", "))
 }
 
 // checkSpec compares the spec in file with want and says what differs.

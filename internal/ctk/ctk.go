@@ -39,6 +39,7 @@ var commands = map[string]command{
 	"info":    {"show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo},
 	"mps":     {"run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS},
 	"runtime": {"register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime},
+	"system":  {"set the host up: /dev/char links for the systemd cgroup driver (create-dev-char-symlinks)", runSystem},
 }
 
 // Run runs gpu-ctk with args, the program name excluded.

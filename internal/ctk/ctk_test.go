@@ -496,7 +496,7 @@ func TestEveryHelp(t *testing.T) {
 		}
 		all = append(all, []string{name})
 	}
-	all = append(all, []string{"runtime", "configure"}, []string{"runtime", "unconfigure"}, []string{"cdi", "generate"}, []string{"cdi", "list"})
+	all = append(all, []string{"runtime", "configure"}, []string{"runtime", "unconfigure"}, []string{"cdi", "generate"}, []string{"cdi", "list"}, []string{"system", "create-dev-char-symlinks"})
 	for _, args := range all {
 		var out, errb strings.Builder
 		err := Run(append(append([]string(nil), args...), "--help"), &out, &errb)
@@ -509,7 +509,7 @@ func TestEveryHelp(t *testing.T) {
 // TestNoArguments: a command that takes flags only refuses an argument, naming itself and its
 // --help, before it reads any configuration.
 func TestNoArguments(t *testing.T) {
-	for _, cmd := range [][]string{{"cdi", "generate"}, {"cdi", "list"}, {"config"}, {"doctor"}, {"health", "watch"}, {"info"}} {
+	for _, cmd := range [][]string{{"cdi", "generate"}, {"cdi", "list"}, {"config"}, {"doctor"}, {"health", "watch"}, {"info"}, {"system", "create-dev-char-symlinks"}} {
 		name := strings.Join(cmd, " ")
 		err := Run(append(append([]string(nil), cmd...), "stray"), io.Discard, io.Discard)
 		want := "usage: " + name + ` takes no arguments, got ["stray"] (gpu-ctk ` + name + " --help)"

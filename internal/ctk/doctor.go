@@ -40,7 +40,8 @@ does not parse, the checks that read it are skipped), the driver, NVML and
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
 persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
 the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
-is registered, docker's --gpus hook, the cgroup version, and the CDI spec. The exit status is
+is registered, docker's --gpus hook, the cgroup version, the /dev/char links an engine on the
+systemd cgroup driver needs, and the CDI spec. The exit status is
 1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
 --engine-root looks for the engines' files and programs under DIR instead of / (a host
 mounted elsewhere, tests).
@@ -119,13 +120,13 @@ func (d *doctor) run() {
 		return
 	}
 	for _, check := range []func(){d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
-		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkCDI, d.checkMPS} {
+		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkDevChar, d.checkCDI, d.checkMPS} {
 		check()
 	}
 }
 
 // configDependentChecks are the checks that read the configuration, skipped when it does not parse.
-var configDependentChecks = []string{"driver", "NVML", "device nodes", "persistence mode", "MIG", "health", "hook", "low-level runtime", "discovery cache", "CDI", "MPS"}
+var configDependentChecks = []string{"driver", "NVML", "device nodes", "persistence mode", "MIG", "health", "hook", "low-level runtime", "discovery cache", "/dev/char links", "CDI", "MPS"}
 
 // checkMPS: every configured MPS share runs (a stopped one fails its containers).
 func (d *doctor) checkMPS() {

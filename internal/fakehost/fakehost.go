@@ -133,6 +133,9 @@ type Options struct {
 	// Layout says where the driver libraries and binaries go; the zero value is the
 	// distribution's layout.
 	Layout Layout
+	// Features adds the device nodes of DGX/HGX features (GPUDirect Storage, MOFED, GDRCopy,
+	// NVSwitch) and their /proc/devices lines.
+	Features Features
 	// Arch is the Go name of the architecture the libraries and compiled binaries are built
 	// for: "" is this machine's; "arm64" (Grace Hopper, Grace Blackwell) or "amd64" on another
 	// machine needs the cross compiler (gcc-aarch64-linux-gnu and libc6-dev-arm64-cross on
@@ -287,7 +290,7 @@ func (opts *Options) validate() error {
 	}
 	if opts.CapsMajor != 0 {
 		switch opts.CapsMajor {
-		case NVIDIAMajor, UVMMajor, IMEXChannelsMajor:
+		case NVIDIAMajor, UVMMajor, IMEXChannelsMajor, NVSwitchMajor, NVIDIAFSMajor, GDRDrvMajor, UVerbsMajor:
 			errs = append(errs, fmt.Errorf("nvidia-caps major %d is another NVIDIA device's", opts.CapsMajor))
 		default:
 			if opts.CapsMajor < 1 || opts.CapsMajor > 511 || otherMajor(opts.CapsMajor) {
@@ -297,6 +300,9 @@ func (opts *Options) validate() error {
 	}
 	if !opts.Layout.valid() {
 		errs = append(errs, fmt.Errorf("layout %q is not %q or %q", opts.Layout, LayoutDistribution, LayoutLib64))
+	}
+	if f := opts.Features; f.GDS < 0 || f.GDS > 64 || f.MOFED < 0 || f.MOFED > 64 || f.NVSwitches < 0 || f.NVSwitches > 64 {
+		errs = append(errs, fmt.Errorf("feature node counts %+v: want 0 to 64 each", f))
 	}
 	if strings.ContainsRune(opts.NVMLEventsPath, 0) {
 		errs = append(errs, fmt.Errorf("NVML events path %q contains a NUL byte", opts.NVMLEventsPath))
@@ -516,7 +522,8 @@ func (h *Host) NVMLPath() string {
 
 // DeviceNodes returns the host's device nodes: one per GPU in index order (excluded GPUs
 // included), then nvidiactl, nvidia-modeset, nvidia-uvm and nvidia-uvm-tools, then the MIG
-// capability nodes dev/nvidia-caps/nvidia-cap<N> by minor (see CapDeviceNodes).
+// capability nodes dev/nvidia-caps/nvidia-cap<N> by minor (see CapDeviceNodes), then the
+// DGX/HGX feature nodes (FeatureNodes).
 func (h *Host) DeviceNodes() []DeviceNode {
 	nodes := make([]DeviceNode, len(h.Options.GPUs))
 	for _, g := range h.Options.GPUs {
@@ -529,7 +536,8 @@ func (h *Host) DeviceNodes() []DeviceNode {
 		DeviceNode{"dev/nvidia-uvm", uvm, 0, 0o666},
 		DeviceNode{"dev/nvidia-uvm-tools", uvm, 1, 0o666},
 	)
-	return append(nodes, h.CapDeviceNodes()...)
+	nodes = append(nodes, h.CapDeviceNodes()...)
+	return append(nodes, h.FeatureNodes()...)
 }
 
 // CapDeviceNodes returns the MIG capability device nodes, by minor: the ones nvidia-modprobe

@@ -69,6 +69,9 @@ func (h *Host) procDevices() string {
 	if h.CapsMajor != 0 {
 		entries = append(entries, entry{h.CapsMajor, "nvidia-caps"})
 	}
+	for _, m := range h.featureMajors() {
+		entries = append(entries, entry{m.major, m.name})
+	}
 	slices.SortStableFunc(entries, func(a, b entry) int { return a.major - b.major })
 	var b strings.Builder
 	b.WriteString("Character devices:\n")

@@ -3,6 +3,7 @@ package discover
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -33,7 +34,20 @@ type DeviceNodes struct {
 	Invalid map[string]error
 }
 
-// FindDeviceNodes reads <devRoot>/dev/nvidia* (not following symlinks). A missing /dev is
+// The device nodes of DGX/HGX features beside the GPUs' (NVIDIA_GDRCOPY, NVIDIA_MOFED): the
+// GDRCopy driver's node, and the InfiniBand directory whose uverbs* and rdma_cm nodes MOFED
+// gives. GPUDirect Storage's /dev/nvidia-fs* and NVSwitch's /dev/nvidia-nvswitch* are
+// /dev/nvidia* nodes.
+const (
+	GDRCopyNode   = "/dev/gdrdrv"
+	InfinibandDir = "/dev/infiniband"
+	RDMACMNode    = InfinibandDir + "/rdma_cm"
+	UVerbsPrefix  = InfinibandDir + "/uverbs"
+	maxDirEntries = 4096 // a device directory is small; a bigger one is not read past this
+)
+
+// FindDeviceNodes reads <devRoot>/dev/nvidia* (and the nvidia-caps directories), the GDRCopy
+// node and the InfiniBand verbs and RDMA CM nodes, not following symlinks. A missing /dev is
 // an empty result, not an error: the planner reports what it needed and did not find.
 func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 	dn := DeviceNodes{Root: devRoot, Nodes: map[string]DeviceNode{}, Invalid: map[string]error{}}
@@ -55,7 +69,16 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 		}
 	}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "nvidia") {
+		switch {
+		case "/dev/"+e.Name() == GDRCopyNode:
+			add(GDRCopyNode)
+			continue
+		case "/dev/"+e.Name() == InfinibandDir && e.IsDir():
+			if err := readInfiniband(devRoot, add); err != nil {
+				return dn, err
+			}
+			continue
+		case !strings.HasPrefix(e.Name(), "nvidia"):
 			continue
 		}
 		containerPath := path.Join("/dev", e.Name())
@@ -73,6 +96,29 @@ func FindDeviceNodes(devRoot string) (DeviceNodes, error) {
 		}
 	}
 	return dn, nil
+}
+
+// readInfiniband adds the uverbs* and rdma_cm nodes of <devRoot>/dev/infiniband (the other
+// nodes there, umad* and issm*, are for subnet management, not for MOFED's verbs), reading at
+// most maxDirEntries entries.
+func readInfiniband(devRoot string, add func(string)) error {
+	dir := filepath.Join(devRoot, InfinibandDir)
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("read device directory %s: %w", dir, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(maxDirEntries)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read device directory %s: %w", dir, err)
+	}
+	for _, name := range names {
+		p := path.Join(InfinibandDir, name)
+		if p == RDMACMNode || strings.HasPrefix(p, UVerbsPrefix) {
+			add(p)
+		}
+	}
+	return nil
 }
 
 // StatDeviceNode stats containerPath (/dev/nvidiactl) under devRoot: a symlink or anything

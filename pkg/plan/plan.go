@@ -107,7 +107,8 @@ type CDIDevice struct {
 
 // Build plans the injection for req on host with the CDI devices it names: the native
 // devices' edits (whole GPUs, MIG devices, MPS shares), Common's, what the request adds (MIG
-// access, IMEX channels), then the CDI devices' edits, ours winning at a shared path. Health,
+// access, IMEX channels), then the CDI devices' edits, ours winning at a shared path, then the
+// DGX/HGX features' nodes (NVIDIA_GDS=enabled, …). Health,
 // MPS shares and requirements are checked the same way for every device, native or CDI.
 func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	var p Plan
@@ -122,6 +123,9 @@ func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	}
 	if len(cdi) > 0 && err == nil {
 		err = p.addCDI(req, host, cdi, native)
+	}
+	if err == nil {
+		err = p.addFeatures(req, host)
 	}
 	if err != nil {
 		return Plan{}, err

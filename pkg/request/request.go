@@ -83,6 +83,10 @@ type Request struct {
 	// DockerGPUs says the spec carries docker's --gpus hook: NVIDIA_VISIBLE_DEVICES was then
 	// written by docker from the flag (--gpus 3 becomes 0,1,2), and errors name the flag.
 	DockerGPUs bool
+	// Features are the DGX/HGX device sets enabled (NVIDIA_GDS=enabled, …), in Features'
+	// order; FeatureNotes say which feature variable had a value other than "enabled".
+	Features     []Feature
+	FeatureNotes []string
 }
 
 // IsGPU reports whether the container asked for GPU injection at all.
@@ -179,6 +183,7 @@ func build(env Env, visible string, set bool) (Request, error) {
 		}
 	}
 
+	req.Features, req.FeatureNotes = parseFeatures(env)
 	req.Requirements, req.DisableRequire = envRequirements(env)
 	return req, nil
 }

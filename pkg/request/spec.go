@@ -156,6 +156,7 @@ func migAccessAllowed(req Request, spec *specs.Spec) error {
 func withoutEnvAccess(env Env) (Env, []string) {
 	out := make(Env, len(env))
 	asked := false
+	var features []string // the DGX/HGX feature variables set to anything
 	for k, v := range env {
 		switch k {
 		case EnvIMEXChannels, EnvMIGConfig, EnvMIGMonitor:
@@ -164,14 +165,25 @@ func withoutEnvAccess(env Env) (Env, []string) {
 			default:
 				asked = true
 			}
+		case EnvGDS, EnvMOFED, EnvGDRCopy, EnvNVSwitch:
+			if strings.TrimSpace(v) != "" {
+				features = append(features, quote.Var(k, v))
+			}
 		default:
 			out[k] = v
 		}
 	}
-	if !asked {
-		return out, nil
+	var warnings []string
+	if asked {
+		warnings = append(warnings, EnvIMEXChannels+", "+EnvMIGConfig+" and "+EnvMIGMonitor+" ignored: "+untrusted)
 	}
-	return out, []string{EnvIMEXChannels + ", " + EnvMIGConfig + " and " + EnvMIGMonitor + " ignored: " + untrusted}
+	if len(features) > 0 {
+		// Host devices beyond the GPUs (InfiniBand verbs, nvidia-fs) are the orchestrator's
+		// to grant, as the GPUs are.
+		slices.Sort(features)
+		warnings = append(warnings, strings.Join(features, ", ")+" ignored: "+untrusted)
+	}
+	return out, warnings
 }
 
 // CDIAnnotationPrefix starts the annotation keys that name CDI devices (their values are

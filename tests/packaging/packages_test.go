@@ -137,6 +137,7 @@ var wantEntries = []entry{
 	{"/usr/lib/systemd", "drwxr-xr-x", "root/root"},
 	{"/usr/lib/systemd/system", "drwxr-xr-x", "root/root"},
 	{"/usr/lib/systemd/system/gpu-runtime-cdi.service", "-rw-r--r--", "root/root"},
+	{"/usr/lib/systemd/system/gpu-runtime-dev-char-symlinks.service", "-rw-r--r--", "root/root"},
 	{"/usr/lib/systemd/system/gpu-runtime-health.service", "-rw-r--r--", "root/root"},
 	{"/usr/lib/systemd/system/gpu-runtime-mps@.service", "-rw-r--r--", "root/root"},
 	{"/usr/share", "drwxr-xr-x", "root/root"},

@@ -42,6 +42,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	arch := fs.String("arch", "", "build the driver libraries for this Go architecture, e.g. arm64 (needs its cross compiler: gcc-aarch64-linux-gnu libc6-dev-arm64-cross); default this machine's")
 	procInterface := fs.Bool("proc-interface", false, "the driver uses the /proc interface for MIG capabilities: no nvidia-caps major, no /dev/nvidia-caps")
 	fs.Var(&cfg.excluded, "excluded", "`GPU,...`: mark these GPUs excluded from the driver (GPU Excluded: Yes; NVML does not list them)")
+	gds := fs.Int("gds", 0, "number of GPUDirect Storage nodes /dev/nvidia-fs<N> (NVIDIA_GDS)")
+	mofed := fs.Int("mofed", 0, "number of InfiniBand verbs nodes /dev/infiniband/uverbs<N>, with rdma_cm (NVIDIA_MOFED)")
+	gdrcopy := fs.Bool("gdrcopy", false, "make GDRCopy's /dev/gdrdrv (NVIDIA_GDRCOPY)")
+	nvswitches := fs.Int("nvswitches", 0, "number of NVSwitch nodes /dev/nvidia-nvswitch<N>, with nvidia-nvswitchctl (NVIDIA_NVSWITCH)")
 	fs.Var(&cfg.persistenceOff, "persistence-off", "`GPU,...`: turn persistence mode off on these GPUs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stderr)
@@ -65,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cfg.opts.NVMLInitError = *initError
 	cfg.opts.WithPersistencedSocket = !*noSocket
 	cfg.opts.MIGCapsProcInterface = *procInterface
+	cfg.opts.Features = fakehost.Features{GDS: *gds, MOFED: *mofed, GDRCopy: *gdrcopy, NVSwitches: *nvswitches}
 	cfg.opts.Arch = *arch
 	if err := cfg.apply(); err != nil {
 		return nil, err
