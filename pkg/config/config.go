@@ -84,6 +84,11 @@ type RuntimeConfig struct {
 	LogFile string `toml:"log-file"`
 	// LogLevel is a logrus level name; see Level.
 	LogLevel string `toml:"log-level"`
+	// NoCgroups has every GPU container's device nodes bind-mounted from the device root,
+	// without device entries or cgroup rules, as where gpu-runtime runs rootless (detected:
+	// internal/gpuhost.NoCgroups), for engines that give the low-level runtime no device
+	// cgroup to write. NVIDIA's toolkit calls it no-cgroups too.
+	NoCgroups bool `toml:"no-cgroups"`
 }
 
 // DriverConfig is the [driver] table: where the NVIDIA driver is installed.
