@@ -1,0 +1,54 @@
+package gpuhost
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+)
+
+// Testing dependencies: the effective user and the file that says which user namespace the
+// process is in.
+var (
+	geteuid    = os.Geteuid
+	uidMapFile = "/proc/self/uid_map"
+)
+
+// NoCgroups says why a create must bind-mount the host's device nodes instead of giving the
+// low-level runtime device entries and cgroup rules (plan.Host.NoCgroups): runtime.no-cgroups,
+// or gpu-runtime running rootless — not as root (runc --rootless), or in a user namespace
+// other than the host's (rootless podman runs its runtime as root of a namespace that maps
+// the user's ids). There neither runc nor crun can create a device node or write a device
+// cgroup. "" when gpu-runtime is the host's root and the setting is off. What it reads is the
+// process's own state, not anything of the container.
+func NoCgroups(cfg config.Config) string {
+	if cfg.Runtime.NoCgroups {
+		return "runtime.no-cgroups is true"
+	}
+	if euid := geteuid(); euid != 0 {
+		return fmt.Sprintf("gpu-runtime runs as uid %d, not root (rootless)", euid)
+	}
+	if inUserNamespace() {
+		return "gpu-runtime runs in a user namespace (rootless)"
+	}
+	return ""
+}
+
+// inUserNamespace reports whether the process is in a user namespace other than the initial
+// one, whose uid_map is the identity over every id ("0 0 4294967295"), as runc's
+// userns.RunningInUserNS decides. An unreadable map (no /proc) counts as the initial one.
+func inUserNamespace() bool {
+	f, err := os.Open(uidMapFile)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	// A map has at most 340 lines (user_namespaces(7)); the initial one is one short line.
+	data, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return false
+	}
+	return strings.Join(strings.Fields(string(data)), " ") != "0 0 4294967295"
+}
