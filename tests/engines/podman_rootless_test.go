@@ -1,0 +1,297 @@
+package engines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
+	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+)
+
+// rootlessUser is the user the rootless podman tests run as, created for them (useradd, with
+// subordinate ids) and removed when the suite ends.
+const rootlessUser = "gre-rootless"
+
+// rootlessPodman is podman run by an unprivileged user: its storage, run root, XDG_RUNTIME_DIR
+// and gpu-runtime's log, discovery cache and health file are the user's, under dir/state; the
+// fake host, the binaries and the wrapper are root's, readable by all.
+type rootlessPodman struct {
+	uid, gid int
+	dir      string
+	host     *fakehost.Host
+	wrapper  string // gpu-runtime with a config of this setup
+	log      string // gpu-runtime's log
+	env      []string
+	args     []string // podman's global flags
+}
+
+var rootlessSetup shared[*rootlessPodman]
+
+func startedRootlessPodman(t *testing.T) *rootlessPodman {
+	t.Helper()
+	requireTools(t, "podman", "conmon", "runc", "newuidmap", "newgidmap", "useradd", "userdel", "setpriv")
+	return rootlessSetup.get(t, setupRootlessPodman)
+}
+
+func setupRootlessPodman() (*rootlessPodman, error) {
+	// The user must reach the files below workDir (made 0700): traversal only, no listing.
+	if err := os.Chmod(workDir, 0o711); err != nil {
+		return nil, err
+	}
+	p := &rootlessPodman{dir: filepath.Join(workDir, "rootless")}
+	if err := os.MkdirAll(filepath.Join(p.dir, "bin"), 0o755); err != nil {
+		return nil, err
+	}
+	uid, gid, err := rootlessAccount(filepath.Join(p.dir, "home"))
+	if err != nil {
+		return nil, err
+	}
+	p.uid, p.gid = uid, gid
+	state := filepath.Join(p.dir, "state")
+	for _, d := range []string{filepath.Join(p.dir, "home"), state, filepath.Join(state, "xdg")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(d, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	atExit(func() { p.cleanup(state) })
+
+	// A fake host of its own: the suite's is under directories the user cannot read.
+	if p.host, err = fakehost.Build(filepath.Join(p.dir, "host"), fakehost.Default(2)); err != nil {
+		return nil, fmt.Errorf("build the fake GPU host: %w", err)
+	}
+	for _, name := range []string{"gpu-runtime", "gpu-hook", "gpu-ctk"} {
+		data, err := os.ReadFile(filepath.Join(binDir, name))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(p.dir, "bin", name), data, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	tarball := filepath.Join(p.dir, "rootfs.tar")
+	data, err := os.ReadFile(rootfsTar)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(tarball, data, 0o644); err != nil {
+		return nil, err
+	}
+
+	// No no-cgroups here: gpu-runtime finds it runs in a user namespace.
+	p.log = filepath.Join(state, "gpu-runtime.log")
+	config := filepath.Join(p.dir, "gpu-runtime.toml")
+	content := fmt.Sprintf(`[runtime]
+runtimes = ["runc"]
+log-level = "debug"
+log-file = %q
+[driver]
+root = %q
+dev-root = %q
+[hook]
+path = %q
+[discovery]
+cache-file = %q
+[health]
+file = %q
+`, p.log, p.host.DriverRoot, p.host.DevRoot, filepath.Join(p.dir, "bin", "gpu-hook"),
+		filepath.Join(state, "discovery-cache.csv"), filepath.Join(state, "health.csv"))
+	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+		return nil, err
+	}
+	p.wrapper = filepath.Join(p.dir, "bin", "gpu-runtime-wrapper")
+	script := fmt.Sprintf("#!/bin/sh\nGPU_RUNTIME_CONFIG=%s exec %s \"$@\"\n", shellQuote(config), shellQuote(filepath.Join(p.dir, "bin", "gpu-runtime")))
+	if err := os.WriteFile(p.wrapper, []byte(script), 0o755); err != nil {
+		return nil, err
+	}
+
+	containersConf := fmt.Sprintf("[engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\nevents_logfile_path = %q\ntmp_dir = %q\n",
+		filepath.Join(state, "events.log"), filepath.Join(state, "tmp"))
+	storageConf := fmt.Sprintf("[storage]\ndriver = \"vfs\"\ngraphroot = %q\nrunroot = %q\n", filepath.Join(state, "root"), filepath.Join(state, "runroot"))
+	for name, content := range map[string]string{"containers.conf": containersConf, "storage.conf": storageConf} {
+		if err := os.WriteFile(filepath.Join(p.dir, name), []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	p.env = []string{"HOME=" + filepath.Join(p.dir, "home"), "USER=" + rootlessUser, "LOGNAME=" + rootlessUser,
+		"XDG_RUNTIME_DIR=" + filepath.Join(state, "xdg"), "XDG_CONFIG_HOME=" + filepath.Join(p.dir, "home", ".config"),
+		"CONTAINERS_CONF=" + filepath.Join(p.dir, "containers.conf"), "CONTAINERS_STORAGE_CONF=" + filepath.Join(p.dir, "storage.conf")}
+	p.args = []string{"--root", filepath.Join(state, "root"), "--runroot", filepath.Join(state, "runroot"),
+		"--tmpdir", filepath.Join(state, "tmp"), "--cgroup-manager", "cgroupfs", "--events-backend", "file"}
+	if out, err := p.command(60*time.Second, "import", "--change", `CMD=["/bin/sh"]`, tarball, podmanImage); err != nil {
+		return nil, fmt.Errorf("rootless podman import: %w: %s", err, out)
+	}
+	return p, nil
+}
+
+// rootlessAccount creates the test user with subordinate ids for its user namespaces
+// (useradd gives them where /etc/login.defs allows; else a range is added), or reuses the one
+// an interrupted run left, and returns its ids.
+func rootlessAccount(home string) (int, int, error) {
+	if out, err := exec.Command("id", "-u", rootlessUser).Output(); err != nil || len(out) == 0 {
+		if out, err := exec.Command("useradd", "--no-create-home", "--home-dir", home, "--shell", "/bin/sh", "--user-group", rootlessUser).CombinedOutput(); err != nil {
+			return 0, 0, fmt.Errorf("useradd %s: %w: %s", rootlessUser, err, out)
+		}
+	}
+	for _, f := range []struct{ file, flag string }{{"/etc/subuid", "--add-subuids"}, {"/etc/subgid", "--add-subgids"}} {
+		data, _ := os.ReadFile(f.file)
+		if slices.ContainsFunc(strings.Split(string(data), "\n"), func(l string) bool { return strings.HasPrefix(l, rootlessUser+":") }) {
+			continue
+		}
+		if out, err := exec.Command("usermod", f.flag, "1879048192-1879113727", rootlessUser).CombinedOutput(); err != nil {
+			return 0, 0, fmt.Errorf("usermod %s %s: %w: %s", f.flag, rootlessUser, err, out)
+		}
+	}
+	ids := make([]int, 2)
+	for i, flag := range []string{"-u", "-g"} {
+		out, err := exec.Command("id", flag, rootlessUser).Output()
+		if err != nil {
+			return 0, 0, fmt.Errorf("id %s %s: %w", flag, rootlessUser, err)
+		}
+		if ids[i], err = strconv.Atoi(strings.TrimSpace(string(out))); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ids[0], ids[1], nil
+}
+
+// cleanup removes the containers, ends the user namespace's pause process podman started
+// (by the pid it recorded) and removes the user.
+func (p *rootlessPodman) cleanup(state string) {
+	_, _ = p.command(60*time.Second, "rm", "--all", "--force", "--time", "0")
+	for _, f := range []string{filepath.Join(state, "tmp", "pause.pid"), filepath.Join(state, "xdg", "libpod", "tmp", "pause.pid")} {
+		data, err := os.ReadFile(f)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && perr == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	// The user's files under workDir go with it (enginetest.Reap); the account here.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("userdel", rootlessUser).CombinedOutput()
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "engines: userdel %s: %v: %s\n", rootlessUser, err, out)
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// command runs podman as the user outside any test.
+func (p *rootlessPodman) command(timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", p.asUser("podman", append(append([]string{}, p.args...), args...)...)...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Dir = filepath.Join(p.dir, "home")
+	cmd.WaitDelay = 5 * time.Second
+	return cmd.CombinedOutput()
+}
+
+// asUser is setpriv's argv that runs name with args as the user, in no supplementary group.
+func (p *rootlessPodman) asUser(name string, args ...string) []string {
+	return append([]string{"--reuid", strconv.Itoa(p.uid), "--regid", strconv.Itoa(p.gid), "--clear-groups", "--", name}, args...)
+}
+
+// run runs script in a new container with podman run and the given flags, as the user.
+func (p *rootlessPodman) run(t *testing.T, script string, flags ...string) result {
+	t.Helper()
+	args := append(append([]string{}, p.args...), "run", "--rm", "--pull", "never", "--name", containerName(), "--network", "none")
+	args = append(append(args, flags...), podmanImage, "sh", "-c", script)
+	return runCmd(t, 90*time.Second, p.env, "", "setpriv", p.asUser("podman", args...)...)
+}
+
+// rootlessProbe is enginetest.Probe, then every /dev/nvidia* mount of the container (its
+// mountinfo's root and mount point): rootless, the nodes are bind mounts.
+const rootlessProbe = `awk '$5 ~ "^/dev/nvidia" {print "mount " $5 " " $4}' /proc/self/mountinfo
+` + enginetest.Probe
+
+// TestPodmanRootless: podman run by a user, no root anywhere, with --runtime gpu-runtime
+// (case 15). podman runs its runtime as root of the user's namespace, where no device node can
+// be made and no device cgroup written: gpu-runtime finds it runs rootless and bind-mounts the
+// GPU's nodes from the device root (this fake host's is not /dev, so runc's own fallback, a
+// bind mount of the host's /dev/nvidia1, would fail the create), and updates the loader cache
+// as the namespace's root.
+func TestPodmanRootless(t *testing.T) {
+	p := startedRootlessPodman(t)
+	t.Run("NVIDIA_VISIBLE_DEVICES=1 gets GPU 1 only, bind-mounted from the device root", func(t *testing.T) {
+		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=1")
+		if r.Code != 0 {
+			p.logTail(t)
+			t.Fatalf("rootless podman run: %s", r)
+		}
+		g := p.host.Options.GPUs[1]
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		var devs, mounts []string
+		for _, l := range lines {
+			switch f := strings.Fields(l); {
+			case len(f) == 4 && f[0] == "dev":
+				devs = append(devs, strings.Join(f[1:], " "))
+			case len(f) == 3 && f[0] == "mount":
+				mounts = append(mounts, f[1])
+				// mountinfo's root is the node's path on its file system: the device root's.
+				if !strings.HasSuffix(f[2], "/"+filepath.Base(p.host.DevRoot)+f[1]) {
+					t.Errorf("%s is mounted from %s, want the device root's node (%s%s)", f[1], f[2], p.host.DevRoot, f[1])
+				}
+			}
+		}
+		wantDevs := []string{fmt.Sprintf("/dev/nvidia%d c3 %x", g.Minor, g.Minor), "/dev/nvidiactl c3 ff",
+			fmt.Sprintf("/dev/nvidia-uvm %x 0", p.host.UVMMajor), fmt.Sprintf("/dev/nvidia-uvm-tools %x 1", p.host.UVMMajor)}
+		wantMounts := []string{fmt.Sprintf("/dev/nvidia%d", g.Minor), "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+		for _, l := range [][]string{devs, wantDevs, mounts, wantMounts} {
+			slices.Sort(l)
+		}
+		if !slices.Equal(devs, wantDevs) || !slices.Equal(mounts, wantMounts) {
+			t.Errorf("device nodes %q, mounted at %q; want %q, all bind mounts\n%s", devs, mounts, wantDevs, r)
+		}
+		for _, marker := range []string{"ldcache-libcuda", "soname-libcuda", "probe-done"} {
+			if !slices.Contains(lines, marker) {
+				t.Errorf("no %s: the loader cache was not updated in the rootless container\n%s", marker, r)
+			}
+		}
+		log, _ := os.ReadFile(p.log)
+		if !strings.Contains(string(log), "bind-mounted, no device cgroup rule: gpu-runtime runs in a user namespace (rootless)") {
+			p.logTail(t)
+			t.Error("gpu-runtime's debug log does not say why the nodes are bind mounts")
+		}
+	})
+	t.Run("without a request: no GPU", func(t *testing.T) {
+		r := p.run(t, rootlessProbe, "--runtime", p.wrapper)
+		if r.Code != 0 || strings.Contains(r.Stdout, "nvidia") || !strings.Contains(r.Stdout, "probe-done") {
+			t.Errorf("rootless podman run without a request: %s", r)
+		}
+	})
+	t.Run("unknown device: podman shows gpu-runtime's error", func(t *testing.T) {
+		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=7")
+		wantRefused(t, "rootless podman run", r, 0, `unknown device "7" in NVIDIA_VISIBLE_DEVICES`)
+	})
+}
+
+// logTail logs the end of gpu-runtime's log of this setup.
+func (p *rootlessPodman) logTail(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(p.log)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Logf("gpu-runtime wrote no log (%s)", p.log)
+		return
+	}
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	t.Logf("gpu-runtime log (end):\n%s", data)
+}
