@@ -2,6 +2,7 @@ package engines
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
@@ -31,20 +34,41 @@ type rootlessPodman struct {
 	dir      string
 	host     *fakehost.Host
 	wrapper  string // gpu-runtime with a config of this setup
+	config   string // that config
 	log      string // gpu-runtime's log
+	state    string // the user's directory
+	tarball  string // the image's root file system
 	env      []string
 	args     []string // podman's global flags
 }
 
-var rootlessSetup shared[*rootlessPodman]
+var (
+	rootlessSetup  shared[*rootlessPodman]
+	rootlessImport shared[bool]
+)
 
-func startedRootlessPodman(t *testing.T) *rootlessPodman {
+// startedRootless is the user, its fake host and gpu-runtime's configuration.
+func startedRootless(t *testing.T) *rootlessPodman {
 	t.Helper()
-	requireTools(t, "podman", "conmon", "runc", "newuidmap", "newgidmap", "useradd", "userdel", "setpriv")
-	return rootlessSetup.get(t, setupRootlessPodman)
+	requireTools(t, "runc", "useradd", "usermod", "userdel", "setpriv", "tar")
+	return rootlessSetup.get(t, setupRootless)
 }
 
-func setupRootlessPodman() (*rootlessPodman, error) {
+// startedRootlessPodman is startedRootless with the image in the user's podman storage.
+func startedRootlessPodman(t *testing.T) *rootlessPodman {
+	t.Helper()
+	requireTools(t, "podman", "conmon", "newuidmap", "newgidmap")
+	p := startedRootless(t)
+	rootlessImport.get(t, func() (bool, error) {
+		if out, err := p.command(60*time.Second, "import", "--change", `CMD=["/bin/sh"]`, p.tarball, podmanImage); err != nil {
+			return false, fmt.Errorf("rootless podman import: %w: %s", err, out)
+		}
+		return true, nil
+	})
+	return p
+}
+
+func setupRootless() (*rootlessPodman, error) {
 	// The user must reach the files below workDir (made 0700): traversal only, no listing.
 	if err := os.Chmod(workDir, 0o711); err != nil {
 		return nil, err
@@ -82,18 +106,20 @@ func setupRootlessPodman() (*rootlessPodman, error) {
 			return nil, err
 		}
 	}
-	tarball := filepath.Join(p.dir, "rootfs.tar")
+	p.tarball = filepath.Join(p.dir, "rootfs.tar")
 	data, err := os.ReadFile(rootfsTar)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(tarball, data, 0o644); err != nil {
+	if err := os.WriteFile(p.tarball, data, 0o644); err != nil {
 		return nil, err
 	}
 
 	// No no-cgroups here: gpu-runtime finds it runs in a user namespace.
+	p.state = state
 	p.log = filepath.Join(state, "gpu-runtime.log")
-	config := filepath.Join(p.dir, "gpu-runtime.toml")
+	p.config = filepath.Join(p.dir, "gpu-runtime.toml")
+	config := p.config
 	content := fmt.Sprintf(`[runtime]
 runtimes = ["runc"]
 log-level = "debug"
@@ -131,9 +157,6 @@ file = %q
 		"CONTAINERS_CONF=" + filepath.Join(p.dir, "containers.conf"), "CONTAINERS_STORAGE_CONF=" + filepath.Join(p.dir, "storage.conf")}
 	p.args = []string{"--root", filepath.Join(state, "root"), "--runroot", filepath.Join(state, "runroot"),
 		"--tmpdir", filepath.Join(state, "tmp"), "--cgroup-manager", "cgroupfs", "--events-backend", "file"}
-	if out, err := p.command(60*time.Second, "import", "--change", `CMD=["/bin/sh"]`, tarball, podmanImage); err != nil {
-		return nil, fmt.Errorf("rootless podman import: %w: %s", err, out)
-	}
 	return p, nil
 }
 
@@ -171,7 +194,9 @@ func rootlessAccount(home string) (int, int, error) {
 // cleanup removes the containers, ends the user namespace's pause process podman started
 // (by the pid it recorded) and removes the user.
 func (p *rootlessPodman) cleanup(state string) {
-	_, _ = p.command(60*time.Second, "rm", "--all", "--force", "--time", "0")
+	if _, err := exec.LookPath("podman"); err == nil {
+		_, _ = p.command(60*time.Second, "rm", "--all", "--force", "--time", "0")
+	}
 	for _, f := range []string{filepath.Join(state, "tmp", "pause.pid"), filepath.Join(state, "xdg", "libpod", "tmp", "pause.pid")} {
 		data, err := os.ReadFile(f)
 		if pid, perr := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && perr == nil && pid > 1 {
@@ -230,45 +255,27 @@ const rootlessProbe = `awk '$5 ~ "^/dev/nvidia" {print "mount " $5 " " $4}' /pro
 func TestPodmanRootless(t *testing.T) {
 	p := startedRootlessPodman(t)
 	t.Run("NVIDIA_VISIBLE_DEVICES=1 gets GPU 1 only, bind-mounted from the device root", func(t *testing.T) {
+		before := p.logSize()
 		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=1")
 		if r.Code != 0 {
 			p.logTail(t)
 			t.Fatalf("rootless podman run: %s", r)
 		}
-		g := p.host.Options.GPUs[1]
-		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-		var devs, mounts []string
-		for _, l := range lines {
-			switch f := strings.Fields(l); {
-			case len(f) == 4 && f[0] == "dev":
-				devs = append(devs, strings.Join(f[1:], " "))
-			case len(f) == 3 && f[0] == "mount":
-				mounts = append(mounts, f[1])
-				// mountinfo's root is the node's path on its file system: the device root's.
-				if !strings.HasSuffix(f[2], "/"+filepath.Base(p.host.DevRoot)+f[1]) {
-					t.Errorf("%s is mounted from %s, want the device root's node (%s%s)", f[1], f[2], p.host.DevRoot, f[1])
-				}
-			}
-		}
-		wantDevs := []string{fmt.Sprintf("/dev/nvidia%d c3 %x", g.Minor, g.Minor), "/dev/nvidiactl c3 ff",
-			fmt.Sprintf("/dev/nvidia-uvm %x 0", p.host.UVMMajor), fmt.Sprintf("/dev/nvidia-uvm-tools %x 1", p.host.UVMMajor)}
-		wantMounts := []string{fmt.Sprintf("/dev/nvidia%d", g.Minor), "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
-		for _, l := range [][]string{devs, wantDevs, mounts, wantMounts} {
-			slices.Sort(l)
-		}
-		if !slices.Equal(devs, wantDevs) || !slices.Equal(mounts, wantMounts) {
-			t.Errorf("device nodes %q, mounted at %q; want %q, all bind mounts\n%s", devs, mounts, wantDevs, r)
-		}
-		for _, marker := range []string{"ldcache-libcuda", "soname-libcuda", "probe-done"} {
-			if !slices.Contains(lines, marker) {
-				t.Errorf("no %s: the loader cache was not updated in the rootless container\n%s", marker, r)
-			}
-		}
-		log, _ := os.ReadFile(p.log)
-		if !strings.Contains(string(log), "bind-mounted, no device cgroup rule: gpu-runtime runs in a user namespace (rootless)") {
+		p.wantGPU1(t, r)
+		p.wantLogged(t, before, "bind-mounted, no device cgroup rule: gpu-runtime runs in a user namespace (rootless)",
+			"loader cache: written at create, in-process")
+	})
+	// keep-id gives the container a user namespace of its own inside the user's: the loader
+	// cache is then the update-ldcache hook's, run by runc.
+	t.Run("--userns=keep-id: GPU 1, the loader cache by the hook", func(t *testing.T) {
+		before := p.logSize()
+		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "--userns=keep-id", "-e", "NVIDIA_VISIBLE_DEVICES=1")
+		if r.Code != 0 {
 			p.logTail(t)
-			t.Error("gpu-runtime's debug log does not say why the nodes are bind mounts")
+			t.Fatalf("rootless podman run --userns=keep-id: %s", r)
 		}
+		p.wantGPU1(t, r)
+		p.wantLogged(t, before, "loader cache: left to the update-ldcache hook: the container has a user namespace")
 	})
 	t.Run("without a request: no GPU", func(t *testing.T) {
 		r := p.run(t, rootlessProbe, "--runtime", p.wrapper)
@@ -280,6 +287,108 @@ func TestPodmanRootless(t *testing.T) {
 		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "-e", "NVIDIA_VISIBLE_DEVICES=7")
 		wantRefused(t, "rootless podman run", r, 0, `unknown device "7" in NVIDIA_VISIBLE_DEVICES`)
 	})
+}
+
+// TestRuncRootless: a user runs gpu-runtime itself, runc's rootless mode, on a spec of
+// `runc spec --rootless` (a user namespace mapping the user to root): gpu-runtime runs as the
+// user, bind-mounts the nodes, and leaves the loader cache to its hook, which runc runs.
+func TestRuncRootless(t *testing.T) {
+	p := startedRootless(t)
+	bundle := filepath.Join(p.state, "bundle-"+strconv.Itoa(int(containerSeq.Add(1))))
+	for _, argv := range [][]string{{"mkdir", "-p", filepath.Join(bundle, "rootfs")}, {"tar", "-xf", p.tarball, "-C", filepath.Join(bundle, "rootfs")},
+		{"runc", "spec", "--rootless", "--bundle", bundle}} {
+		if r := runCmd(t, 30*time.Second, p.env, "", "setpriv", p.asUser(argv[0], argv[1:]...)...); r.Code != 0 {
+			t.Fatalf("%v as %s: %s", argv, rootlessUser, r)
+		}
+	}
+	specPath := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Process.Terminal = false
+	spec.Process.Args = []string{"sh", "-c", rootlessProbe}
+	spec.Process.Env = append(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES=1")
+	if data, err = json.Marshal(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(specPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runtime := []string{"GPU_RUNTIME_CONFIG=" + p.config, filepath.Join(p.dir, "bin", "gpu-runtime"),
+		"--root", filepath.Join(p.state, "runc"), "run", "--bundle", bundle, containerName()}
+	before := p.logSize()
+	r := runCmd(t, 60*time.Second, p.env, "", "setpriv", p.asUser("env", runtime...)...)
+	if r.Code != 0 {
+		p.logTail(t)
+		t.Fatalf("gpu-runtime run as %s: %s", rootlessUser, r)
+	}
+	p.wantGPU1(t, r)
+	p.wantLogged(t, before, fmt.Sprintf("bind-mounted, no device cgroup rule: gpu-runtime runs as uid %d, not root (rootless)", p.uid),
+		"loader cache: left to the update-ldcache hook: the container has a user namespace")
+}
+
+// wantGPU1 checks a rootlessProbe's output: GPU 1 of the fake host, the control and UVM
+// nodes, each a bind mount of the device root's node, and the loader cache updated.
+func (p *rootlessPodman) wantGPU1(t *testing.T, r result) {
+	t.Helper()
+	g := p.host.Options.GPUs[1]
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	var devs, mounts []string
+	for _, l := range lines {
+		switch f := strings.Fields(l); {
+		case len(f) == 4 && f[0] == "dev":
+			devs = append(devs, strings.Join(f[1:], " "))
+		case len(f) == 3 && f[0] == "mount":
+			mounts = append(mounts, f[1])
+			// mountinfo's root is the node's path on its file system: the device root's.
+			if !strings.HasSuffix(f[2], "/"+filepath.Base(p.host.DevRoot)+f[1]) {
+				t.Errorf("%s is mounted from %s, want the device root's node (%s%s)", f[1], f[2], p.host.DevRoot, f[1])
+			}
+		}
+	}
+	wantDevs := []string{fmt.Sprintf("/dev/nvidia%d c3 %x", g.Minor, g.Minor), "/dev/nvidiactl c3 ff",
+		fmt.Sprintf("/dev/nvidia-uvm %x 0", p.host.UVMMajor), fmt.Sprintf("/dev/nvidia-uvm-tools %x 1", p.host.UVMMajor)}
+	wantMounts := []string{fmt.Sprintf("/dev/nvidia%d", g.Minor), "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+	for _, l := range [][]string{devs, wantDevs, mounts, wantMounts} {
+		slices.Sort(l)
+	}
+	if !slices.Equal(devs, wantDevs) || !slices.Equal(mounts, wantMounts) {
+		t.Errorf("device nodes %q, mounted at %q; want %q, all bind mounts\n%s", devs, mounts, wantDevs, r)
+	}
+	for _, marker := range []string{"ldcache-libcuda", "soname-libcuda", "probe-done"} {
+		if !slices.Contains(lines, marker) {
+			t.Errorf("no %s: the loader cache was not updated in the rootless container\n%s", marker, r)
+		}
+	}
+}
+
+// logSize is how much gpu-runtime has logged so far.
+func (p *rootlessPodman) logSize() int64 {
+	fi, err := os.Stat(p.log)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// wantLogged checks that gpu-runtime logged each of wants after the first from bytes.
+func (p *rootlessPodman) wantLogged(t *testing.T, from int64, wants ...string) {
+	t.Helper()
+	data, _ := os.ReadFile(p.log)
+	if int64(len(data)) >= from {
+		data = data[from:]
+	}
+	for _, want := range wants {
+		if !strings.Contains(string(data), want) {
+			p.logTail(t)
+			t.Errorf("gpu-runtime's debug log lacks %q", want)
+		}
+	}
 }
 
 // logTail logs the end of gpu-runtime's log of this setup.
