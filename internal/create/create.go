@@ -54,8 +54,10 @@ type Options struct {
 
 	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
 	// device root; QueryNVML answers a discovery-cache miss (by default `gpu-ctk info`).
+	// Rootless says why gpu-runtime runs rootless, "" when it does not (gpuhost.Rootless).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
+	Rootless        func() string
 }
 
 // CDI resolves CDI devices into gpu-runtime's model.
@@ -223,7 +225,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		}
 	}
 	in.Host.MPS.Config = opts.Config.MPS
-	in.Host.NoCgroups = gpuhost.NoCgroups(opts.Config)
+	in.Host.NoCgroups = gpuhost.NoCgroups(opts.Config, opts.Rootless)
 	if req.MPSShare != "" {
 		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
 		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}

@@ -11,14 +11,25 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// TestPrepareBundleNoCgroups: with runtime.no-cgroups (what a rootless gpu-runtime detects
-// by itself, gpuhost.NoCgroups) the create writes the GPU's nodes as bind mounts from the
-// device root and adds no device entry and no cgroup rule; a second pass leaves the spec as
-// it is. Without the setting the same create adds device entries and rules.
+// TestPrepareBundleNoCgroups: where gpu-runtime runs rootless (Options.Rootless, by default
+// gpuhost.Rootless), or with runtime.no-cgroups, the create writes the GPU's nodes as bind
+// mounts from the device root and adds no device entry and no cgroup rule; a second pass
+// leaves the spec as it is. Otherwise the same create adds device entries and rules.
 func TestPrepareBundleNoCgroups(t *testing.T) {
-	for _, noCgroups := range []bool{false, true} {
+	for _, tc := range []struct {
+		description string
+		setting     bool
+		rootless    string
+	}{
+		{description: "root, no setting"},
+		{description: "runtime.no-cgroups", setting: true},
+		{description: "rootless", rootless: "gpu-runtime runs in a user namespace (rootless)"},
+	} {
+		noCgroups := tc.setting || tc.rootless != ""
 		e := newCreateEnv(t)
-		e.opts.Config.Runtime.NoCgroups = noCgroups
+		e.opts.Config.Health.File = filepath.Join(e.dir, "health.csv") // not the host's
+		e.opts.Config.Runtime.NoCgroups = tc.setting
+		e.opts.Rootless = func() string { return tc.rootless }
 		inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, false)
 		if err := PrepareBundle(inv, e.opts); err != nil {
 			t.Fatal(err)
@@ -33,26 +44,26 @@ func TestPrepareBundleNoCgroups(t *testing.T) {
 		}
 		if !noCgroups {
 			if len(s.Linux.Devices) == 0 || len(s.Linux.Resources.Devices) < 2 || len(devMounts) != 0 {
-				t.Errorf("with cgroups: devices %v, rules %v, /dev mounts %v; want device entries and rules, no mounts",
+				t.Errorf("%s: devices %v, rules %v, /dev mounts %v; want device entries and rules, no mounts", tc.description,
 					s.Linux.Devices, s.Linux.Resources.Devices, devMounts)
 			}
 			continue
 		}
 		if len(s.Linux.Devices) != 0 {
-			t.Errorf("no-cgroups: device entries %v, want none", s.Linux.Devices)
+			t.Errorf("%s: device entries %v, want none", tc.description, s.Linux.Devices)
 		}
 		if want := []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}; !reflect.DeepEqual(s.Linux.Resources.Devices, want) {
-			t.Errorf("no-cgroups: cgroup rules %+v, want the spec's own %+v", s.Linux.Resources.Devices, want)
+			t.Errorf("%s: cgroup rules %+v, want the spec's own %+v", tc.description, s.Linux.Resources.Devices, want)
 		}
 		var dests []string
 		for _, m := range devMounts {
 			dests = append(dests, m.Destination)
 			if m.Type != "bind" || m.Source != filepath.Join(e.host.DevRoot, m.Destination) || !reflect.DeepEqual(m.Options, []string{"bind", "nosuid", "noexec"}) {
-				t.Errorf("no-cgroups: mount %+v, want a nosuid,noexec bind mount of %s", m, filepath.Join(e.host.DevRoot, m.Destination))
+				t.Errorf("%s: mount %+v, want a nosuid,noexec bind mount of %s", tc.description, m, filepath.Join(e.host.DevRoot, m.Destination))
 			}
 		}
 		if want := []string{gpu1, "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !reflect.DeepEqual(dests, want) {
-			t.Errorf("no-cgroups: /dev mounts %v, want %v", dests, want)
+			t.Errorf("%s: /dev mounts %v, want %v", tc.description, dests, want)
 		}
 
 		// A second pass (restore, or a wrapper run twice) knows the mounts for gpu-runtime's.
@@ -61,10 +72,10 @@ func TestPrepareBundleNoCgroups(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, again := readSpec(t, b); !bytes.Equal(again, written) {
-			t.Error("no-cgroups: a second create changed the spec")
+			t.Errorf("%s: a second create changed the spec", tc.description)
 		}
 		if info := e.logLines(t, "info"); len(info) != 1 || info[0]["msg"] != UnchangedInjected {
-			t.Errorf("no-cgroups: second create logged %v, want %q", info, UnchangedInjected)
+			t.Errorf("%s: second create logged %v, want %q", tc.description, info, UnchangedInjected)
 		}
 	}
 }

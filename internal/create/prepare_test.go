@@ -58,6 +58,7 @@ func newCreateEnv(t *testing.T) *createEnv {
 			Major: int64(n.Major), Minor: int64(n.Minor), FileMode: os.FileMode(n.Mode)}
 	}
 	e.opts = Options{Config: cfg, Executable: filepath.Join(e.dir, "bin", "gpu-runtime"), Cwd: e.dir, Logger: logger,
+		Rootless: func() string { return "" }, // the same plan as root or not (TestPrepareBundleNoCgroups)
 		FindDeviceNodes: func(root string) (discover.DeviceNodes, error) {
 			if root != e.host.DevRoot {
 				return discover.DeviceNodes{}, fmt.Errorf("device root %s", root)

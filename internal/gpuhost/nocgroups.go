@@ -18,15 +18,23 @@ var (
 
 // NoCgroups says why a create must bind-mount the host's device nodes instead of giving the
 // low-level runtime device entries and cgroup rules (plan.Host.NoCgroups): runtime.no-cgroups,
-// or gpu-runtime running rootless — not as root (runc --rootless), or in a user namespace
-// other than the host's (rootless podman runs its runtime as root of a namespace that maps
-// the user's ids). There neither runc nor crun can create a device node or write a device
-// cgroup. "" when gpu-runtime is the host's root and the setting is off. What it reads is the
-// process's own state, not anything of the container.
-func NoCgroups(cfg config.Config) string {
+// or rootless's answer (nil: Rootless). "" when neither says so.
+func NoCgroups(cfg config.Config, rootless func() string) string {
 	if cfg.Runtime.NoCgroups {
 		return "runtime.no-cgroups is true"
 	}
+	if rootless == nil {
+		rootless = Rootless
+	}
+	return rootless()
+}
+
+// Rootless says why gpu-runtime runs rootless, "" when it is the host's root: not as root
+// (runc --rootless), or in a user namespace other than the host's (rootless podman runs its
+// runtime as root of a namespace that maps the user's ids). There neither runc nor crun can
+// create a device node or write a device cgroup. It reads the process's own state, nothing
+// of the container's.
+func Rootless() string {
 	if euid := geteuid(); euid != 0 {
 		return fmt.Sprintf("gpu-runtime runs as uid %d, not root (rootless)", euid)
 	}

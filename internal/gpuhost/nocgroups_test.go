@@ -37,9 +37,19 @@ func TestNoCgroups(t *testing.T) {
 			geteuid, uidMapFile = func() int { return tc.euid }, file
 			cfg := config.Default()
 			cfg.Runtime.NoCgroups = tc.setting
-			if got := NoCgroups(cfg); got != tc.want {
+			if got := NoCgroups(cfg, nil); got != tc.want {
 				t.Errorf("NoCgroups = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNoCgroupsRootlessSeam: the caller's answer replaces the process's own.
+func TestNoCgroupsRootlessSeam(t *testing.T) {
+	if got := NoCgroups(config.Default(), func() string { return "" }); got != "" {
+		t.Errorf("NoCgroups with a rootful seam = %q, want \"\"", got)
+	}
+	if got := NoCgroups(config.Default(), func() string { return "why" }); got != "why" {
+		t.Errorf("NoCgroups with a rootless seam = %q, want \"why\"", got)
 	}
 }
