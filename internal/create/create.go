@@ -225,7 +225,10 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		}
 	}
 	in.Host.MPS.Config = opts.Config.MPS
-	in.Host.NoCgroups = gpuhost.NoCgroups(opts.Config, opts.Rootless)
+	var noCgroupsWarning string
+	if in.Host.NoCgroups, noCgroupsWarning = gpuhost.NoCgroups(opts.Config, opts.Rootless); noCgroupsWarning != "" {
+		log.Warn(noCgroupsWarning)
+	}
 	if req.MPSShare != "" {
 		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
 		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}

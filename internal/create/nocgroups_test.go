@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 )
 
 // TestPrepareBundleNoCgroups: where gpu-runtime runs rootless (Options.Rootless, by default
@@ -33,6 +35,14 @@ func TestPrepareBundleNoCgroups(t *testing.T) {
 		inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, false)
 		if err := PrepareBundle(inv, e.opts); err != nil {
 			t.Fatal(err)
+		}
+		// Set where gpu-runtime is the host's root, the setting is a warning in runc's log.
+		var warned bool
+		for _, w := range e.logLines(t, "warning") {
+			warned = warned || w["msg"] == gpuhost.NoCgroupsRootfulWarning
+		}
+		if want := tc.setting && tc.rootless == ""; warned != want {
+			t.Errorf("%s: warned %v, want %v: %q", tc.description, warned, want, gpuhost.NoCgroupsRootfulWarning)
 		}
 		s, written := readSpec(t, b)
 		gpu1 := "/dev/nvidia" + strconv.Itoa(e.host.Options.GPUs[1].Minor)

@@ -18,16 +18,25 @@ var (
 
 // NoCgroups says why a create must bind-mount the host's device nodes instead of giving the
 // low-level runtime device entries and cgroup rules (plan.Host.NoCgroups): runtime.no-cgroups,
-// or rootless's answer (nil: Rootless). "" when neither says so.
-func NoCgroups(cfg config.Config, rootless func() string) string {
-	if cfg.Runtime.NoCgroups {
-		return "runtime.no-cgroups is true"
-	}
+// or rootless's answer (nil: Rootless); "" when neither says so. warning is set when the
+// setting is on where gpu-runtime is the host's root: a rootful engine's device cgroup then
+// denies the container the nodes.
+func NoCgroups(cfg config.Config, rootless func() string) (why, warning string) {
 	if rootless == nil {
 		rootless = Rootless
 	}
-	return rootless()
+	r := rootless()
+	switch {
+	case cfg.Runtime.NoCgroups && r == "":
+		return "runtime.no-cgroups is true", NoCgroupsRootfulWarning
+	case cfg.Runtime.NoCgroups:
+		return "runtime.no-cgroups is true", ""
+	}
+	return r, ""
 }
+
+// NoCgroupsRootfulWarning is NoCgroups' warning.
+const NoCgroupsRootfulWarning = "runtime.no-cgroups is true, and gpu-runtime runs as the host's root: the engine's device cgroup denies the container the GPU nodes gpu-runtime bind-mounts (unless it is privileged); set runtime.no-cgroups = false (rootless runs are detected without it)"
 
 // Rootless says why gpu-runtime runs rootless, "" when it is the host's root: not as root
 // (runc --rootless), or in a user namespace other than the host's (rootless podman runs its

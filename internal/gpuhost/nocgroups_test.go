@@ -3,6 +3,7 @@ package gpuhost
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -15,10 +16,12 @@ func TestNoCgroups(t *testing.T) {
 		euid        int
 		uidMap      string // "" : no map file
 		want        string
+		warning     bool
 	}{
 		{description: "root of the host: cgroups", euid: 0, uidMap: "         0          0 4294967295\n", want: ""},
 		{description: "no /proc: cgroups", euid: 0, want: ""},
-		{description: "the setting", setting: true, euid: 0, uidMap: "0 0 4294967295\n", want: "runtime.no-cgroups is true"},
+		{description: "the setting, as the host's root: a warning", setting: true, euid: 0, uidMap: "0 0 4294967295\n", want: "runtime.no-cgroups is true", warning: true},
+		{description: "the setting, rootless", setting: true, euid: 1000, uidMap: "0 0 4294967295\n", want: "runtime.no-cgroups is true"},
 		{description: "not root", euid: 1000, uidMap: "0 0 4294967295\n", want: "gpu-runtime runs as uid 1000, not root (rootless)"},
 		{description: "root of rootless podman's user namespace", euid: 0, uidMap: "         0       1000          1\n         1     100000      65536\n",
 			want: "gpu-runtime runs in a user namespace (rootless)"},
@@ -37,8 +40,12 @@ func TestNoCgroups(t *testing.T) {
 			geteuid, uidMapFile = func() int { return tc.euid }, file
 			cfg := config.Default()
 			cfg.Runtime.NoCgroups = tc.setting
-			if got := NoCgroups(cfg, nil); got != tc.want {
+			got, warning := NoCgroups(cfg, nil)
+			if got != tc.want {
 				t.Errorf("NoCgroups = %q, want %q", got, tc.want)
+			}
+			if want := map[bool]string{true: NoCgroupsRootfulWarning}[tc.warning]; warning != want {
+				t.Errorf("NoCgroups warning = %q, want %q", warning, want)
 			}
 		})
 	}
@@ -46,10 +53,19 @@ func TestNoCgroups(t *testing.T) {
 
 // TestNoCgroupsRootlessSeam: the caller's answer replaces the process's own.
 func TestNoCgroupsRootlessSeam(t *testing.T) {
-	if got := NoCgroups(config.Default(), func() string { return "" }); got != "" {
-		t.Errorf("NoCgroups with a rootful seam = %q, want \"\"", got)
+	if got, w := NoCgroups(config.Default(), func() string { return "" }); got != "" || w != "" {
+		t.Errorf("NoCgroups with a rootful seam = %q, %q; want nothing", got, w)
 	}
-	if got := NoCgroups(config.Default(), func() string { return "why" }); got != "why" {
-		t.Errorf("NoCgroups with a rootless seam = %q, want \"why\"", got)
+	if got, w := NoCgroups(config.Default(), func() string { return "why" }); got != "why" || w != "" {
+		t.Errorf("NoCgroups with a rootless seam = %q, %q; want \"why\", no warning", got, w)
+	}
+}
+
+// TestNoCgroupsRootfulWarningText: the warning names the setting, the problem and the fix.
+func TestNoCgroupsRootfulWarningText(t *testing.T) {
+	for _, want := range []string{"runtime.no-cgroups is true", "host's root", "device cgroup denies", "set runtime.no-cgroups = false"} {
+		if !strings.Contains(NoCgroupsRootfulWarning, want) {
+			t.Errorf("warning %q lacks %q", NoCgroupsRootfulWarning, want)
+		}
 	}
 }
