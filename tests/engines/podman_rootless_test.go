@@ -277,6 +277,27 @@ func TestPodmanRootless(t *testing.T) {
 		p.wantGPU1(t, r)
 		p.wantLogged(t, before, "loader cache: left to the update-ldcache hook: the container has a user namespace")
 	})
+	// Rootless podman gives --device as a bind mount: such a container has its devices, and
+	// gpu-runtime leaves its spec alone rather than add GPU 1 beside them.
+	t.Run("--device nvidiactl, a bind mount rootless: the spec is left as the engine wrote it", func(t *testing.T) {
+		before := p.logSize()
+		ctl := filepath.Join(p.host.DevRoot, "dev", "nvidiactl")
+		r := p.run(t, rootlessProbe, "--runtime", p.wrapper, "--device", ctl+":/dev/nvidiactl", "-e", "NVIDIA_VISIBLE_DEVICES=1")
+		if r.Code != 0 {
+			p.logTail(t)
+			t.Fatalf("rootless podman run --device: %s", r)
+		}
+		var devs []string
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			if strings.HasPrefix(l, "dev ") {
+				devs = append(devs, l)
+			}
+		}
+		if want := []string{"dev /dev/nvidiactl c3 ff"}; !slices.Equal(devs, want) {
+			t.Errorf("device nodes %q, want only the engine's %q\n%s", devs, want, r)
+		}
+		p.wantLogged(t, before, "the spec already has NVIDIA devices (injected by the engine through CDI, or given with --device); spec unchanged")
+	})
 	t.Run("without a request: no GPU", func(t *testing.T) {
 		r := p.run(t, rootlessProbe, "--runtime", p.wrapper)
 		if r.Code != 0 || strings.Contains(r.Stdout, "nvidia") || !strings.Contains(r.Stdout, "probe-done") {
