@@ -211,6 +211,15 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	// needs none, so its failure is then a warning.
 	native := req.NativeDevices()
 	gpuCDI := slices.ContainsFunc(cdi, func(c plan.CDIDevice) bool { return hasGPUNode(c.Nodes) })
+	isRootless := opts.Rootless
+	if isRootless == nil {
+		isRootless = gpuhost.Rootless
+	}
+	rootless := isRootless()
+	if rootless != "" {
+		// Root's cache cannot be read; the user's runtime directory keeps the user's.
+		opts.Config.Discovery.CacheFile = gpuhost.RootlessCacheFile(opts.Config, os.Getenv("XDG_RUNTIME_DIR"))
+	}
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	switch {
 	case native || req.ChecksRequirements() || req.MPSShare != "" && gpuCDI:
@@ -226,7 +235,7 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	}
 	in.Host.MPS.Config = opts.Config.MPS
 	var noCgroupsWarning string
-	if in.Host.NoCgroups, noCgroupsWarning = gpuhost.NoCgroups(opts.Config, opts.Rootless); noCgroupsWarning != "" {
+	if in.Host.NoCgroups, noCgroupsWarning = gpuhost.NoCgroups(opts.Config, func() string { return rootless }); noCgroupsWarning != "" {
 		log.Warn(noCgroupsWarning)
 	}
 	if req.MPSShare != "" {

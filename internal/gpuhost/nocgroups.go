@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
@@ -51,6 +52,18 @@ func Rootless() string {
 		return "gpu-runtime runs in a user namespace (rootless)"
 	}
 	return ""
+}
+
+// RootlessCacheFile is the discovery cache of a rootless create: cfg's discovery.cache-file
+// where it was set, else (root's default, which the user can neither read nor write) the
+// user's runtime directory's gpu-runtime/discovery-cache.csv. runtimeDir is XDG_RUNTIME_DIR,
+// which the engine (rootless podman) or the user's session sets; "" or a relative path keeps
+// the default, whose warnings then say the cache cannot be used.
+func RootlessCacheFile(cfg config.Config, runtimeDir string) string {
+	if cfg.Discovery.CacheFile != config.Default().Discovery.CacheFile || !filepath.IsAbs(runtimeDir) {
+		return cfg.Discovery.CacheFile
+	}
+	return filepath.Join(runtimeDir, "gpu-runtime", "discovery-cache.csv")
 }
 
 // inUserNamespace reports whether the process is in a user namespace other than the initial

@@ -69,3 +69,26 @@ func TestNoCgroupsRootfulWarningText(t *testing.T) {
 		}
 	}
 }
+
+func TestRootlessCacheFile(t *testing.T) {
+	custom := config.Default()
+	custom.Discovery.CacheFile = "/home/u/cache.csv"
+	testCases := []struct {
+		description string
+		cfg         config.Config
+		runtimeDir  string
+		want        string
+	}{
+		{"root's default: the user's runtime directory", config.Default(), "/run/user/1000", "/run/user/1000/gpu-runtime/discovery-cache.csv"},
+		{"no XDG_RUNTIME_DIR: the default", config.Default(), "", config.Default().Discovery.CacheFile},
+		{"a relative XDG_RUNTIME_DIR: the default", config.Default(), "run/user", config.Default().Discovery.CacheFile},
+		{"a configured file is kept", custom, "/run/user/1000", "/home/u/cache.csv"},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := RootlessCacheFile(tc.cfg, tc.runtimeDir); got != tc.want {
+				t.Errorf("RootlessCacheFile = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

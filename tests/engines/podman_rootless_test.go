@@ -115,7 +115,8 @@ func setupRootless() (*rootlessPodman, error) {
 		return nil, err
 	}
 
-	// No no-cgroups here: gpu-runtime finds it runs in a user namespace.
+	// No no-cgroups here: gpu-runtime finds it runs in a user namespace. The discovery cache is
+	// left at root's default: a rootless create keeps its own in XDG_RUNTIME_DIR.
 	p.state = state
 	p.log = filepath.Join(state, "gpu-runtime.log")
 	p.config = filepath.Join(p.dir, "gpu-runtime.toml")
@@ -129,12 +130,9 @@ root = %q
 dev-root = %q
 [hook]
 path = %q
-[discovery]
-cache-file = %q
 [health]
 file = %q
-`, p.log, p.host.DriverRoot, p.host.DevRoot, filepath.Join(p.dir, "bin", "gpu-hook"),
-		filepath.Join(state, "discovery-cache.csv"), filepath.Join(state, "health.csv"))
+`, p.log, p.host.DriverRoot, p.host.DevRoot, filepath.Join(p.dir, "bin", "gpu-hook"), filepath.Join(state, "health.csv"))
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		return nil, err
 	}
@@ -264,6 +262,14 @@ func TestPodmanRootless(t *testing.T) {
 		p.wantGPU1(t, r)
 		p.wantLogged(t, before, "bind-mounted, no device cgroup rule: gpu-runtime runs in a user namespace (rootless)",
 			"loader cache: written at create, in-process")
+		cache := filepath.Join(p.state, "xdg", "gpu-runtime", "discovery-cache.csv")
+		if _, err := os.Stat(cache); err != nil {
+			t.Errorf("the rootless create kept no discovery cache in the user's XDG_RUNTIME_DIR: %v", err)
+		}
+		if log, _ := os.ReadFile(p.log); strings.Contains(string(log), "discovery-cache.csv: permission denied") {
+			p.logTail(t)
+			t.Error("the rootless create tried root's discovery cache")
+		}
 	})
 	// keep-id gives the container a user namespace of its own inside the user's: the loader
 	// cache is then the update-ldcache hook's, run by runc.
