@@ -315,10 +315,13 @@ func hasDevice(s *specs.Spec, path string) bool {
 	return s.Linux != nil && slices.ContainsFunc(s.Linux.Devices, func(d specs.LinuxDevice) bool { return filepath.Clean(d.Path) == path })
 }
 
-// hasMount reports whether the spec mounts something at path: rootless, engines give a
+// hasMount reports whether the spec bind-mounts something at path: rootless, engines give a
 // --device as a bind mount of the host's node (and gpu-runtime its own, NoCgroups).
 func hasMount(s *specs.Spec, path string) bool {
-	return slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return filepath.Clean(m.Destination) == path })
+	return slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
+		return filepath.Clean(m.Destination) == path &&
+			(m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"))
+	})
 }
 
 // hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.

@@ -112,3 +112,20 @@ func TestPrepareBundleEngineMountedControlNode(t *testing.T) {
 		t.Errorf("%d NVML queries", e.queries)
 	}
 }
+
+// TestPrepareBundleTmpfsAtControlNode: only a bind mount says the engine gave the node; a
+// tmpfs there (a volume) does not stop the injection.
+func TestPrepareBundleTmpfsAtControlNode(t *testing.T) {
+	e := newCreateEnv(t)
+	e.opts.Config.Health.File = filepath.Join(e.dir, "health.csv") // not the host's
+	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, false)
+	editRaw(t, b, func(s *specs.Spec) {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/dev/nvidiactl", Type: "tmpfs", Source: "tmpfs"})
+	})
+	if err := PrepareBundle(inv, e.opts); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := readSpec(t, b); !hasDevice(&s, "/dev/nvidiactl") {
+		t.Errorf("a tmpfs at /dev/nvidiactl stopped the injection: devices %v", s.Linux.Devices)
+	}
+}
