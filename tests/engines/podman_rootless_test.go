@@ -77,6 +77,12 @@ func setupRootless() (*rootlessPodman, error) {
 	if err := os.MkdirAll(filepath.Join(p.dir, "bin"), 0o755); err != nil {
 		return nil, err
 	}
+	// One test binary at a time owns the user: another run's cleanup would remove it.
+	lock, err := lockRootlessUser(3 * time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	atExit(func() { _ = lock.Close() })
 	uid, gid, err := rootlessAccount(filepath.Join(p.dir, "home"))
 	if err != nil {
 		return nil, err
@@ -156,6 +162,25 @@ file = %q
 	p.args = []string{"--root", filepath.Join(state, "root"), "--runroot", filepath.Join(state, "runroot"),
 		"--tmpdir", filepath.Join(state, "tmp"), "--cgroup-manager", "cgroupfs", "--events-backend", "file"}
 	return p, nil
+}
+
+// lockRootlessUser takes the lock on the test user, waiting at most timeout for another run
+// of the suite to release it (closing the file releases it).
+func lockRootlessUser(timeout time.Duration) (*os.File, error) {
+	f, err := os.OpenFile("/run/lock/"+rootlessUser+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Second) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock the rootless test user %s (another run of the engine tests holds /run/lock/%s.lock for %v): %w", rootlessUser, rootlessUser, timeout, err)
+		}
+	}
 }
 
 // rootlessAccount creates the test user with subordinate ids for its user namespaces
