@@ -85,9 +85,9 @@ type RuntimeConfig struct {
 	// LogLevel is a logrus level name; see Level.
 	LogLevel string `toml:"log-level"`
 	// NoCgroups has every GPU container's device nodes bind-mounted from the device root,
-	// without device entries or cgroup rules, as where gpu-runtime runs rootless (detected:
-	// internal/gpuhost.NoCgroups), for engines that give the low-level runtime no device
-	// cgroup to write. NVIDIA's toolkit calls it no-cgroups too.
+	// without device entries or cgroup rules, as they are wherever gpu-runtime runs rootless
+	// (detected without it: internal/gpuhost.Rootless), for a rootless setup that is not
+	// detected. NVIDIA's toolkit calls it no-cgroups too.
 	NoCgroups bool `toml:"no-cgroups"`
 }
 
