@@ -29,7 +29,6 @@ func TestPrepareBundleNoCgroups(t *testing.T) {
 	} {
 		noCgroups := tc.setting || tc.rootless != ""
 		e := newCreateEnv(t)
-		e.opts.Config.Health.File = filepath.Join(e.dir, "health.csv") // not the host's
 		e.opts.Config.Runtime.NoCgroups = tc.setting
 		e.opts.Rootless = func() string { return tc.rootless }
 		inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=1"}, false)
@@ -117,7 +116,6 @@ func TestPrepareBundleEngineMountedControlNode(t *testing.T) {
 // tmpfs there (a volume) does not stop the injection.
 func TestPrepareBundleTmpfsAtControlNode(t *testing.T) {
 	e := newCreateEnv(t)
-	e.opts.Config.Health.File = filepath.Join(e.dir, "health.csv") // not the host's
 	inv, b := e.bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=0"}, false)
 	editRaw(t, b, func(s *specs.Spec) {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/dev/nvidiactl", Type: "tmpfs", Source: "tmpfs"})

@@ -47,6 +47,7 @@ func newCreateEnv(t *testing.T) *createEnv {
 	cfg.Driver.Root, cfg.Driver.DevRoot, cfg.Driver.ProcRoot = e.host.DriverRoot, e.host.DevRoot, e.host.ProcRoot
 	cfg.Hook.Path = hook
 	cfg.Discovery.CacheFile = filepath.Join(e.dir, "cache.csv")
+	cfg.Health.File = filepath.Join(e.dir, "health.csv") // not the host's, which other tests may write
 	logger := logrus.New()
 	logger.SetOutput(&e.log)
 	logger.SetFormatter(&logrus.JSONFormatter{})
