@@ -56,6 +56,9 @@ install_packages() {
   else
     need+=(podman)
   fi
+  # Rootless podman (the rootless tests) maps a user's subordinate ids with newuidmap: a tool,
+  # not an engine, installed where podman came without its recommends.
+  command -v newuidmap >/dev/null || need+=(uidmap)
   command -v runc >/dev/null || need+=(runc)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "install-engine-deps: an engine is installed without what its tests need, and is left as it is: ${missing[*]}" >&2
