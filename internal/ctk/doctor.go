@@ -426,7 +426,12 @@ func (d *doctor) checkEngines() {
 			continue
 		}
 		if !registered.Changed() {
-			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", ")), configure)
+			detail := fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", "))
+			if status, note, fix := d.compareLive(e.engine, e.restart, false, false); status != "" {
+				d.add(check, statusWarn, detail+note, fix)
+				continue
+			}
+			d.add(check, statusWarn, detail, configure)
 			continue
 		}
 		current, err := engine.PlanConfigure(e.engine, opts)
@@ -440,10 +445,13 @@ func (d *doctor) checkEngines() {
 		}
 		detail := fmt.Sprintf("installed (%s); runtime %q registered: %s", prog, engine.DefaultRuntimeName, runtimePath)
 		opts.SetAsDefault = true
+		isDefault := false
 		if def, err := engine.PlanConfigure(e.engine, opts); err == nil && !def.Changed() {
 			detail += ", the default runtime"
+			isDefault = true
 		}
-		d.add(check, statusOK, detail, "")
+		status, note, fix := d.compareLive(e.engine, e.restart, true, isDefault)
+		d.add(check, cmp.Or(status, statusOK), detail+note, fix)
 		if e.engine == engine.Docker {
 			d.checkDockerHook()
 		}
