@@ -302,8 +302,8 @@ func TestPackages(t *testing.T) {
 		{"fresh install", m.freshInstall},
 		{"configure docker and containerd with the installed gpu-ctk", m.configureEngines},
 		{"GPU containers under dockerd through the installed runtime", m.gpuContainers},
-		{"removal unregisters the runtime and keeps the config", m.remove},
-		{"purge leaves nothing", m.purge},
+		{"removal with dockerd running a GPU container of its default runtime gpu, and an MPS share", m.remove},
+		{"purge leaves nothing once dockerd restarted", m.purge},
 		{"upgrade from " + prev.version + " keeps config edits, registrations and containers", func(t *testing.T) { m.upgrade(t, prev) }},
 		{"rpm's upgrade scriptlets change nothing", m.rpmUpgradeScriptlets},
 		{"removal stops, changing nothing, while an engine cannot be unconfigured", m.removalRefused},
@@ -336,6 +336,7 @@ type machine struct {
 	dockerd           *dockerd
 	keep              string // the container that runs across the upgrade
 	inode             uint64 // /usr/bin/gpu-runtime's before the upgrade
+	crioDir           bool   // /etc/crio/crio.conf.d was there before
 }
 
 // newMachine checks that the machine can be tested, moves aside what the tests replace and
@@ -370,6 +371,8 @@ func newMachine(t *testing.T, p packages) *machine {
 		}
 	}
 	m.etcDocker, m.etcCtd = listDir("/etc/docker"), listDir("/etc/containerd")
+	_, err = os.Lstat("/etc/crio/crio.conf.d")
+	m.crioDir = err == nil
 	for _, path := range []string{daemonJSON, "/etc/gpu-runtime", "/run/gpu-runtime"} {
 		if _, err := os.Lstat(path); err == nil {
 			to := filepath.Join(work, "aside", strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", "_"))
@@ -438,6 +441,10 @@ func (m *machine) restore(t *testing.T) {
 				t.Errorf("purge %s: %s", pkg, out)
 			}
 		}
+	}
+	// A pass-through the removal left (a failed step's dockerd was stopped above).
+	if data, err := os.ReadFile("/usr/bin/gpu-runtime"); err == nil && strings.Contains(string(data), "# gpu-runtime pass-through: left by") {
+		_ = os.Remove("/usr/bin/gpu-runtime")
 	}
 	if target, err := os.Readlink(hookPath); err == nil && target == "gpu-hook" && m.hookLink {
 		_ = os.Remove(hookPath)
@@ -649,10 +656,61 @@ func (m *machine) gpuContainers(t *testing.T) {
 	m.dockerd = nil
 }
 
+// remove removes the package while a private dockerd, started with gpu as its default runtime,
+// runs a GPU container, and an MPS share runs. The share is stopped; dockerd keeps its
+// runtimes until it restarts, so the removal leaves a pass-through at /usr/bin/gpu-runtime,
+// through which the container is stopped and deleted and a new container without a GPU runs,
+// while a GPU container fails with the message; the removal says to restart docker.
 func (m *machine) remove(t *testing.T) {
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--set-as-default")
+	d := m.startDockerd(t)
+	const running = "grp-running"
+	if r := d.docker(t, "run", "-d", "--name", running, "--network", "none", "--gpus", "all", "img:1", "sleep", "600"); r.Code != 0 {
+		m.logRuntime(t)
+		t.Fatalf("docker run -d --gpus all (gpu: the default runtime): %s", r)
+	}
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	// The live engines removal asks: this dockerd, and no containerd (the host's, if any, is not
+	// the test's to restart; dockerd's own containerd is not asked: dockerd is).
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	mpsPID := m.startShare(t)
+	mustRun(t, nil, installedCTK, "health", "mark", m.host.Options.GPUs[1].UUID, "--reason", "package test")
+
 	out := mustApt(t, "remove", "gpu-runtime")
 	wantLines(t, "apt-get remove", out, `unconfigured docker: runtime "gpu" removed`, "  removed "+daemonJSON,
-		"note: "+daemonJSON+" held only what configure wrote (configure created it): removed")
+		"note: "+daemonJSON+" held only what configure wrote (configure created it): removed",
+		fmt.Sprintf("pkg: stopped (pid %d)", mpsPID),
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`)
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", mpsPID)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Errorf("the MPS share's daemon (pid %d) still runs after removal: %s", mpsPID, stat)
+	}
+	if mounts := readFile(t, "/proc/self/mountinfo"); strings.Contains(mounts, " /run/gpu-runtime/mps/") {
+		t.Errorf("an MPS tmpfs is still mounted after removal:\n%s", mounts)
+	}
+	if data, err := os.ReadFile("/usr/bin/gpu-runtime"); err != nil || !strings.Contains(string(data), "# gpu-runtime pass-through: left by the removal of gpu-runtime's package\n") {
+		t.Errorf("/usr/bin/gpu-runtime after removal is not the pass-through (%v):\n%s", err, data)
+	}
+	if r := d.docker(t, "rm", "-f", running); r.Code != 0 {
+		t.Errorf("docker rm -f of the GPU container after removal: %s", r)
+	}
+	if r := d.docker(t, "ps", "-aq"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("docker ps -a after docker rm -f: %s", r)
+	}
+	// No task left behind in dockerd's containerd.
+	ctdSock := filepath.Join(d.dir, "exec", "containerd", "containerd.sock")
+	if r := enginetest.Run(t, d.dir, 30*time.Second, nil, "", "ctr", "--address", ctdSock, "--namespace", "moby", "tasks", "ls", "-q"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("ctr tasks ls in dockerd's containerd after docker rm -f: %s", r)
+	}
+	if r := d.docker(t, "run", "--rm", "--network", "none", "img:1", "echo", "no GPU, still runs"); r.Code != 0 || r.Stdout != "no GPU, still runs\n" {
+		t.Errorf("docker run of a container without a GPU (default runtime gpu) after removal: %s", r)
+	}
+	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime \"gpu\": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
+	}
+	d.stop()
+	m.dockerd = nil
 	if m.containerdBefore != nil {
 		wantLines(t, "apt-get remove", out, `unconfigured containerd: runtime "gpu" removed`)
 	}
@@ -662,10 +720,15 @@ func (m *machine) remove(t *testing.T) {
 	if s := status("gpu-runtime"); s != "rc" {
 		t.Errorf("dpkg status %q after remove, want rc (config files kept)", s)
 	}
-	for _, path := range []string{"/usr/bin/gpu-runtime", "/usr/bin/gpu-hook", "/usr/bin/gpu-ctk", "/usr/lib/gpu-runtime", "/run/gpu-runtime"} {
+	for _, path := range []string{"/usr/bin/gpu-hook", "/usr/bin/gpu-ctk", "/usr/lib/gpu-runtime"} {
 		if _, err := os.Lstat(path); err == nil {
 			t.Errorf("%s is still there after removal", path)
 		}
+	}
+	// Kept until purge: the health file (a record of the GPUs, not of the package), the
+	// stopped share's directories.
+	if got := listDir("/run/gpu-runtime"); !slices.Equal(got, []string{"health.csv", "health.csv.lock", "mps"}) {
+		t.Errorf("/run/gpu-runtime after removal: %v, want the health file, its lock and mps", got)
 	}
 	if _, err := os.Lstat(hookPath); err == nil && m.hookLink {
 		t.Errorf("%s is still there after removal", hookPath)
@@ -708,8 +771,25 @@ func (m *machine) checkEnginesRestored(t *testing.T, daemon *string) {
 }
 
 func (m *machine) purge(t *testing.T) {
-	mustApt(t, "purge", "gpu-runtime")
+	out := mustApt(t, "purge", "gpu-runtime")
+	if strings.Contains(out, "kept /usr/bin/gpu-runtime") {
+		t.Errorf("purge kept the pass-through although dockerd was restarted (stopped):\n%s", out)
+	}
 	m.checkNothingLeft(t)
+}
+
+// startShare adds an MPS share to the installed configuration, starts it with the installed
+// gpu-ctk and returns its daemon's pid.
+func (m *machine) startShare(t *testing.T) int {
+	t.Helper()
+	m.config += "\n[mps.shares.pkg]\ndevices = [\"0\"]\n"
+	writeFile(t, "/etc/gpu-runtime/config.toml", m.config, 0o644)
+	out := mustRun(t, nil, installedCTK, "mps", "start", "pkg")
+	var pid int
+	if _, err := fmt.Sscanf(out, "pkg: started (pid %d)", &pid); err != nil {
+		t.Fatalf("gpu-ctk mps start pkg: %q", out)
+	}
+	return pid
 }
 
 func (m *machine) checkNothingLeft(t *testing.T) {
@@ -724,6 +804,15 @@ func (m *machine) checkNothingLeft(t *testing.T) {
 	}
 	if _, err := os.Lstat(hookPath); err == nil && m.hookLink {
 		t.Errorf("%s is left after purge", hookPath)
+	}
+	// The engines' backups and directories configure or unconfigure made.
+	for _, pattern := range []string{daemonJSON + ".bak.*", containerdConfig + ".bak.*", "/etc/gpu-runtime/*.bak.*"} {
+		if left, _ := filepath.Glob(pattern); len(left) != 0 {
+			t.Errorf("left after purge: %v", left)
+		}
+	}
+	if _, err := os.Lstat("/etc/crio/crio.conf.d"); err == nil && !m.crioDir {
+		t.Errorf("/etc/crio/crio.conf.d is left after purge; it was not there before")
 	}
 }
 
