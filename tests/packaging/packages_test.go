@@ -602,7 +602,9 @@ func (m *machine) freshInstall(t *testing.T) {
 }
 
 func (m *machine) configureEngines(t *testing.T) {
-	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
+	// gpu as docker's default runtime: the removal step needs a dockerd that runs every
+	// container through it.
+	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--set-as-default")
 	wantLines(t, "gpu-ctk runtime configure --runtime=docker", out, `configured docker: runtime "gpu" -> /usr/bin/gpu-runtime`, "  wrote "+daemonJSON)
 	if m.hookLink && strings.Contains(out, "warning:") {
 		t.Errorf("configure warns although the package linked the hook:\n%s", out)
@@ -630,7 +632,9 @@ func (m *machine) editConfig(t *testing.T) {
 		if !strings.HasPrefix(value, `"`) && !strings.HasPrefix(value, "[") {
 			value = fmt.Sprintf("%q", value)
 		}
-		config = re.ReplaceAllLiteralString(config, r.key+" = "+value)
+		// The first only: [driver]'s root, not [mps]'s.
+		loc := re.FindStringIndex(config)
+		config = config[:loc[0]] + r.key + " = " + value + config[loc[1]:]
 	}
 	writeFile(t, "/etc/gpu-runtime/config.toml", config, 0o644)
 	m.config = config
@@ -662,7 +666,6 @@ func (m *machine) gpuContainers(t *testing.T) {
 // through which the container is stopped and deleted and a new container without a GPU runs,
 // while a GPU container fails with the message; the removal says to restart docker.
 func (m *machine) remove(t *testing.T) {
-	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--set-as-default")
 	d := m.startDockerd(t)
 	const running = "grp-running"
 	if r := d.docker(t, "run", "-d", "--name", running, "--network", "none", "--gpus", "all", "img:1", "sleep", "600"); r.Code != 0 {
@@ -706,7 +709,7 @@ func (m *machine) remove(t *testing.T) {
 		t.Errorf("docker run of a container without a GPU (default runtime gpu) after removal: %s", r)
 	}
 	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
-	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime \"gpu\": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "gpu": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
 	}
 	d.stop()
@@ -725,8 +728,8 @@ func (m *machine) remove(t *testing.T) {
 			t.Errorf("%s is still there after removal", path)
 		}
 	}
-	// Kept until purge: the health file (a record of the GPUs, not of the package), the
-	// stopped share's directories.
+	// Kept until purge: the health file (a record of the GPUs, not of the package), its lock,
+	// the stopped share's directories.
 	if got := listDir("/run/gpu-runtime"); !slices.Equal(got, []string{"health.csv", "health.csv.lock", "mps"}) {
 		t.Errorf("/run/gpu-runtime after removal: %v, want the health file, its lock and mps", got)
 	}
@@ -1062,8 +1065,10 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 		t.Errorf("%%preun 0 removed a hook:\n%s", out)
 	}
 	nvidiaHookIntact(t)
+	mustRun(t, aptEnv, "dpkg", "--remove", "gpu-runtime")
 	// As containers and an MPS share leave it: the cache goes, a share's files stay (a
-	// daemon may be using them; removing them would fail the scriptlet on its mount).
+	// daemon may be using them; removing them would fail the scriptlet on its mount). The
+	// package's prerm stops the shares; these files stand for one started after it.
 	share := "/run/gpu-runtime/mps/train/daemon.pid"
 	if err := os.MkdirAll(filepath.Dir(share), 0o755); err != nil {
 		t.Fatal(err)
@@ -1073,7 +1078,6 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustRun(t, aptEnv, "dpkg", "--remove", "gpu-runtime")
 	if out := mustRun(t, nil, "dash", m.scriptlet(t, "POSTUN"), "0"); out != "" {
 		t.Errorf("%%postun 0 said %q", out)
 	}
