@@ -310,6 +310,7 @@ func TestPackages(t *testing.T) {
 		{"purge after the upgrade restores daemon.json byte for byte", m.purgeAfterUpgrade},
 		{"NVIDIA's hook installed first: never replaced; rpm's install and erase scriptlets", m.nvidiaFirst},
 		{"NVIDIA's hook installed after: it replaces the link, which removal leaves", m.nvidiaAfter},
+		{"purge while dockerd has gpu loaded keeps the pass-through and says how to remove it", m.purgeWhileLoaded},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -1194,4 +1195,29 @@ func (m *machine) logRuntime(t *testing.T) {
 		data = data[len(data)-4000:]
 	}
 	t.Logf("end of gpu-runtime's log (%v):\n%s", err, data)
+}
+
+// purgeWhileLoaded purges the package while a dockerd that loaded the runtime gpu still runs:
+// the pass-through stays, and the purge says to restart docker and then remove it.
+func (m *machine) purgeWhileLoaded(t *testing.T) {
+	mustApt(t, "install", m.p.deb)
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
+	m.editConfig(t)
+	d := m.startDockerd(t)
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	out := mustApt(t, "purge", "gpu-runtime")
+	wantLines(t, "apt-get purge", out,
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
+		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has the runtime "gpu" loaded. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
+	if r := d.docker(t, "run", "--rm", "--network", "none", "--runtime=gpu", "img:1", "echo", "through the pass-through"); r.Code != 0 || r.Stdout != "through the pass-through\n" {
+		t.Errorf("docker run --runtime=gpu of a container without a GPU after purge: %s", r)
+	}
+	d.stop()
+	m.dockerd = nil
+	if err := os.Remove("/usr/bin/gpu-runtime"); err != nil {
+		t.Errorf("the pass-through, to be removed by hand after the restart: %v", err)
+	}
+	m.checkNothingLeft(t)
 }
