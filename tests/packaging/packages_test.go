@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -450,6 +451,7 @@ func (m *machine) restore(t *testing.T) {
 	if target, err := os.Readlink(hookPath); err == nil && target == "gpu-hook" && m.hookLink {
 		_ = os.Remove(hookPath)
 	}
+	stopShares(t)
 	_ = os.RemoveAll("/run/gpu-runtime")
 	_ = os.RemoveAll("/etc/gpu-runtime")
 	for path, from := range m.aside {
@@ -1220,4 +1222,27 @@ func (m *machine) purgeWhileLoaded(t *testing.T) {
 		t.Errorf("the pass-through, to be removed by hand after the restart: %v", err)
 	}
 	m.checkNothingLeft(t)
+}
+
+// stopShares ends what a failed step left of the MPS share it started: the daemon its pid file
+// names (only if it is nvidia-cuda-mps-control) and the mounts under /run/gpu-runtime.
+func stopShares(t *testing.T) {
+	pidFiles, _ := filepath.Glob("/run/gpu-runtime/mps/*/daemon.pid")
+	for _, f := range pidFiles {
+		var pid int
+		if data, err := os.ReadFile(f); err == nil {
+			_, _ = fmt.Sscan(string(data), &pid)
+		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && err == nil && strings.Contains(string(cmdline), "nvidia-cuda-mps-control") {
+			t.Logf("stopping the MPS daemon a failed step left (pid %d)", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], "/run/gpu-runtime/") {
+			t.Logf("unmounting %s, left by a failed step", f[4])
+			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
 }
