@@ -144,7 +144,7 @@ func QueryDocker(ctx context.Context, socket string) (Live, error) {
 		}
 		return live, fmt.Errorf("ask dockerd on %s: %w", socket, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, LiveMaxBody+1))
 	if err != nil {
 		return live, fmt.Errorf("read dockerd's answer on %s: %w", socket, err)
