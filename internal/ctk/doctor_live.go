@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
+	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
 
 // liveSockets are where doctor and gpu-ctk loaded ask the running engines: DOCKER_HOST
@@ -34,10 +35,27 @@ func queryLive(e engine.Engine, root string) (engine.Live, error) {
 	case engine.Docker:
 		return engine.QueryDocker(context.Background(), docker)
 	case engine.Containerd:
-		crictl, _ := exec.LookPath("crictl")
-		return engine.QueryContainerd(context.Background(), containerd, crictl)
+		return engine.QueryContainerd(context.Background(), containerd, findCrictl())
 	}
 	return engine.Live{}, fmt.Errorf("%s: %w", e, engine.ErrNotRunning)
+}
+
+// findCrictl is GPU_RUNTIME_CRICTL when set, else crictl on PATH, else in the system's
+// program directories (dpkg runs maintainer scripts with a PATH of its own); "" when none.
+func findCrictl() string {
+	if p := os.Getenv("GPU_RUNTIME_CRICTL"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("crictl"); err == nil {
+		return p
+	}
+	for _, dir := range plan.SystemDirs {
+		p := filepath.Join(dir, "crictl")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // daemonName is the engine's process as users know it.

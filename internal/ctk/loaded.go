@@ -15,7 +15,7 @@ const loadedUsage = `usage:
 
 loaded asks the running engines — dockerd on DOCKER_HOST (unix://) or /var/run/docker.sock,
 containerd's CRI plugin on CONTAINERD_ADDRESS or /run/containerd/containerd.sock, through
-crictl — whether they have the runtime "gpu" loaded, and says which to restart to unload it.
+crictl (GPU_RUNTIME_CRICTL, else on PATH or in /usr/local/bin, /usr/bin…) — whether they have the runtime "gpu" loaded, and says which to restart to unload it.
 An engine reads its configuration only when it starts: after gpu-ctk runtime unconfigure, or
 the package's removal, it keeps running containers through the runtime "gpu" until restarted.
 An engine that answers, but not what it loaded (containerd without crictl), is listed as
@@ -27,7 +27,7 @@ tells the same process from a restarted one; PID 0: not known).
 // engineRestarts are the commands that restart the engines loaded names.
 var engineRestarts = map[engine.Engine]string{engine.Docker: "systemctl restart docker", engine.Containerd: "systemctl restart containerd"}
 
-func runLoaded(args []string, stdout, _ io.Writer) error {
+func runLoaded(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpu-ctk loaded", flag.ContinueOnError)
 	record := fs.Bool("record", false, "print ENGINE PID STARTTIME default|loaded|unknown lines")
 	if help, err := parseNoArgs(fs, args, loadedUsage, stdout); help || err != nil {
@@ -49,6 +49,9 @@ func runLoaded(args []string, stdout, _ io.Writer) error {
 			state = "default"
 		}
 		if *record {
+			if err != nil {
+				fmt.Fprintf(stderr, "gpu-ctk: %v\n", err)
+			}
 			fmt.Fprintf(&b, "%s %d %d %s\n", e, live.PID, live.StartTime, state)
 			continue
 		}

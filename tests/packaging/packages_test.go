@@ -676,10 +676,13 @@ func (m *machine) remove(t *testing.T) {
 		t.Fatalf("docker run -d --gpus all (gpu: the default runtime): %s", r)
 	}
 	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
-	// The live engines removal asks: this dockerd, and no containerd (the host's, if any, is not
-	// the test's to restart; dockerd's own containerd is not asked: dockerd is).
+	// The live engines removal asks: this dockerd and a private containerd with a CRI pod of
+	// the runtime gpu (dockerd's own containerd is not asked: dockerd is).
 	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
-	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	c := m.startContainerd(t)
+	t.Setenv("CONTAINERD_ADDRESS", c.sock)
+	t.Setenv("GPU_RUNTIME_CRICTL", c.crictlPath) // dpkg gives the scripts a PATH of its own
+	pod := c.crictlMust(t, "runp", "--runtime", "gpu", c.podConfig(t))
 	mpsPID := m.startShare(t)
 	mustRun(t, nil, installedCTK, "health", "mark", m.host.Options.GPUs[1].UUID, "--reason", "package test")
 
@@ -687,7 +690,8 @@ func (m *machine) remove(t *testing.T) {
 	wantLines(t, "apt-get remove", out, `unconfigured docker: runtime "gpu" removed`, "  removed "+daemonJSON,
 		"note: "+daemonJSON+" held only what configure wrote (configure created it): removed",
 		fmt.Sprintf("pkg: stopped (pid %d)", mpsPID),
-		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`)
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
+		fmt.Sprintf(`gpu-runtime: the running containerd (pid %d) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart containerd`, c.pid))
 	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", mpsPID)); err == nil && !strings.Contains(string(stat), ") Z ") {
 		t.Errorf("the MPS share's daemon (pid %d) still runs after removal: %s", mpsPID, stat)
 	}
@@ -712,9 +716,20 @@ func (m *machine) remove(t *testing.T) {
 		t.Errorf("docker run of a container without a GPU (default runtime gpu) after removal: %s", r)
 	}
 	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
-	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "gpu": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "gpu": systemctl restart docker && systemctl restart containerd; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
 	}
+	// The CRI pod of the runtime gpu stops and is removed.
+	if r := c.crictl(t, "stopp", pod); r.Code != 0 {
+		t.Errorf("crictl stopp of the gpu pod after removal: %s", r)
+	}
+	if r := c.crictl(t, "rmp", pod); r.Code != 0 {
+		t.Errorf("crictl rmp of the gpu pod after removal: %s", r)
+	}
+	if r := c.crictl(t, "pods", "-q"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("crictl pods after crictl rmp: %s", r)
+	}
+	c.daemon.Stop()
 	d.stop()
 	m.dockerd = nil
 	if m.containerdBefore != nil {
@@ -1245,4 +1260,123 @@ func stopShares(t *testing.T) {
 			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
 		}
 	}
+}
+
+// privateContainerd is a containerd of the test's own, with the CRI, on private paths, gpu
+// registered by the installed gpu-ctk in a configuration of its own (package removal leaves
+// that one: what matters is that this containerd loaded the runtime).
+type privateContainerd struct {
+	dir, sock, crictlConfig, crictlPath string
+	pid                             int
+	daemon                          *enginetest.Daemon
+}
+
+// containerdMain: private paths; what the CRI needs on these machines (restrict_oom_score_adj,
+// a local sandbox image, CNI directories of its own: pods use the host network).
+const containerdMain = `version = 2
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = %[4]q
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "docker.io/library/pause:1"
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = %[5]q
+      conf_dir = %[5]q
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = %[6]q
+`
+
+func (m *machine) startContainerd(t *testing.T) *privateContainerd {
+	t.Helper()
+	crictl := filepath.Join(m.repo, ".cache", "crictl", "crictl")
+	if _, err := os.Stat(crictl); err != nil {
+		t.Fatalf("no crictl in .cache/crictl (make deps builds it): %v", err)
+	}
+	for _, tool := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (make deps installs it)", tool)
+		}
+	}
+	dir := filepath.Join(m.work, "c")
+	c := &privateContainerd{dir: dir, sock: filepath.Join(dir, "containerd.sock"), crictlConfig: filepath.Join(dir, "crictl.yaml"), crictlPath: crictl}
+	config := filepath.Join(dir, "config.toml")
+	writeFile(t, config, fmt.Sprintf(containerdMain, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock,
+		filepath.Join(dir, "opt"), filepath.Join(dir, "cni"), filepath.Join(dir, "runc")), 0o644)
+	writeFile(t, c.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.sock, c.sock), 0o644)
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=containerd", "--config", config, "--drop-in", filepath.Join(dir, "conf.d", "99-gpu-runtime.toml"))
+	layer, err := enginetest.BusyboxLayer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := enginetest.DockerArchive(layer, map[string][]string{"pause:1": {"/bin/sleep", "2147483647"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := filepath.Join(dir, "images.tar")
+	if err := os.WriteFile(images, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() error {
+		out, err := exec.Command("ctr", "--address", c.sock, "version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	c.daemon, err = enginetest.StartDaemon("containerd", dir, []string{"PATH=" + systemPath}, ready, "containerd", "--config", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.daemon.BeforeStop = func() {
+		_ = exec.Command(crictl, "--config", c.crictlConfig, "rmp", "--all", "--force").Run()
+	}
+	t.Cleanup(c.daemon.Stop)
+	mustRun(t, nil, "ctr", "--address", c.sock, "-n", "k8s.io", "images", "import", images)
+	// Its pid, as the removal names it: the process running containerd with this config.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && string(data) == "containerd\x00--config\x00"+config+"\x00" {
+			_, _ = fmt.Sscanf(p, "/proc/%d/cmdline", &c.pid)
+		}
+	}
+	if c.pid == 0 {
+		t.Fatal("cannot find the private containerd's pid")
+	}
+	return c
+}
+
+func (c *privateContainerd) crictl(t *testing.T, args ...string) enginetest.Result {
+	t.Helper()
+	return enginetest.Run(t, c.dir, 90*time.Second, nil, "", c.crictlPath, append([]string{"--config", c.crictlConfig}, args...)...)
+}
+
+func (c *privateContainerd) crictlMust(t *testing.T, args ...string) string {
+	t.Helper()
+	r := c.crictl(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("crictl %s: %s", strings.Join(args, " "), r)
+	}
+	return strings.TrimSpace(r.Stdout)
+}
+
+// podConfig writes a pod sandbox config: host network, so no CNI is needed.
+func (c *privateContainerd) podConfig(t *testing.T) string {
+	t.Helper()
+	logDir := filepath.Join(c.dir, "pods")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(c.dir, "pod.json")
+	writeFile(t, p, fmt.Sprintf(`{"metadata":{"name":"gpu-pod","namespace":"grp","uid":"grp-%d","attempt":0},"log_directory":%q,
+"linux":{"cgroup_parent":"/%scri","security_context":{"namespace_options":{"network":2}}}}`, os.Getpid(), logDir, cgroupPrefix()), 0o644)
+	return p
 }
