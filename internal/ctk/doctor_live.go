@@ -35,10 +35,13 @@ func queryLive(e engine.Engine, root string) (engine.Live, error) {
 	case engine.Docker:
 		return engine.QueryDocker(context.Background(), docker)
 	case engine.Containerd:
-		return engine.QueryContainerd(context.Background(), containerd, findCrictl())
+		return engine.QueryContainerd(context.Background(), containerd, lookCrictl())
 	}
 	return engine.Live{}, fmt.Errorf("%s: %w", e, engine.ErrNotRunning)
 }
+
+// Testing dependencies.
+var lookCrictl = findCrictl
 
 // findCrictl is GPU_RUNTIME_CRICTL when set, else crictl on PATH, else in the system's
 // program directories (dpkg runs maintainer scripts with a PATH of its own); "" when none.
