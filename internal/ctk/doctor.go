@@ -38,7 +38,8 @@ gpu-runtime reads: GPU_RUNTIME_CONFIG or /etc/gpu-runtime/config.toml), the driv
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
 persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
 the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
-is registered, docker's --gpus hook, the cgroup version, and the CDI spec. The exit status is
+is registered (and, when the engine answers on its socket — DOCKER_HOST, CONTAINERD_ADDRESS —
+whether the running engine loaded it), docker's --gpus hook, the cgroup version, and the CDI spec. The exit status is
 1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
 --engine-root looks for the engines' files and programs under DIR instead of / (a host
 mounted elsewhere, tests).

@@ -57,6 +57,7 @@ leave_passthrough() {
   lines=""
   while read -r engine pid start state; do
     case "$engine" in docker | containerd) ;; *) continue ;; esac
+    case "$pid$start" in "" | *[!0-9]*) pid=0 start=0 ;; esac
     restart="$(restart_of "$engine")"
     restarts="${restarts:+$restarts && }$restart"
     lines="$lines# loaded: $engine $pid $start
@@ -142,6 +143,7 @@ purge_passthrough() {
   restarts=""
   while read -r hash word engine pid start; do
     [ "$hash $word" = "# loaded:" ] || continue
+    case "$pid$start" in "" | *[!0-9]*) pid=0 ;; esac
     if [ "$pid" = 0 ] || [ "$(start_time "$pid")" = "$start" ]; then
       who="$(daemon_of "$engine")"
       [ "$pid" = 0 ] || who="$who (pid $pid)"

@@ -1267,8 +1267,8 @@ func stopShares(t *testing.T) {
 // that one: what matters is that this containerd loaded the runtime).
 type privateContainerd struct {
 	dir, sock, crictlConfig, crictlPath string
-	pid                             int
-	daemon                          *enginetest.Daemon
+	pid                                 int
+	daemon                              *enginetest.Daemon
 }
 
 // containerdMain: private paths; what the CRI needs on these machines (restrict_oom_score_adj,
