@@ -40,8 +40,9 @@ does not parse, the checks that read it are skipped), the driver, NVML and
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
 persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
 the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
-is registered, docker's --gpus hook, the cgroup version, the /dev/char links an engine on the
-systemd cgroup driver needs, and the CDI spec. The exit status is
+is registered (and, when the engine answers on its socket — DOCKER_HOST, CONTAINERD_ADDRESS —
+whether the running engine loaded it), docker's --gpus hook, the cgroup version, the /dev/char
+links an engine on the systemd cgroup driver needs, and the CDI spec. The exit status is
 1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
 --engine-root looks for the engines' files and programs under DIR instead of / (a host
 mounted elsewhere, tests).
@@ -452,7 +453,12 @@ func (d *doctor) checkEngines() {
 			continue
 		}
 		if !registered.Changed() {
-			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", ")), configure)
+			detail := fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", "))
+			if status, note, fix := d.compareLive(e.engine, e.restart, false, false); status != "" {
+				d.add(check, statusWarn, detail+note, fix)
+				continue
+			}
+			d.add(check, statusWarn, detail, configure)
 			continue
 		}
 		current, err := engine.PlanConfigure(e.engine, opts)
@@ -470,10 +476,13 @@ func (d *doctor) checkEngines() {
 		}
 		detail := fmt.Sprintf("installed (%s); runtime %q registered: %s", prog, engine.DefaultRuntimeName, runtimePath)
 		opts.SetAsDefault = true
+		isDefault := false
 		if def, err := engine.PlanConfigure(e.engine, opts); err == nil && !def.Changed() {
 			detail += ", the default runtime"
+			isDefault = true
 		}
-		d.add(check, statusOK, detail, "")
+		status, note, fix := d.compareLive(e.engine, e.restart, true, isDefault)
+		d.add(check, cmp.Or(status, statusOK), detail+note, fix)
 		if e.engine == engine.Docker {
 			d.checkDockerHook()
 		}

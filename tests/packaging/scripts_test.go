@@ -442,7 +442,7 @@ func TestHostSetupHint(t *testing.T) {
 // the arguments they do pass is tests/packaging's TestPackages, on the real system.)
 func TestMaintainerScriptsArguments(t *testing.T) {
 	dir := filepath.Join(repoRoot(t), "packaging", "scripts")
-	usage := "usage: host-setup link-hook|unlink-hook|unregister BINDIR, or host-setup hint\n"
+	usage := "usage: host-setup link-hook|unlink-hook|unregister|stop-mps|record-loaded BINDIR, or host-setup hint\n"
 	testCases := []struct {
 		script, arg, want string
 		code              int
