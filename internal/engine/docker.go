@@ -118,6 +118,7 @@ func unconfigureDocker(current []byte, opts Options) (edit, error) {
 		}
 	}
 	e.notes = notes
+	slices.Sort(e.names)
 	return e, nil
 }
 

@@ -417,7 +417,7 @@ func TestUnconfigureDockerOurs(t *testing.T) {
 				`{"default-runtime": "runc"}`,
 			},
 			want:      `{"default-runtime": "runc"}`,
-			wantNames: []string{"nvidia", "gpu"},
+			wantNames: []string{"gpu", "nvidia"},
 		},
 		{
 			description: "a runtime path of another name, given: ours",
