@@ -1005,7 +1005,7 @@ func (m *machine) removalRefused(t *testing.T) {
 	}
 	wantLines(t, "apt-get remove", out,
 		"gpu-ctk: unconfigure docker: parse "+daemonJSON+" at line 2, column 12: invalid character 'y' looking for beginning of value",
-		`gpu-runtime: cannot unregister the runtime "gpu" from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
+		`gpu-runtime: cannot unregister gpu-runtime's runtimes from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
 	if s := status("gpu-runtime"); s != "ii" {
 		t.Errorf("dpkg status %q after the refused removal, want ii", s)
 	}
@@ -1228,7 +1228,7 @@ func (m *machine) purgeWhileLoaded(t *testing.T) {
 	out := mustApt(t, "purge", "gpu-runtime")
 	wantLines(t, "apt-get purge", out,
 		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
-		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has the runtime "gpu" loaded. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
+		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has gpu-runtime loaded as a runtime. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
 	if r := d.docker(t, "run", "--rm", "--network", "none", "--runtime=gpu", "img:1", "echo", "through the pass-through"); r.Code != 0 || r.Stdout != "through the pass-through\n" {
 		t.Errorf("docker run --runtime=gpu of a container without a GPU after purge: %s", r)
 	}
