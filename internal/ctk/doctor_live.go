@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/engine"
@@ -69,13 +70,14 @@ func daemonName(e engine.Engine) string {
 	return string(e)
 }
 
-// compareLive compares what engine e's files register (registered; isDefault: as its default
-// runtime) with what the running engine has loaded, when one answers on its socket. The files
-// are what an engine reads when it starts: until it restarts it runs with what it loaded then
-// (dockerd keeps its default runtime even across a reload). It returns "" for status when
-// there is nothing to say beyond a note (no engine answers, or it agrees); otherwise warn, with
-// the restart as the fix.
-func (d *doctor) compareLive(e engine.Engine, restart string, registered, isDefault bool) (status, note, fix string) {
+// compareLive compares what engine e's files register (registered: the runtimes of ours;
+// defaultName: the one set as its default runtime, "" for none) with what the running engine
+// has loaded, when one answers on its socket. Runtimes of ours are told by their program, not
+// their name. The files are what an engine reads when it starts: until it restarts it runs
+// with what it loaded then (dockerd keeps its default runtime even across a reload). It returns
+// "" for status when there is nothing to say beyond a note (no engine answers, or it agrees);
+// otherwise warn, with the restart as the fix.
+func (d *doctor) compareLive(e engine.Engine, restart string, registered []string, defaultName string) (status, note, fix string) {
 	if e != engine.Docker && e != engine.Containerd {
 		return "", "", ""
 	}
@@ -90,21 +92,27 @@ func (d *doctor) compareLive(e engine.Engine, restart string, registered, isDefa
 	if live.PID != 0 {
 		running += fmt.Sprintf(" (pid %d)", live.PID)
 	}
-	name := engine.DefaultRuntimeName
+	loaded := live.Ours("")
 	again := "restart " + string(e)
+	var missing []string
+	for _, name := range registered {
+		if !slices.Contains(loaded, name) {
+			missing = append(missing, name)
+		}
+	}
 	switch {
-	case registered && !live.Loads(name):
-		return statusWarn, fmt.Sprintf("; registered but not loaded: %s has only the runtimes %s (it read its configuration before the runtime %q was registered); %s",
-			running, strings.Join(live.RuntimeNames(), ", "), name, again), restart
-	case registered && isDefault && live.Default != name:
+	case len(missing) > 0:
+		return statusWarn, fmt.Sprintf("; registered but not loaded: %s has only the runtimes %s (it read its configuration before the %s was registered); %s",
+			running, strings.Join(live.RuntimeNames(), ", "), runtimeNames(missing), again), restart
+	case defaultName != "" && live.Default != defaultName:
 		return statusWarn, fmt.Sprintf("; but not loaded as such: %s still defaults to %q, so containers that name no runtime get no GPU; %s", running, live.Default, again), restart
-	case !registered && live.Loads(name):
-		return statusWarn, fmt.Sprintf(", but %s still has it loaded (%s) until it restarts; %s", running, live.Runtimes[name], again), restart
-	case !registered:
+	case len(registered) == 0 && len(loaded) > 0:
+		return statusWarn, fmt.Sprintf(", but %s still has the %s loaded (%s) until it restarts; %s", running, runtimeNames(loaded), live.Runtimes[loaded[0]], again), restart
+	case len(registered) == 0:
 		return "", "", ""
 	}
 	note = "; loaded by " + running
-	if isDefault {
+	if defaultName != "" {
 		note += " as its default runtime"
 	}
 	return statusOK, note, ""

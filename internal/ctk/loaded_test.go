@@ -31,9 +31,10 @@ func serveInfo(t *testing.T, info string) string {
 	return sock
 }
 
-// TestLoaded: gpu-ctk loaded names the running engines that have the runtime gpu loaded, with
-// their restart; --record gives the scripts ENGINE PID STARTTIME STATE; an engine that does
-// not run, or has no gpu loaded, is not listed.
+// TestLoaded: gpu-ctk loaded names the running engines that have gpu-runtime loaded, under
+// whatever name (told by the runtime's path), with their restart; --record gives the scripts
+// ENGINE PID STARTTIME STATE NAMES; an engine that does not run, or has none of ours loaded
+// (NVIDIA's own "nvidia"), is not listed.
 func TestLoaded(t *testing.T) {
 	pid := os.Getpid()
 	start := engine.ProcessStartTime(pid)
@@ -57,11 +58,18 @@ func TestLoaded(t *testing.T) {
 		{"dockerd with gpu", `{"Runtimes":{"gpu":{"path":"/usr/bin/gpu-runtime"},"runc":{"path":"runc"}},"DefaultRuntime":"runc"}`, false, nil,
 			fmt.Sprintf("the running dockerd (pid %d) has the runtime \"gpu\" loaded: systemctl restart docker\n", pid)},
 		{"dockerd with gpu, the default", `{"Runtimes":{"gpu":{"path":"/usr/bin/gpu-runtime"}},"DefaultRuntime":"gpu"}`, false, nil,
-			fmt.Sprintf("the running dockerd (pid %d) has the runtime \"gpu\" loaded, as its default runtime: systemctl restart docker\n", pid)},
+			fmt.Sprintf("the running dockerd (pid %d) has the runtime \"gpu\" loaded, \"gpu\" as its default runtime: systemctl restart docker\n", pid)},
+		{"dockerd with nvidia of ours, the default", `{"Runtimes":{"nvidia":{"path":"/usr/bin/gpu-runtime"},"runc":{"path":"runc"}},"DefaultRuntime":"nvidia"}`, false, nil,
+			fmt.Sprintf("the running dockerd (pid %d) has the runtime \"nvidia\" loaded, \"nvidia\" as its default runtime: systemctl restart docker\n", pid)},
+		{"dockerd with NVIDIA's own nvidia", `{"Runtimes":{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},"DefaultRuntime":"nvidia"}`, false, nil, ""},
+		{"dockerd with two names of ours", `{"Runtimes":{"nvidia":{"path":"/usr/bin/gpu-runtime"},"gpu":{"path":"/usr/bin/gpu-runtime"},"runc":{"path":"runc"}},"DefaultRuntime":"runc"}`, false, nil,
+			fmt.Sprintf("the running dockerd (pid %d) has the runtimes \"gpu\", \"nvidia\" loaded: systemctl restart docker\n", pid)},
 		{"record", `{"Runtimes":{"gpu":{"path":"/usr/bin/gpu-runtime"}},"DefaultRuntime":"gpu"}`, true, []string{"--record"},
-			fmt.Sprintf("docker %d %d default\ncontainerd %d %d unknown\n", pid, start, pid, start)},
+			fmt.Sprintf("docker %d %d default gpu\ncontainerd %d %d unknown -\n", pid, start, pid, start)},
+		{"record, two names of ours", `{"Runtimes":{"nvidia":{"path":"/usr/bin/gpu-runtime"},"gpu":{"path":"/usr/bin/gpu-runtime"}},"DefaultRuntime":"nvidia"}`, false, []string{"--record"},
+			fmt.Sprintf("docker %d %d default gpu,nvidia\n", pid, start)},
 		{"containerd without crictl", "", true, nil,
-			fmt.Sprintf("the running containerd (pid %d) may have the runtime \"gpu\" loaded (containerd answers on %s, but without crictl its CRI runtimes cannot be asked): to be sure it has not, systemctl restart containerd\n", pid, ctdSock)},
+			fmt.Sprintf("the running containerd (pid %d) may have gpu-runtime loaded as a runtime (containerd answers on %s, but without crictl its CRI runtimes cannot be asked): to be sure it has not, systemctl restart containerd\n", pid, ctdSock)},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

@@ -61,6 +61,19 @@ func (l Live) Loads(name string) bool {
 	return ok
 }
 
+// Ours lists, sorted, the loaded runtimes that are gpu-runtime (Ours: by their program —
+// dockerd's path, containerd's options.BinaryName — whatever their name).
+func (l Live) Ours(runtimePath string) []string {
+	var names []string
+	for n, p := range l.Runtimes {
+		if Ours(p, runtimePath) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // RuntimeNames lists the loaded runtimes, sorted.
 func (l Live) RuntimeNames() []string {
 	var names []string

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -130,5 +131,29 @@ echo '{"status":{},"config":{"containerd":{"defaultRuntimeName":"runc","runtimes
 	}
 	if _, err := QueryContainerd(context.Background(), filepath.Join(dir, "none.sock"), crictl); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("no socket: %v, want ErrNotRunning", err)
+	}
+}
+
+// TestLiveOurs: the loaded runtimes of ours are told by their program, not their name.
+func TestLiveOurs(t *testing.T) {
+	testCases := []struct {
+		description string
+		runtimes    map[string]string
+		runtimePath string
+		want        []string
+	}{
+		{"gpu only", map[string]string{"gpu": "/usr/bin/gpu-runtime", "runc": "runc"}, "", []string{"gpu"}},
+		{"nvidia ours", map[string]string{"nvidia": "/usr/bin/gpu-runtime", "runc": "runc"}, "", []string{"nvidia"}},
+		{"nvidia NVIDIA's own", map[string]string{"nvidia": "nvidia-container-runtime", "runc": "runc"}, "", nil},
+		{"two names of ours", map[string]string{"nvidia": "/usr/bin/gpu-runtime", "gpu": "/usr/local/bin/gpu-runtime", "kata": "/k"}, "", []string{"gpu", "nvidia"}},
+		{"another program path, given", map[string]string{"gpu": "/opt/gr/rt"}, "/opt/gr/rt", []string{"gpu"}},
+		{"a program not said", map[string]string{"gpu": ""}, "", nil},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			if got := (Live{Runtimes: tc.runtimes}).Ours(tc.runtimePath); !slices.Equal(got, tc.want) {
+				t.Errorf("Ours = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

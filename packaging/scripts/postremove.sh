@@ -9,9 +9,10 @@
 # (their daemons were stopped before removal; a tmpfs still mounted is left, and said).
 #
 # The pass-through. An engine reads its runtimes when it starts: a running dockerd or
-# containerd that had the runtime "gpu" loaded (prerm recorded which, in
+# containerd that had gpu-runtime loaded as a runtime, under whatever name ("gpu", or "nvidia"
+# after configure --runtime-name nvidia; prerm recorded which, in
 # /run/gpu-runtime/engines-loaded) keeps calling /usr/bin/gpu-runtime until it restarts, to
-# stop and delete the containers it started with it and, where "gpu" is its default runtime,
+# stop and delete the containers it started with it and, where that runtime is its default,
 # to start every new container. So removal leaves /usr/bin/gpu-runtime as a small script that
 # passes every command to runc (crun where there is no runc), except that it refuses to create
 # a container that asks for a GPU, saying that gpu-runtime was removed and which engine to
@@ -39,6 +40,16 @@ daemon_of() {
   esac
 }
 
+# runtimes_of NAMES: NAMES (comma-separated, of [A-Za-z0-9._-]) as words: the runtime "a", the
+# runtimes "a", "b", or gpu-runtime when none.
+runtimes_of() {
+  case "$1" in
+  "") echo "gpu-runtime" ;;
+  *,*) echo "the runtimes $(printf '%s' "$1" | sed 's/[^,][^,]*/"&"/g; s/,/, /g')" ;;
+  *) echo "the runtime \"$1\"" ;;
+  esac
+}
+
 # start_time PID: field 22 of /proc/PID/stat ("" when PID does not run).
 start_time() {
   stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
@@ -55,7 +66,8 @@ leave_passthrough() {
   [ -e "$passthrough" ] && [ "$(sed -n 2p "$passthrough" 2>/dev/null)" != "$marker" ] && { rm -f "$record"; return 0; }
   restarts=""
   lines=""
-  while read -r engine pid start state; do
+  allnames=""
+  while read -r engine pid start state names; do
     case "$engine" in docker | containerd) ;; *) continue ;; esac
     case "$pid$start" in "" | *[!0-9]*) pid=0 start=0 ;; esac
     restart="$(restart_of "$engine")"
@@ -64,10 +76,17 @@ leave_passthrough() {
 "
     who="the running $(daemon_of "$engine")"
     [ "$pid" = 0 ] || who="$who (pid $pid)"
+    # NAMES: the runtimes of gpu-runtime's, comma-separated; "-": not known; none: a record
+    # of a gpu-ctk that knew only "gpu".
+    case "$names" in "") names=gpu ;; "-" | *[!A-Za-z0-9._,-]*) names="" ;; esac
+    for n in $(printf '%s' "$names" | tr ',' ' '); do
+      case ",$allnames," in *",$n,"*) ;; *) allnames="${allnames:+$allnames,}$n" ;; esac
+    done
+    runtime="$(runtimes_of "$names")"
     case "$state" in
-    default) what="has the runtime \"gpu\" loaded as its default runtime" ;;
-    unknown) what="may have the runtime \"gpu\" loaded (it did not say)" ;;
-    *) what="has the runtime \"gpu\" loaded" ;;
+    default) what="has $runtime loaded as its default runtime" ;;
+    unknown) what="may have gpu-runtime loaded as a runtime (it did not say)" ;;
+    *) what="has $runtime loaded" ;;
     esac
     echo "gpu-runtime: $who $what until it restarts: left $passthrough, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: $restart"
   done <"$record"
@@ -77,14 +96,16 @@ leave_passthrough() {
   {
     echo "#!/bin/sh"
     echo "$marker"
-    echo "# while a running engine still has the runtime \"gpu\" loaded; removed by purge once it restarted, or by hand."
+    using="$(runtimes_of "$allnames")"
+    echo "# while a running engine still has $using loaded; removed by purge once it restarted, or by hand."
     printf '%s' "$lines"
     echo "restart='$restarts'"
+    echo "using='$using'"
     cat <<'EOF'
 # Every command goes to runc (crun where there is none), with its arguments as given; create and
 # run of a container asking for a GPU (NVIDIA_VISIBLE_DEVICES other than void or none, docker
 # --gpus's hook, a CDI device annotation, the device plugin's volume mounts) fail instead.
-msg="gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime \"gpu\": $restart; then install gpu-runtime again, or run the container without a GPU"
+msg="gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using $using: $restart; then install gpu-runtime again, or run the container without a GPU"
 sub="" bundle="." log="" format=text want=""
 for a in "$@"; do
   if [ -n "$want" ]; then
@@ -152,7 +173,7 @@ purge_passthrough() {
     fi
   done <"$passthrough"
   if [ -n "$running" ]; then
-    echo "gpu-runtime: kept $passthrough, the pass-through to runc: the running $running still has the runtime \"gpu\" loaded. Restart it, then remove the pass-through: $restarts && rm $passthrough"
+    echo "gpu-runtime: kept $passthrough, the pass-through to runc: the running $running still has gpu-runtime loaded as a runtime. Restart it, then remove the pass-through: $restarts && rm $passthrough"
     return 0
   fi
   rm -f "$passthrough"

@@ -4,9 +4,10 @@
 #   rpm %preun: 0 (erase) | 1 (upgrade: the old package's script, the new package in place)
 # On removal, and only then, it stops the running MPS shares (gpu-ctk mps stop: the configured
 # ones and any other with a pid file under the MPS root; if one cannot be stopped the removal
-# stops), records which running engines have the runtime "gpu" loaded (gpu-ctk loaded: postrm
-# leaves a pass-through for them), unregisters the runtime "gpu" from every engine (gpu-ctk
-# runtime unconfigure puts each engine's file back as it was before configure) and removes the
+# stops), records which running engines have gpu-runtime loaded under whatever name (gpu-ctk
+# loaded: postrm leaves a pass-through for them), unregisters every runtime of gpu-runtime's
+# from every engine, "gpu" or another name such as "nvidia", told by its path (gpu-ctk runtime
+# unconfigure puts each engine's file back as it was before configure) and removes the
 # hook link it made. If an engine cannot be unconfigured the removal stops, rather than leave
 # that engine pointing at a missing binary. An upgrade keeps everything.
 set -e

@@ -58,6 +58,7 @@ func TestDoctorLiveEngine(t *testing.T) {
 	daemonJSON := filepath.Join(d.engineRoot, "etc/docker/daemon.json")
 	installed := "installed (" + filepath.Join(d.engineRoot, "usr/bin/dockerd") + "); "
 	withGPU := fmt.Sprintf(`"gpu":{"path":%q},"runc":{"path":"runc"}`, runtimePath)
+	withNvidia := fmt.Sprintf(`"nvidia":{"path":%q},"runc":{"path":"runc"}`, runtimePath)
 
 	testCases := []struct {
 		description    string
@@ -77,8 +78,19 @@ func TestDoctorLiveEngine(t *testing.T) {
 		{"the default in both", nil, withGPU, "gpu", "ok",
 			installed + `runtime "gpu" registered: ` + runtimePath + fmt.Sprintf(", the default runtime; loaded by the running dockerd (pid %d) as its default runtime", pid), ""},
 		{"unregistered, dockerd not restarted", []string{"unconfigure"}, withGPU, "gpu", "warn",
-			installed + `runtime "gpu" not registered (` + daemonJSON + fmt.Sprintf(`), but the running dockerd (pid %d) still has it loaded (%s) until it restarts; restart docker`, pid, runtimePath),
+			installed + `runtime "gpu" not registered (` + daemonJSON + fmt.Sprintf(`), but the running dockerd (pid %d) still has the runtime "gpu" loaded (%s) until it restarts; restart docker`, pid, runtimePath),
 			"systemctl restart docker"},
+		// A runtime of ours is told by its path, whatever its name.
+		{"nvidia of ours, the default in both", []string{"configure", "--runtime-name=nvidia", "--set-as-default"}, withNvidia, "nvidia", "ok",
+			installed + `runtime "nvidia" registered: ` + runtimePath + fmt.Sprintf(", the default runtime; loaded by the running dockerd (pid %d) as its default runtime", pid), ""},
+		{"nvidia of ours and gpu, dockerd not restarted", []string{"configure"}, withNvidia, "nvidia", "warn",
+			installed + `runtimes "gpu", "nvidia" registered: ` + runtimePath + fmt.Sprintf(`, "nvidia" the default runtime; registered but not loaded: the running dockerd (pid %d) has only the runtimes nvidia, runc (it read its configuration before the runtime "gpu" was registered); restart docker`, pid),
+			"systemctl restart docker"},
+		{"nvidia of ours unregistered, dockerd not restarted", []string{"unconfigure"}, withNvidia, "nvidia", "warn",
+			installed + `runtime "gpu" not registered (` + daemonJSON + fmt.Sprintf(`), but the running dockerd (pid %d) still has the runtime "nvidia" loaded (%s) until it restarts; restart docker`, pid, runtimePath),
+			"systemctl restart docker"},
+		{"NVIDIA's own nvidia loaded: not ours", nil, `"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}`, "nvidia", "warn",
+			installed + `runtime "gpu" not registered (` + daemonJSON + `)`, "gpu-ctk runtime configure --runtime=docker && systemctl restart docker"},
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {

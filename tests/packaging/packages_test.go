@@ -313,6 +313,7 @@ func TestPackages(t *testing.T) {
 		{"NVIDIA's hook installed first: never replaced; rpm's install and erase scriptlets", m.nvidiaFirst},
 		{"NVIDIA's hook installed after: it replaces the link, which removal leaves", m.nvidiaAfter},
 		{"purge while dockerd has gpu loaded keeps the pass-through and says how to remove it", m.purgeWhileLoaded},
+		{"removal of a runtime registered as nvidia, NVIDIA's displaced, while dockerd has it loaded", m.removeOtherName},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -1005,7 +1006,7 @@ func (m *machine) removalRefused(t *testing.T) {
 	}
 	wantLines(t, "apt-get remove", out,
 		"gpu-ctk: unconfigure docker: parse "+daemonJSON+" at line 2, column 12: invalid character 'y' looking for beginning of value",
-		`gpu-runtime: cannot unregister the runtime "gpu" from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
+		`gpu-runtime: cannot unregister gpu-runtime's runtimes from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
 	if s := status("gpu-runtime"); s != "ii" {
 		t.Errorf("dpkg status %q after the refused removal, want ii", s)
 	}
@@ -1228,7 +1229,7 @@ func (m *machine) purgeWhileLoaded(t *testing.T) {
 	out := mustApt(t, "purge", "gpu-runtime")
 	wantLines(t, "apt-get purge", out,
 		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
-		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has the runtime "gpu" loaded. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
+		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has gpu-runtime loaded as a runtime. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
 	if r := d.docker(t, "run", "--rm", "--network", "none", "--runtime=gpu", "img:1", "echo", "through the pass-through"); r.Code != 0 || r.Stdout != "through the pass-through\n" {
 		t.Errorf("docker run --runtime=gpu of a container without a GPU after purge: %s", r)
 	}
@@ -1236,6 +1237,49 @@ func (m *machine) purgeWhileLoaded(t *testing.T) {
 	m.dockerd = nil
 	if err := os.Remove("/usr/bin/gpu-runtime"); err != nil {
 		t.Errorf("the pass-through, to be removed by hand after the restart: %v", err)
+	}
+	m.checkNothingLeft(t)
+}
+
+// removeOtherName removes the package from a host migrated from NVIDIA's toolkit: daemon.json
+// had NVIDIA's runtime "nvidia" as the default, and gpu-ctk runtime configure --runtime-name
+// nvidia --set-as-default put gpu-runtime in its place. A private dockerd runs with that
+// loaded. The removal tells gpu-runtime's runtime by its path, not its name: daemon.json is put
+// back byte for byte (NVIDIA's entry and the default), and the pass-through is left for the
+// dockerd, the message naming "nvidia".
+func (m *machine) removeOtherName(t *testing.T) {
+	before := fmt.Sprintf("{\n  \"deprecated-key-path\": %q,\n  \"default-runtime\": \"nvidia\",\n  \"runtimes\": {\n    \"nvidia\": {\"path\": \"nvidia-container-runtime\", \"runtimeArgs\": []}\n  }\n}\n",
+		filepath.Join(m.work, "key.json"))
+	mustApt(t, "install", m.p.deb)
+	writeFile(t, daemonJSON, before, 0o644)
+	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--runtime-name=nvidia", "--set-as-default")
+	wantLines(t, "gpu-ctk runtime configure --runtime=docker --runtime-name=nvidia --set-as-default", out, `configured docker: runtime "nvidia" -> /usr/bin/gpu-runtime`)
+	m.editConfig(t)
+	d := m.startDockerd(t)
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	if r := d.docker(t, "info", "--format", "{{.DefaultRuntime}}"); r.Code != 0 || r.Stdout != "nvidia\n" {
+		t.Fatalf("docker info: default runtime %s, want nvidia", r)
+	}
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	out = mustApt(t, "remove", "gpu-runtime")
+	wantLines(t, "apt-get remove", out, `unconfigured docker: runtime "nvidia" removed`,
+		`note: docker runtime "nvidia" is again what it was before configure: {"path":"nvidia-container-runtime","runtimeArgs":[]}`,
+		`note: docker default-runtime is again "nvidia", as before configure`,
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "nvidia" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`)
+	m.checkEnginesRestored(t, &before)
+	if r := d.docker(t, "run", "--rm", "--network", "none", "img:1", "echo", "no GPU, still runs"); r.Code != 0 || r.Stdout != "no GPU, still runs\n" {
+		t.Errorf("docker run of a container without a GPU (default runtime nvidia, gpu-runtime's) after removal: %s", r)
+	}
+	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "nvidia": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
+	}
+	d.stop()
+	m.dockerd = nil
+	mustApt(t, "purge", "gpu-runtime")
+	if err := os.Remove(daemonJSON); err != nil {
+		t.Errorf("remove the test's daemon.json: %v", err)
 	}
 	m.checkNothingLeft(t)
 }
