@@ -4,7 +4,8 @@
 #
 #   scripts/install-deps.sh          what make test needs: runc, crun, busybox-static, gcc,
 #                                    libc6-dev, file, binutils (objdump), rpm (Debian's, to inspect
-#                                    the .rpm), dash
+#                                    the .rpm), dash, containernetworking-plugins and iproute2
+#                                    (the Kubernetes cluster tests' pod network)
 #   scripts/install-deps.sh --demo   only what make demo needs: runc, busybox-static, gcc, libc6-dev
 #
 # The container engines (docker.io, containerd, podman) are scripts/install-engine-deps.sh's.
@@ -20,7 +21,7 @@ case "${1:-}" in
 esac
 
 if ! command -v go >/dev/null; then
-  echo "install-deps: Go is not installed; install Go >= 1.25 (https://go.dev/dl/)" >&2
+  echo "install-deps: Go is not installed; install Go >= 1.26 (https://go.dev/dl/)" >&2
   exit 1
 fi
 
@@ -35,6 +36,8 @@ if ! $demo; then
   command -v objdump >/dev/null || need+=(binutils) # make package: the glibc gpu-ctk needs
   command -v rpm >/dev/null || need+=(rpm)          # tests/packaging: rpm -qp on the .rpm
   command -v dash >/dev/null || need+=(dash)        # tests/packaging: the scripts under Debian's sh
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins) # tests/cluster: the pods' bridge
+  command -v ip >/dev/null || need+=(iproute2)      # tests/cluster: removes the bridge
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
