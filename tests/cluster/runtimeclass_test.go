@@ -3,6 +3,7 @@ package cluster
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
 )
@@ -32,19 +33,23 @@ func TestRuntimeClass(t *testing.T) {
 	}
 }
 
-// TestRuntimeClassUnknownGPU: a pod asking for a GPU the node does not have never starts, and
-// gpu-runtime's message, naming the token and the GPUs that exist, is in its events.
+// TestRuntimeClassUnknownGPU: a pod asking for a GPU the node does not have never runs: its
+// container fails to start (restartPolicy Never: the pod fails), and gpu-runtime's message,
+// naming the token and the GPUs that exist, is in its events and its container's state.
 func TestRuntimeClassUnknownGPU(t *testing.T) {
 	requireCluster(t)
 	p := newPod("rc-unknown")
 	p.runtimeClass = "gpu"
 	p.env = map[string]string{"NVIDIA_VISIBLE_DEVICES": "7"}
 	apply(t, p)
-	d := waitEvent(t, p.name, `unknown device "7" in NVIDIA_VISIBLE_DEVICES`)
-	if !strings.Contains(d, "this host has GPUs 0") {
-		t.Errorf("the event does not list the GPUs that exist:\n%s", d)
+	const msg = `unknown device "7" in NVIDIA_VISIBLE_DEVICES: this host has GPUs 0 (GPU-`
+	d := waitEvent(t, p.name, msg)
+	if !strings.Contains(d, "OCI runtime create failed: gpu-runtime: ") {
+		t.Errorf("the event does not say gpu-runtime refused the create:\n%s", d)
 	}
-	if phase := kubectl(t, "", "get", "pod", p.name, "-o", "jsonpath={.status.phase}"); phase != "Pending" {
-		t.Errorf("pod phase %q, want Pending (its container never created)", phase)
+	waitPod(t, p.name, 60*time.Second, "Failed")
+	state := kubectl(t, "", "get", "pod", p.name, "-o", "jsonpath={.status.containerStatuses[0].state.terminated.reason}: {.status.containerStatuses[0].state.terminated.message}")
+	if !strings.HasPrefix(state, "StartError: ") || !strings.Contains(state, msg) {
+		t.Errorf("the container's state %q, want a StartError with gpu-runtime's message", state)
 	}
 }
