@@ -433,6 +433,17 @@ func (c *Cluster) startContainerd(cniDir string) error {
 // a two-line script sets GPU_RUNTIME_CONFIG and execs gpu-runtime (which then execs runc).
 // Volume mounts are accepted, as a node running a device plugin's volume-mounts strategy sets.
 func (c *Cluster) writeRuntimeConfig() error {
+	if err := c.SetMultiTenant(false); err != nil {
+		return err
+	}
+	script := fmt.Sprintf("#!/bin/sh\nGPU_RUNTIME_CONFIG=%s exec %s \"$@\"\n", shellQuote(c.RuntimeConfig), shellQuote(filepath.Join(c.GPUBin, "gpu-runtime")))
+	return os.WriteFile(filepath.Join(c.Dir, "gpu-runtime"), []byte(script), 0o755)
+}
+
+// SetMultiTenant rewrites gpu-runtime's configuration (atomically: containers may be created
+// meanwhile) for a multi-tenant node, request.accept-envvar-when-unprivileged = false, or back.
+// gpu-runtime reads it at every create.
+func (c *Cluster) SetMultiTenant(on bool) error {
 	h := c.Host
 	content := fmt.Sprintf(`[runtime]
 runtimes = [%q]
@@ -446,19 +457,20 @@ proc-root = %q
 path = %q
 [request]
 accept-device-list-as-volume-mounts = true
+accept-envvar-when-unprivileged = %t
 [discovery]
 cache-file = %q
 [cdi]
 spec-dirs = [%q]
 [health]
 file = %q
-`, c.Runc, c.RuntimeLog, h.DriverRoot, h.DevRoot, h.ProcRoot, filepath.Join(c.GPUBin, "gpu-hook"),
+`, c.Runc, c.RuntimeLog, h.DriverRoot, h.DevRoot, h.ProcRoot, filepath.Join(c.GPUBin, "gpu-hook"), !on,
 		filepath.Join(c.Dir, "discovery-cache.csv"), c.CDIDir, c.HealthFile)
-	if err := os.WriteFile(c.RuntimeConfig, []byte(content), 0o644); err != nil {
+	tmp := c.RuntimeConfig + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		return err
 	}
-	script := fmt.Sprintf("#!/bin/sh\nGPU_RUNTIME_CONFIG=%s exec %s \"$@\"\n", shellQuote(c.RuntimeConfig), shellQuote(filepath.Join(c.GPUBin, "gpu-runtime")))
-	return os.WriteFile(filepath.Join(c.Dir, "gpu-runtime"), []byte(script), 0o755)
+	return os.Rename(tmp, c.RuntimeConfig)
 }
 
 func shellQuote(s string) string {

@@ -246,3 +246,37 @@ func TestDevicePluginUnhealthyGPU(t *testing.T) {
 		t.Errorf("the pod's events do not say the device is unhealthy and how to return it:\n%s", d)
 	}
 }
+
+// TestDevicePluginMultiTenant: on a node set for tenants who must not pick their GPUs
+// (request.accept-envvar-when-unprivileged = false, the README's multi-tenant setting), a pod's
+// own NVIDIA_VISIBLE_DEVICES gives it nothing, while the volume-mounts strategy — mounts only
+// the kubelet can make — still gives the pod exactly the GPU allocated.
+func TestDevicePluginMultiTenant(t *testing.T) {
+	c := requireCluster(t)
+	if err := c.SetMultiTenant(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.SetMultiTenant(false); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("a pod's own NVIDIA_VISIBLE_DEVICES is ignored", func(t *testing.T) {
+		p := newPod("tenant-env")
+		p.runtimeClass = "gpu"
+		p.env = map[string]string{"NVIDIA_VISIBLE_DEVICES": "0"}
+		enginetest.WantGPUs(t, c.Host, runPod(t, p))
+	})
+	t.Run("volume-mounts still give the allocated GPU", func(t *testing.T) {
+		startPlugin(t, "volume-mounts")
+		p := newPod("tenant-vm")
+		p.runtimeClass = "gpu"
+		p.limits = map[string]string{"nvidia.com/gpu": "1"}
+		out := runPod(t, p)
+		ids := allocated(t, p.name)
+		if len(ids) != 1 {
+			t.Fatalf("the kubelet allocated %v to the pod, want one GPU", ids)
+		}
+		enginetest.WantGPUs(t, c.Host, out, gpuIndex(t, ids[0]))
+	})
+}
