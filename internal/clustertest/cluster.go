@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/enginetest"
@@ -86,13 +88,81 @@ type Cluster struct {
 	Socket        string // containerd's
 	Runc          string
 
-	cgroupRoot string // the kubelet's cgroup root, a top-level cgroup named for the cluster
-	bridge     string
-	sysctls    map[string]string
-	leftovers  enginetest.HostLeftovers
-	firewall   firewall // the iptables chains, rules and nftables tables there before the cluster
-	daemons    []*enginetest.Daemon
-	stopped    bool
+	host    hostState
+	daemons []*enginetest.Daemon
+	stopped bool
+}
+
+// hostState is what the cluster changes outside its directory, saved in Dir/host-state.json so
+// that ReapStale can undo it when the process that started the cluster was killed.
+type hostState struct {
+	Owner      int               // the pid of the process that started the cluster
+	CgroupRoot string            // the kubelet's cgroup root, a top-level cgroup named for the cluster
+	Bridge     string            // the pods' CNI bridge
+	Socket     string            // containerd's, which names its shims' sockets
+	Sysctls    map[string]string // the kubelet's sysctls as they were before it started
+	Firewall   firewall          // the iptables chains and rules and nftables tables there before
+	Leftovers  enginetest.HostLeftovers
+}
+
+const hostStateFile = "host-state.json"
+
+func (h *hostState) save(dir string) error {
+	data, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, hostStateFile+".new")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, hostStateFile))
+}
+
+// undo removes what the cluster in dir changed on the host, once its processes are gone:
+// cgroups, the bridge, the kubelet's iptables chains and the tables it made, the sysctls, the
+// shims' sockets and the host paths it created.
+func (h *hostState) undo(dir string) {
+	if h.CgroupRoot != "" {
+		_ = enginetest.RemoveCgroups(h.CgroupRoot)
+	}
+	if h.Bridge != "" {
+		if err := exec.Command("ip", "link", "show", h.Bridge).Run(); err == nil {
+			_ = exec.Command("ip", "link", "delete", h.Bridge).Run()
+		}
+	}
+	h.Firewall.restore()
+	for s, v := range h.Sysctls {
+		_ = os.WriteFile(filepath.Join("/proc/sys", s), []byte(v), 0o644)
+	}
+	for _, sock := range enginetest.ShimSockets(h.Socket, filepath.Join(dir, "containerd", "state")) {
+		_ = os.Remove(sock)
+	}
+	h.Leftovers.Remove()
+}
+
+// ReapStale cleans up after clusters whose starting process is gone (a test binary killed by
+// -timeout or a signal): in each /tmp/grc-* directory with a host state whose owner is dead, it
+// kills every process and unmounts everything under the directory, undoes the host changes and
+// removes the directory. It writes a line per directory to progress (nil: none).
+func ReapStale(progress io.Writer) {
+	dirs, _ := filepath.Glob("/tmp/grc-*")
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, hostStateFile))
+		if err != nil {
+			continue
+		}
+		var h hostState
+		if json.Unmarshal(data, &h) != nil || h.Owner <= 0 || syscall.Kill(h.Owner, 0) == nil {
+			continue
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "cluster: cleaning up %s, left by process %d\n", dir, h.Owner)
+		}
+		_ = enginetest.Release(dir)
+		h.undo(dir)
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // hostPaths are the host paths the cluster's components create whatever their flags,
@@ -138,6 +208,7 @@ func Start(opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	pid := os.Getpid()
+	ReapStale(opts.Progress)
 	c = &Cluster{
 		Options:       opts,
 		NodeName:      strings.ToLower(name),
@@ -148,11 +219,18 @@ func Start(opts Options) (c *Cluster, err error) {
 		PodLogs:       filepath.Join(opts.Dir, "kubelet", "pod-logs"),
 		Socket:        filepath.Join(opts.Dir, "containerd", "containerd.sock"),
 		Runc:          runc,
-		cgroupRoot:    fmt.Sprintf("grc-%d-k8s", pid),       // no other cluster's name starts with it (RemoveCgroups)
-		bridge:        fmt.Sprintf("grcbr%d", pid%10000000), // at most 15 bytes
+		host: hostState{
+			Owner:      pid,
+			CgroupRoot: fmt.Sprintf("grc-%d-k8s", pid),       // no other cluster's name starts with it (RemoveCgroups)
+			Bridge:     fmt.Sprintf("grcbr%d", pid%10000000), // at most 15 bytes
+		},
 	}
-	c.leftovers = enginetest.RecordLeftovers(hostPaths(), filepath.Join(opts.Dir, "host-leftovers"))
-	c.firewall = snapshotFirewall()
+	c.host.Socket = c.Socket
+	c.host.Leftovers = enginetest.RecordLeftovers(hostPaths(), filepath.Join(opts.Dir, "host-leftovers"))
+	c.host.Firewall = snapshotFirewall()
+	if err := c.host.save(opts.Dir); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -279,11 +357,14 @@ func (c *Cluster) start(cniDir string) error {
 	if err := c.prepareCgroups(); err != nil {
 		return err
 	}
-	c.sysctls = map[string]string{}
+	c.host.Sysctls = map[string]string{}
 	for _, s := range kubeletSysctls {
 		if v, err := os.ReadFile(filepath.Join("/proc/sys", s)); err == nil {
-			c.sysctls[s] = strings.TrimSpace(string(v))
+			c.host.Sysctls[s] = strings.TrimSpace(string(v))
 		}
+	}
+	if err := c.host.save(dir); err != nil {
+		return err
 	}
 	kubeletConfig := filepath.Join(dir, "kubelet", "config.yaml")
 	if err := os.WriteFile(kubeletConfig, []byte(c.kubeletConfig(p, kubeletPort)), 0o644); err != nil {
@@ -388,7 +469,7 @@ func (c *Cluster) startContainerd(cniDir string) error {
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(netd, "10-gpu-runtime-test.conflist"), []byte(fmt.Sprintf(cniConfig, c.bridge, filepath.Join(c.Dir, "cni", "ipam"))), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(netd, "10-gpu-runtime-test.conflist"), []byte(fmt.Sprintf(cniConfig, c.host.Bridge, filepath.Join(c.Dir, "cni", "ipam"))), 0o644); err != nil {
 		return err
 	}
 	if err := c.writeRuntimeConfig(); err != nil {
@@ -533,7 +614,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 enforceNodeAllocatable: [pods]
 featureGates: {DRAConsumableCapacity: true, DRAPartitionableDevices: true, DRADeviceTaints: true}
-`, port, p.path("ca.crt"), c.Socket, c.Socket, c.cgroupRoot, c.PodLogs)
+`, port, p.path("ca.crt"), c.Socket, c.Socket, c.host.CgroupRoot, c.PodLogs)
 }
 
 // prepareCgroups makes the kubelet's cgroup root in every hierarchy (the cgroupfs driver
@@ -544,7 +625,7 @@ func (c *Cluster) prepareCgroups() error {
 		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
 			continue
 		}
-		d := filepath.Join(h, c.cgroupRoot)
+		d := filepath.Join(h, c.host.CgroupRoot)
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("make cgroup %s: %w", d, err)
 		}
@@ -673,20 +754,8 @@ func (c *Cluster) Stop() {
 		c.daemons[i].Stop()
 	}
 	_ = enginetest.Release(c.Dir)
-	_ = enginetest.RemoveCgroups(c.cgroupRoot)
-	if c.bridge != "" {
-		if err := exec.Command("ip", "link", "show", c.bridge).Run(); err == nil {
-			_ = exec.Command("ip", "link", "delete", c.bridge).Run()
-		}
-	}
-	c.firewall.restore()
-	for s, v := range c.sysctls {
-		_ = os.WriteFile(filepath.Join("/proc/sys", s), []byte(v), 0o644)
-	}
-	for _, sock := range enginetest.ShimSockets(c.Socket, filepath.Join(c.Dir, "containerd", "state")) {
-		_ = os.Remove(sock)
-	}
-	c.leftovers.Remove()
+	c.host.undo(c.Dir)
+	_ = os.Remove(filepath.Join(c.Dir, hostStateFile)) // nothing left for ReapStale
 	c.progress("stopped in %.1f s", time.Since(start).Seconds())
 }
 
@@ -701,19 +770,19 @@ func (c *Cluster) Leftovers() []string {
 	for _, m := range enginetest.MountsUnder(c.Dir) {
 		out = append(out, "mount "+m)
 	}
-	if cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroupRoot)); len(cgs) > 0 {
+	if cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.host.CgroupRoot)); len(cgs) > 0 {
 		out = append(out, "cgroups "+strings.Join(cgs, " "))
 	}
-	if err := exec.Command("ip", "link", "show", c.bridge).Run(); err == nil {
-		out = append(out, "network interface "+c.bridge)
+	if err := exec.Command("ip", "link", "show", c.host.Bridge).Run(); err == nil {
+		out = append(out, "network interface "+c.host.Bridge)
 	}
-	out = append(out, c.firewall.added()...)
-	for s, v := range c.sysctls {
+	out = append(out, c.host.Firewall.added()...)
+	for s, v := range c.host.Sysctls {
 		if now, err := os.ReadFile(filepath.Join("/proc/sys", s)); err == nil && strings.TrimSpace(string(now)) != v {
 			out = append(out, fmt.Sprintf("sysctl %s = %s, was %s", strings.ReplaceAll(s, "/", "."), strings.TrimSpace(string(now)), v))
 		}
 	}
-	for _, p := range c.leftovers {
+	for _, p := range c.host.Leftovers {
 		if _, err := os.Lstat(p.Path); err == nil {
 			out = append(out, "host path "+p.Path)
 		}

@@ -12,14 +12,14 @@ import (
 // (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT), rules jumping to them and, on a
 // host without any, the tables holding them.
 type firewall struct {
-	chains, rules, tables map[string]bool
-	taken                 bool
+	Chains, Rules, Tables map[string]bool
+	Taken                 bool
 }
 
 var firewallTools = []string{"iptables", "ip6tables"}
 
 func snapshotFirewall() firewall {
-	f := firewall{chains: map[string]bool{}, rules: map[string]bool{}, tables: map[string]bool{}, taken: true}
+	f := firewall{Chains: map[string]bool{}, Rules: map[string]bool{}, Tables: map[string]bool{}, Taken: true}
 	for _, tool := range firewallTools {
 		out, err := exec.Command(tool + "-save").Output()
 		if err != nil {
@@ -32,17 +32,17 @@ func snapshotFirewall() firewall {
 				table = line[1:]
 			case strings.HasPrefix(line, ":"):
 				if fields := strings.Fields(line[1:]); len(fields) > 0 {
-					f.chains[tool+"/"+table+"/"+fields[0]] = true
+					f.Chains[tool+"/"+table+"/"+fields[0]] = true
 				}
 			case strings.HasPrefix(line, "-A "):
-				f.rules[tool+"/"+table+"/"+line] = true
+				f.Rules[tool+"/"+table+"/"+line] = true
 			}
 		}
 	}
 	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			if t, ok := strings.CutPrefix(strings.TrimSpace(line), "table "); ok {
-				f.tables[t] = true
+				f.Tables[t] = true
 			}
 		}
 	}
@@ -52,23 +52,23 @@ func snapshotFirewall() firewall {
 // added lists what is there now and was not when f was taken: iptables rules, KUBE-* chains and
 // nftables tables.
 func (f firewall) added() []string {
-	if !f.taken {
+	if !f.Taken {
 		return nil
 	}
 	now := snapshotFirewall()
 	var out []string
-	for r := range now.rules {
-		if !f.rules[r] {
+	for r := range now.Rules {
+		if !f.Rules[r] {
 			out = append(out, "iptables rule "+r)
 		}
 	}
-	for ch := range now.chains {
-		if !f.chains[ch] && strings.HasPrefix(ch[strings.LastIndexByte(ch, '/')+1:], "KUBE-") {
+	for ch := range now.Chains {
+		if !f.Chains[ch] && strings.HasPrefix(ch[strings.LastIndexByte(ch, '/')+1:], "KUBE-") {
 			out = append(out, "iptables chain "+ch)
 		}
 	}
-	for t := range now.tables {
-		if !f.tables[t] {
+	for t := range now.Tables {
+		if !f.Tables[t] {
 			out = append(out, "nftables table "+t)
 		}
 	}
@@ -80,18 +80,18 @@ func (f firewall) added() []string {
 // added rules jumping to them, then the nftables tables added since that are left empty of
 // rules. Nothing that was there before is touched.
 func (f firewall) restore() {
-	if !f.taken {
+	if !f.Taken {
 		return
 	}
 	now := snapshotFirewall()
 	ours := map[string]bool{} // tool/table/chain
-	for ch := range now.chains {
-		if !f.chains[ch] && strings.HasPrefix(ch[strings.LastIndexByte(ch, '/')+1:], "KUBE-") {
+	for ch := range now.Chains {
+		if !f.Chains[ch] && strings.HasPrefix(ch[strings.LastIndexByte(ch, '/')+1:], "KUBE-") {
 			ours[ch] = true
 		}
 	}
-	for r := range now.rules {
-		if f.rules[r] {
+	for r := range now.Rules {
+		if f.Rules[r] {
 			continue
 		}
 		parts := strings.SplitN(r, "/", 3)
@@ -109,14 +109,14 @@ func (f firewall) restore() {
 		_ = exec.Command(parts[0], "-t", parts[1], "-X", parts[2]).Run()
 	}
 	after := snapshotFirewall()
-	for t := range after.tables {
-		if f.tables[t] {
+	for t := range after.Tables {
+		if f.Tables[t] {
 			continue
 		}
 		family, name, _ := strings.Cut(t, " ")
 		tool := map[string]string{"ip": "iptables", "ip6": "ip6tables"}[family]
 		empty := tool != ""
-		for r := range after.rules {
+		for r := range after.Rules {
 			if strings.HasPrefix(r, tool+"/"+name+"/") {
 				empty = false
 			}

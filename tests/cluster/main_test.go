@@ -6,7 +6,9 @@
 //
 // The cluster is started once per test binary (TestMain) and stopped at its end; the test
 // binary then fails if anything is left behind (a process or mount under its directory, a
-// cgroup, the bridge, an iptables chain, a changed sysctl, a host path).
+// cgroup, the bridge, an iptables chain, rule or table, a changed sysctl, a host path). A
+// cluster left by a test binary killed by -timeout or a signal is cleaned up by the next run
+// (clustertest.ReapStale).
 //
 // It needs root and GPU_RUNTIME_E2E=1 (`make test` runs it after the other suites, as its own
 // step, `make test-cluster`); under GPU_RUNTIME_E2E=1 it builds the Kubernetes binaries into
