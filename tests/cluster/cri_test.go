@@ -87,3 +87,25 @@ func TestPodAnnotationIsNotContainerAnnotation(t *testing.T) {
 	out := runPod(t, p)
 	enginetest.WantCDIDevices(t, c.Host, out, enginetest.CDIWant{})
 }
+
+// TestDRAServed: the cluster serves DRA's API (resource.k8s.io/v1) with the gates the DRA work
+// builds on (consumable capacity, partitionable devices, device taints) on in the apiserver.
+func TestDRAServed(t *testing.T) {
+	requireCluster(t)
+	kubectl(t, "", "get", "deviceclasses.v1.resource.k8s.io")
+	metrics := kubectl(t, "", "get", "--raw", "/metrics")
+	for _, gate := range []string{"DRAConsumableCapacity", "DRAPartitionableDevices", "DRADeviceTaints"} {
+		found := false
+		for _, line := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(line, `kubernetes_feature_enabled{name="`+gate+`"`) {
+				found = true
+				if !strings.HasSuffix(line, " 1") {
+					t.Errorf("feature gate %s is off in the apiserver: %s", gate, line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the apiserver's metrics do not list the feature gate %s", gate)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -53,18 +54,21 @@ func run() int {
 		return 1
 	}
 	fmt.Printf(`
-The cluster is up (node %s, RuntimeClass %q for gpu-runtime on a fake %d-GPU host).
+The cluster is up (node %[1]s, RuntimeClass %[2]q for gpu-runtime on a fake %[3]d-GPU host).
 
-  export KUBECONFIG=%s
-  %s/kubectl get nodes
+  export KUBECONFIG=%[4]s
+  %[5]s/kubectl get nodes
 
-Pods use image %s with imagePullPolicy: Never (nothing can be pulled).
-gpu-runtime's config: %s, its log: %s
-Component logs: %s/<component>/<component>.log
+Pods use image %[6]s with imagePullPolicy: Never (nothing can be pulled).
+gpu-runtime's config: %[7]s, its log: %[8]s
+Component logs: %[9]s/<component>/<component>.log
+The tests' device plugin (resources nvidia.com/gpu and nvidia.com/mig-<profile>; strategies
+envvar, volume-mounts, cdi-annotations, cdi-cri):
+  GPU_RUNTIME_CONFIG=%[7]s go run ./tests/cmd/gpu-device-plugin --gpu-ctk %[10]s --device-list-strategy envvar
 
-Press Ctrl-C (or kill -TERM %d) to stop it (the directory %s is removed if this command made it).
+Press Ctrl-C (or kill -TERM %[11]d) to stop it (the directory %[9]s is removed if this command made it).
 `, c.NodeName, clustertest.RuntimeHandler, len(opts.Host.Options.GPUs), c.Kubeconfig, c.KubeBin, clustertest.Busybox,
-		c.RuntimeConfig, c.RuntimeLog, c.Dir, os.Getpid(), c.Dir)
+		c.RuntimeConfig, c.RuntimeLog, c.Dir, filepath.Join(c.GPUBin, "gpu-ctk"), os.Getpid())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
