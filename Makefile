@@ -43,6 +43,7 @@ test: deps build ## install what is missing (saying what), then lint (golangci-l
 # apiserver, controller-manager, scheduler, kubelet, containerd 2.x), too heavy to share 2 cores
 # with the other suites.
 test-cluster: build ## Kubernetes tests: pods on a real single-node v1.37.2 cluster get GPUs through the RuntimeClass, a device plugin and CDI (root; builds Kubernetes into .cache once)
+	./scripts/build-kubernetes.sh >/dev/null
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 30m ./tests/cluster/
 
 cluster: build ## start the test cluster by hand (root): prints the KUBECONFIG; Ctrl-C stops it and removes everything it made
