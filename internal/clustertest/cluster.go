@@ -89,6 +89,7 @@ type Cluster struct {
 	Runc          string
 
 	host    hostState
+	began   time.Time
 	daemons []*enginetest.Daemon
 	stopped bool
 }
@@ -178,9 +179,10 @@ func hostPaths() []enginetest.HostPath {
 	}
 }
 
+// progress writes a line, with the time since the cluster's start began.
 func (c *Cluster) progress(format string, args ...any) {
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "cluster: "+format+"\n", args...)
+		fmt.Fprintf(c.Progress, "cluster: %5.1fs "+format+"\n", append([]any{time.Since(c.began).Seconds()}, args...)...)
 	}
 }
 
@@ -219,6 +221,7 @@ func Start(opts Options) (c *Cluster, err error) {
 		PodLogs:       filepath.Join(opts.Dir, "kubelet", "pod-logs"),
 		Socket:        filepath.Join(opts.Dir, "containerd", "containerd.sock"),
 		Runc:          runc,
+		began:         time.Now(),
 		host: hostState{
 			Owner:      pid,
 			CgroupRoot: fmt.Sprintf("grc-%d-k8s", pid),       // no other cluster's name starts with it (RemoveCgroups)
@@ -393,6 +396,7 @@ func (c *Cluster) start(cniDir string) error {
 		if err := c.waitFor(ctx, w.want, w.args...); err != nil {
 			return fmt.Errorf("waiting for %s: %w\nkubelet log:\n%s", w.what, err, c.daemonLog("kubelet"))
 		}
+		c.progress("%s", w.what)
 	}
 	if c.RuntimeClass != "" {
 		if out, err := c.Kubectl(ctx, "", "apply", "-f", c.RuntimeClass); err != nil {
