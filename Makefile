@@ -37,7 +37,7 @@ DIST := dist/$(ARCH)
 endif
 endif
 
-.PHONY: help build test unit e2e test-arm64 test-packages fuzz deps demo bench lint package install uninstall clean realgpu-kit
+.PHONY: help build test unit e2e test-arm64 test-packages test-cluster cluster bench-cluster fuzz deps demo bench lint package install uninstall clean realgpu-kit
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -48,15 +48,31 @@ build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: 
 	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
 	GOARCH=$(ARCH) $(if $(CTK_CC),CC=$(CTK_CC) )CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
-deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm, on amd64 gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static; docker.io, containerd, podman only where no engine of that kind is installed; crictl and containerd 2.x into .cache/)
+deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm, containernetworking-plugins, on amd64 gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static; docker.io, containerd, podman only where no engine of that kind is installed; crictl, containerd 2.x and Kubernetes v1.37.2 into .cache/)
 	./scripts/install-deps.sh
 	./scripts/install-engine-deps.sh
+	@./scripts/build-kubernetes.sh --check >/dev/null 2>&1 || echo "deps: building Kubernetes v1.37.2 for the cluster tests into .cache/kubernetes (once: about 9 minutes on 2 cores, then cached)"
+	./scripts/build-kubernetes.sh >/dev/null
 
-test: deps build ## install what is missing (saying what), then lint (golangci-lint too), unit, end-to-end and package tests and brief fuzzing (root)
+test: deps build ## install what is missing (saying what), then lint (golangci-lint too), unit, end-to-end, Kubernetes cluster and package tests and brief fuzzing (root)
 	$(MAKE) lint
-	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m ./...
+	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/tests/cluster$$')
+	$(MAKE) test-cluster
 	$(MAKE) test-packages
 	$(MAKE) fuzz
+
+# After `go test ./...`, never beside it: the cluster suite starts a whole Kubernetes node (etcd,
+# apiserver, controller-manager, scheduler, kubelet, containerd 2.x), too heavy to share 2 cores
+# with the other suites.
+test-cluster: build ## Kubernetes tests: pods on a real single-node v1.37.2 cluster get GPUs through the RuntimeClass, a device plugin and CDI (root; builds Kubernetes into .cache once)
+	./scripts/build-kubernetes.sh >/dev/null
+	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 30m ./tests/cluster/
+
+cluster: build ## start the test cluster by hand (root): prints the KUBECONFIG; Ctrl-C stops it and removes everything it made
+	$(GO) run ./tests/cmd/cluster
+
+bench-cluster: build ## kubectl apply -> Running for a GPU pod through the RuntimeClass against the same pod without GPU, on one test cluster (root; writes bench/cluster-results.md)
+	$(GO) run ./bench/cluster -pairs $${PAIRS:-20}
 
 # After `go test ./...`, never beside it: these tests install gpu-runtime into /usr/bin, which
 # the other suites must not see (go test runs packages in parallel).

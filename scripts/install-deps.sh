@@ -4,7 +4,8 @@
 #
 #   scripts/install-deps.sh          what make test needs: runc, crun, busybox-static, gcc,
 #                                    libc6-dev, file, binutils (objdump), rpm (Debian's, to inspect
-#                                    the .rpm), dash; on amd64 also what make package ARCH=arm64
+#                                    the .rpm), dash, containernetworking-plugins and iproute2
+#                                    (the Kubernetes cluster tests' pod network); on amd64 also what make package ARCH=arm64
 #                                    and tests/arm64 need: gcc-aarch64-linux-gnu,
 #                                    libc6-dev-arm64-cross (aarch64 cross compiler and C library)
 #                                    and qemu-user-static (qemu-aarch64-static, run explicitly:
@@ -24,7 +25,7 @@ case "${1:-}" in
 esac
 
 if ! command -v go >/dev/null; then
-  echo "install-deps: Go is not installed; install Go >= 1.25 (https://go.dev/dl/)" >&2
+  echo "install-deps: Go is not installed; install Go >= 1.26 (https://go.dev/dl/)" >&2
   exit 1
 fi
 
@@ -44,6 +45,8 @@ if ! $demo; then
     [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
     command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
   fi
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins) # tests/cluster: the pods' bridge
+  command -v ip >/dev/null || need+=(iproute2)      # tests/cluster: removes the bridge
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
