@@ -53,7 +53,11 @@ func capabilitiesOf(what string, alloc *resourceapi.DeviceAllocationResult, requ
 			if c.Source != src || c.Opaque == nil || c.Opaque.Driver != DriverName {
 				continue
 			}
-			where := fmt.Sprintf("%s: opaque configuration of driver %s (from the %s", what, DriverName, strings.ToLower(string(src)))
+			from := "the claim"
+			if src == resourceapi.AllocationConfigSourceClass {
+				from = "its DeviceClass"
+			}
+			where := fmt.Sprintf("%s: opaque configuration of driver %s (from %s", what, DriverName, from)
 			if len(c.Requests) > 0 {
 				where += ", for requests " + strings.Join(c.Requests, ", ")
 			}
