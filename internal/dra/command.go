@@ -96,7 +96,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
-		return fmt.Errorf("Kubernetes client: %w", err)
+		return fmt.Errorf("client of the Kubernetes API: %w", err)
 	}
 
 	self, _ := os.Executable()

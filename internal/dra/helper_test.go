@@ -31,7 +31,9 @@ func TestRunWithKubeletPlugin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, RunOptions{KubeClient: client, KubeletDir: kubeletDir, Poll: 100 * time.Millisecond}) }()
+	go func() {
+		done <- d.Run(ctx, RunOptions{KubeClient: client, KubeletDir: kubeletDir, Poll: 100 * time.Millisecond})
+	}()
 
 	sockets := []string{filepath.Join(kubeletDir, "plugins_registry", DriverName+"-reg.sock"), filepath.Join(kubeletDir, "plugins", DriverName, "dra.sock")}
 	waitFor(t, "the kubelet sockets", func() (bool, string) {
