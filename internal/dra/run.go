@@ -61,8 +61,12 @@ func (d *Driver) Run(ctx context.Context, o RunOptions) error {
 		if published != nil && equality.Semantic.DeepEqual(*published, res) {
 			return
 		}
+		// The first call starts the slice controller, which waits for the API server (until
+		// ctx is done: SIGTERM still stops the plugin).
 		if err := helper.PublishResources(ctx, res); err != nil {
-			d.o.Log.WithError(err).Error("publish ResourceSlices")
+			if ctx.Err() == nil {
+				d.o.Log.WithError(err).Error("publish ResourceSlices")
+			}
 			return
 		}
 		published = &res
