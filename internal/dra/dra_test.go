@@ -457,3 +457,99 @@ func TestWritesOnlyItsOwn(t *testing.T) {
 func resourceQuantity(mib int) *resource.Quantity {
 	return resource.NewQuantity(int64(mib)<<20, resource.BinarySI)
 }
+
+// published returns the published devices' names and their taints' values.
+func published(t *testing.T, d *Driver) map[string]string {
+	t.Helper()
+	res, _, err := d.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, dev := range res.Pools["node-a"].Slices[0].Devices {
+		var vals []string
+		for _, tn := range dev.Taints {
+			vals = append(vals, tn.Key+"="+tn.Value+":"+string(tn.Effect))
+		}
+		out[dev.Name] = strings.Join(vals, ",")
+	}
+	return out
+}
+
+// TestMIGReconfigured: a MIG reconfiguration (a GPU instance destroyed: the driver's
+// capabilities tree changes, so the discovery fingerprint does and NVML is asked again) is
+// published by the same driver, and a claim for the device that no longer exists fails
+// naming it.
+func TestMIGReconfigured(t *testing.T) {
+	f := newFixture(t)
+	d := f.driver(t)
+	migs := f.fh.MIGDevices()
+	if got := published(t, d); len(got) != 4 {
+		t.Fatalf("before: %v", got)
+	}
+	// nvidia-smi mig -dci/-dgi of the 1g.10gb instance.
+	gpu := &f.nvml.GPUs[2]
+	gpu.MIGDevices = slices.DeleteFunc(gpu.MIGDevices, func(m discover.MIGDevice) bool { return m.UUID == migs[1].UUID })
+	if err := os.RemoveAll(filepath.Join(f.fh.ProcRoot, discover.ProcCapabilities, fmt.Sprintf("gpu%d/mig/gi%d", migs[1].GPUMinor, migs[1].GI))); err != nil {
+		t.Fatal(err)
+	}
+	got := published(t, d)
+	if _, ok := got[strings.ToLower(migs[1].UUID)]; ok || len(got) != 3 {
+		t.Errorf("after the reconfiguration: %v, want %s gone", got, migs[1].UUID)
+	}
+	c := claim("uid-gone", "old", []string{strings.ToLower(migs[1].UUID)})
+	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	want := "unknown device: ResourceClaim default/old was allocated device " + strings.ToUpper(migs[1].UUID[:3]) + strings.ToLower(migs[1].UUID[3:]) + ", which this node no longer has"
+	if err != nil || res[c.UID].Err == nil || !strings.HasPrefix(res[c.UID].Err.Error(), want) {
+		t.Errorf("prepare of the gone device: %v %v\nwant %s…", err, res[c.UID].Err, want)
+	}
+}
+
+// TestDriverSignals: a GPU gone from the driver's /proc, one the driver now says it excludes,
+// and one NVML no longer enumerates because the driver excludes it are published tainted
+// gone, excluded and excluded.
+func TestDriverSignals(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Discovery.Cache = false // NVML's answer below changes with no change of the host
+	d := f.driver(t)
+	gpu0, gpu1 := strings.ToLower(f.fh.Options.GPUs[0].UUID), strings.ToLower(f.fh.Options.GPUs[1].UUID)
+	dir, err := f.fh.ProcGPUDir(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.fh.SetGPUExcluded(1, true); err != nil {
+		t.Fatal(err)
+	}
+	f.nvml.Excluded = []discover.ExcludedGPU{{UUID: "GPU-4f2e0000-0000-0000-0000-000000000009", BusID: "00000000:B7:00.0"}}
+	got := published(t, d)
+	for name, want := range map[string]string{
+		gpu0: TaintKey + "=gone:NoSchedule",
+		gpu1: TaintKey + "=excluded:NoSchedule",
+		"gpu-4f2e0000-0000-0000-0000-000000000009": TaintKey + "=excluded:NoSchedule",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: taints %q, want %q", name, got[name], want)
+		}
+	}
+}
+
+// TestPrepareDoubleAllocation: a device prepared for one claim is refused to another, naming
+// the claim that holds it (the driver is the last line of defence against the scheduler
+// allocating a device twice).
+func TestPrepareDoubleAllocation(t *testing.T) {
+	f := newFixture(t)
+	d := f.driver(t)
+	gpu0 := strings.ToLower(f.fh.Options.GPUs[0].UUID)
+	a, b := claim("uid-a", "a", []string{gpu0}), claim("uid-b", "b", []string{gpu0})
+	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{a, b})
+	if err != nil || res[a.UID].Err != nil {
+		t.Fatalf("prepare a: %v %v", err, res[a.UID].Err)
+	}
+	want := "ResourceClaim default/b was allocated " + gpu0 + ", which ResourceClaim default/a (UID uid-a) holds on this node: the scheduler allocated it twice; delete one of the pods"
+	if res[b.UID].Err == nil || res[b.UID].Err.Error() != want {
+		t.Errorf("prepare b: %v\nwant %s", res[b.UID].Err, want)
+	}
+}
