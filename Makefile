@@ -120,7 +120,7 @@ install: ## install what make build built, building nothing (so sudo make instal
 	@if [ -n "$(DESTDIR)" ]; then echo "make install: DESTDIR is set: no nvidia-container-runtime-hook link (whether one is safe is for the target host to tell: packaging/scripts/host-setup link-hook)"; \
 	else packaging/scripts/host-setup link-hook $(PREFIX)/bin && packaging/scripts/host-setup hint; fi
 
-uninstall: ## remove what make install installed, first unregistering the runtime "gpu" from the engines as package removal does; an edited /etc/gpu-runtime/config.toml stays
+uninstall: ## remove what make install installed, first unregistering gpu-runtime (every name it is registered under) from the engines as package removal does; an edited /etc/gpu-runtime/config.toml stays
 	@if [ -z "$(DESTDIR)" ] && [ -x $(PREFIX)/bin/gpu-ctk ]; then packaging/scripts/host-setup unregister $(PREFIX)/bin; fi
 	packaging/scripts/host-setup unlink-hook $(DESTDIR)$(PREFIX)/bin
 	rm -f $(DESTDIR)$(PREFIX)/bin/gpu-runtime $(DESTDIR)$(PREFIX)/bin/gpu-hook $(DESTDIR)$(PREFIX)/bin/gpu-ctk

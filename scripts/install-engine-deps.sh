@@ -56,12 +56,15 @@ install_packages() {
   else
     need+=(podman)
   fi
+  # Rootless podman (the rootless tests) maps a user's subordinate ids with newuidmap: a tool,
+  # not an engine, installed where podman came without its recommends.
+  command -v newuidmap >/dev/null || need+=(uidmap)
   command -v runc >/dev/null || need+=(runc)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "install-engine-deps: an engine is installed without what its tests need, and is left as it is: ${missing[*]}" >&2
   fi
   if [ ${#need[@]} -eq 0 ]; then
-    echo "install-engine-deps: engines present: dockerd, containerd, podman, runc"
+    echo "install-engine-deps: engines present: dockerd, containerd, podman, runc (and newuidmap)"
     return
   fi
   local sudo=""
@@ -69,7 +72,7 @@ install_packages() {
   # With recommends: the configuration the engine suite is validated on. The tests start the
   # engines themselves; packaged services are not started for us here (no systemd), and are
   # left as installed.
-  echo "install-engine-deps: no engine of these kinds here; installing with apt-get (with recommends): ${need[*]}"
+  echo "install-engine-deps: missing here (engines only where none of their kind is); installing with apt-get (with recommends): ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq "${need[@]}"

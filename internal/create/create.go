@@ -54,8 +54,10 @@ type Options struct {
 
 	// Seams, in containerd's style: nil means the real thing. FindDeviceNodes scans the
 	// device root; QueryNVML answers a discovery-cache miss (by default `gpu-ctk info`).
+	// Rootless says why gpu-runtime runs rootless, "" when it does not (gpuhost.Rootless).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 	QueryNVML       func(ctx context.Context, driverRoot string) (discover.Driver, error)
+	Rootless        func() string
 }
 
 // CDI resolves CDI devices into gpu-runtime's model.
@@ -69,9 +71,9 @@ type CDI interface {
 // ErrNoCDI: CDI devices were asked for where nothing can resolve them.
 var ErrNoCDI = errors.New("CDI devices requested, but no CDI resolver is available")
 
-// controlNode is in every NVIDIA GPU container: a spec that already has it was given its
-// GPUs by the engine (CDI in podman or containerd 2.x, or --device) or by gpu-runtime, and
-// is left alone.
+// controlNode is in every NVIDIA GPU container: a spec that already has it (a device node,
+// or rootless a bind mount) was given its GPUs by the engine (CDI in podman or containerd
+// 2.x, or --device) or by gpu-runtime, and is left alone.
 const controlNode = "/dev/nvidiactl"
 
 // PrepareBundle applies the GPU injection to the bundle of a create/run invocation. A
@@ -209,6 +211,15 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 	// needs none, so its failure is then a warning.
 	native := req.NativeDevices()
 	gpuCDI := slices.ContainsFunc(cdi, func(c plan.CDIDevice) bool { return hasGPUNode(c.Nodes) })
+	isRootless := opts.Rootless
+	if isRootless == nil {
+		isRootless = gpuhost.Rootless
+	}
+	rootless := isRootless()
+	if rootless != "" {
+		// Root's cache cannot be read; the user's runtime directory keeps the user's.
+		opts.Config.Discovery.CacheFile = gpuhost.RootlessCacheFile(opts.Config, os.Getenv("XDG_RUNTIME_DIR"))
+	}
 	in.Host = plan.Host{Devices: discover.DeviceNodes{Root: opts.Config.Driver.DevRoot}}
 	switch {
 	case native || req.ChecksRequirements() || req.MPSShare != "" && gpuCDI:
@@ -223,6 +234,10 @@ func Decide(path string, raw []byte, opts Options, log logrus.FieldLogger) (Inje
 		}
 	}
 	in.Host.MPS.Config = opts.Config.MPS
+	var noCgroupsWarning string
+	if in.Host.NoCgroups, noCgroupsWarning = gpuhost.NoCgroups(opts.Config, func() string { return rootless }); noCgroupsWarning != "" {
+		log.Warn(noCgroupsWarning)
+	}
 	if req.MPSShare != "" {
 		// Files only: the pid file gpu-ctk mps start wrote and the share's mount.
 		in.Host.MPS.Running = map[string]bool{req.MPSShare: mps.Check(opts.Config.MPS, req.MPSShare).Running}
@@ -298,6 +313,15 @@ func (in Injection) Apply() (edits.Edits, error) {
 // hasDevice reports whether the spec has a device node at path.
 func hasDevice(s *specs.Spec, path string) bool {
 	return s.Linux != nil && slices.ContainsFunc(s.Linux.Devices, func(d specs.LinuxDevice) bool { return filepath.Clean(d.Path) == path })
+}
+
+// hasMount reports whether the spec bind-mounts something at path: rootless, engines give a
+// --device as a bind mount of the host's node (and gpu-runtime its own, NoCgroups).
+func hasMount(s *specs.Spec, path string) bool {
+	return slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool {
+		return filepath.Clean(m.Destination) == path &&
+			(m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"))
+	})
 }
 
 // hasGPUNode reports whether container device-node paths include a GPU's /dev/nvidia<N>.
@@ -438,7 +462,7 @@ func readRequest(path string, raw []byte, policy request.Policy) (in Injection, 
 	if in.File, err = oci.ParseSpec(path, raw); err != nil {
 		return in, nil, err
 	}
-	if hasDevice(in.File.Spec, controlNode) {
+	if hasDevice(in.File.Spec, controlNode) || hasMount(in.File.Spec, controlNode) {
 		in.Unchanged = UnchangedEngineInjected
 		if in.File.Spec.Annotations[InjectedAnnotation] != "" {
 			in.Unchanged = UnchangedInjected

@@ -47,6 +47,7 @@ func newCreateEnv(t *testing.T) *createEnv {
 	cfg.Driver.Root, cfg.Driver.DevRoot, cfg.Driver.ProcRoot = e.host.DriverRoot, e.host.DevRoot, e.host.ProcRoot
 	cfg.Hook.Path = hook
 	cfg.Discovery.CacheFile = filepath.Join(e.dir, "cache.csv")
+	cfg.Health.File = filepath.Join(e.dir, "health.csv") // not the host's, which other tests may write
 	logger := logrus.New()
 	logger.SetOutput(&e.log)
 	logger.SetFormatter(&logrus.JSONFormatter{})
@@ -58,6 +59,7 @@ func newCreateEnv(t *testing.T) *createEnv {
 			Major: int64(n.Major), Minor: int64(n.Minor), FileMode: os.FileMode(n.Mode)}
 	}
 	e.opts = Options{Config: cfg, Executable: filepath.Join(e.dir, "bin", "gpu-runtime"), Cwd: e.dir, Logger: logger,
+		Rootless: func() string { return "" }, // the same plan as root or not (TestPrepareBundleNoCgroups)
 		FindDeviceNodes: func(root string) (discover.DeviceNodes, error) {
 			if root != e.host.DevRoot {
 				return discover.DeviceNodes{}, fmt.Errorf("device root %s", root)

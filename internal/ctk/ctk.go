@@ -37,6 +37,7 @@ var commands = map[string]command{
 	"explain": {"show every edit a container would get, and why, or the error its create would fail with", runExplain},
 	"health":  {"show, watch and change which GPUs gpu-runtime keeps from containers", runHealth},
 	"info":    {"show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo},
+	"loaded":  {"say which running engines have the runtime \"gpu\" loaded, and how to restart them", runLoaded},
 	"mps":     {"run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS},
 	"runtime": {"register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime},
 	"system":  {"set the host up: /dev/char links for the systemd cgroup driver (create-dev-char-symlinks)", runSystem},

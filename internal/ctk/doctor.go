@@ -39,9 +39,10 @@ engines start gpu-runtime without this shell's GPU_RUNTIME_CONFIG, and read the 
 does not parse, the checks that read it are skipped), the driver, NVML and
 how long it takes, every GPU's device node, the control, UVM and MIG capability nodes,
 persistence mode, MIG, device health (gpu-ctk health), gpu-hook and ldconfig, the low-level runtime, the discovery cache,
-the container engines found (docker, containerd, cri-o, podman) and whether the runtime "gpu"
-is registered, docker's --gpus hook, the cgroup version, the /dev/char links an engine on the
-systemd cgroup driver needs, and the CDI spec. The exit status is
+the container engines found (docker, containerd, cri-o, podman) and under which names
+gpu-runtime is registered ("gpu", "nvidia": a runtime of gpu-runtime's is told by its path) (and, when the engine answers on its socket — DOCKER_HOST, CONTAINERD_ADDRESS —
+whether the running engine loaded it), docker's --gpus hook, the cgroup version, the /dev/char
+links an engine on the systemd cgroup driver needs, and the CDI spec. The exit status is
 1 when a check fails. --json prints a list of {check, status, detail, fix} objects.
 --engine-root looks for the engines' files and programs under DIR instead of / (a host
 mounted elsewhere, tests).
@@ -446,34 +447,60 @@ func (d *doctor) checkEngines() {
 			opts.DropInPath = filepath.Join(d.engineRoot, e.dropIn)
 		}
 		configure := fmt.Sprintf("gpu-ctk runtime configure --runtime=%s && %s", e.engine, e.restart)
-		registered, err := engine.PlanUnconfigure(e.engine, opts)
+		registered, err := engine.PlanUnconfigure(e.engine, opts) // every runtime of ours, whatever its name
 		if err != nil {
 			d.add(check, statusFail, fmt.Sprintf("installed (%s); its configuration cannot be read: %v", prog, err), "correct the file named; the engine itself fails on it too")
 			continue
 		}
 		if !registered.Changed() {
-			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", ")), configure)
+			detail := fmt.Sprintf("installed (%s); runtime %q not registered (%s)", prog, engine.DefaultRuntimeName, strings.Join(registered.Files, ", "))
+			if status, note, fix := d.compareLive(e.engine, e.restart, nil, ""); status != "" {
+				d.add(check, statusWarn, detail+note, fix)
+				continue
+			}
+			d.add(check, statusWarn, detail, configure)
 			continue
 		}
-		current, err := engine.PlanConfigure(e.engine, opts)
-		if err != nil {
-			d.add(check, statusFail, fmt.Sprintf("installed (%s): %v", prog, err), "correct the file named")
+		names := registered.Runtimes
+		what := runtimeNames(names)
+		status, detail, fix, defaultName := statusOK, "", "", ""
+		for _, name := range names {
+			opts.RuntimeName = name
+			opts.SetAsDefault = false
+			again := configure
+			if name != engine.DefaultRuntimeName {
+				again = fmt.Sprintf("gpu-ctk runtime configure --runtime=%s --runtime-name=%s && %s", e.engine, name, e.restart)
+			}
+			current, err := engine.PlanConfigure(e.engine, opts)
+			switch {
+			case err != nil:
+				status, detail, fix = statusFail, fmt.Sprintf("installed (%s): %v", prog, err), "correct the file named"
+			case current.Changed() && len(current.Stale) > 0:
+				status, detail, fix = statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but %s", prog, name, strings.Join(current.Stale, "; ")), again
+			case current.Changed():
+				status, detail, fix = statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but not as gpu-ctk runtime configure writes it now (another path than %s, or an older gpu-ctk)", prog, name, runtimePath), again
+			}
+			if status != statusOK {
+				break
+			}
+			opts.SetAsDefault = true
+			if def, err := engine.PlanConfigure(e.engine, opts); err == nil && !def.Changed() {
+				defaultName = name
+			}
+		}
+		if status != statusOK {
+			d.add(check, status, detail, fix)
 			continue
 		}
-		if current.Changed() && len(current.Stale) > 0 {
-			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but %s", prog, engine.DefaultRuntimeName, strings.Join(current.Stale, "; ")), configure)
-			continue
-		}
-		if current.Changed() {
-			d.add(check, statusWarn, fmt.Sprintf("installed (%s); runtime %q registered, but not as gpu-ctk runtime configure writes it now (another path than %s, or an older gpu-ctk)", prog, engine.DefaultRuntimeName, runtimePath), configure)
-			continue
-		}
-		detail := fmt.Sprintf("installed (%s); runtime %q registered: %s", prog, engine.DefaultRuntimeName, runtimePath)
-		opts.SetAsDefault = true
-		if def, err := engine.PlanConfigure(e.engine, opts); err == nil && !def.Changed() {
+		detail = fmt.Sprintf("installed (%s); %s registered: %s", prog, what, runtimePath)
+		switch {
+		case defaultName != "" && len(names) == 1:
 			detail += ", the default runtime"
+		case defaultName != "":
+			detail += fmt.Sprintf(", %q the default runtime", defaultName)
 		}
-		d.add(check, statusOK, detail, "")
+		status, note, fix := d.compareLive(e.engine, e.restart, names, defaultName)
+		d.add(check, cmp.Or(status, statusOK), detail+note, fix)
 		if e.engine == engine.Docker {
 			d.checkDockerHook()
 		}

@@ -1,6 +1,7 @@
 package ctk
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,8 +37,10 @@ driver root, seeing only the share's GPUs, with <mps.root>/<share>/pipe and log 
 defaults, then links the daemon's control socket into <mps.root>/<share>/client, what the
 share's containers see: not the daemon's privileged socket. A running share only gets its
 defaults set again. stop quits the daemon and unmounts the tmpfs. status shows each share:
-running or why not, its pid and directories, its defaults. All need root, and all are
-idempotent.
+running or why not, its pid and directories, its defaults. stop and status also find the
+shares that have a pid file under <mps.root> though the configuration no longer lists them
+(taken out of it, or purged with the package), so that their daemons can still be stopped;
+stop with no share to stop says so and succeeds. All need root, and all are idempotent.
 `
 
 func runMPS(args []string, stdout, stderr io.Writer) error {
@@ -68,16 +71,39 @@ func runMPS(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// stop and status also find the shares started earlier from their pid files under the MPS
+	// root: a share taken out of the configuration, or whose configuration went with the
+	// package, can still be stopped.
+	var found []string
+	if verb != "start" {
+		if found, err = mps.Found(cfg.MPS); err != nil {
+			return err
+		}
+	}
+	known := slices.Concat(cfg.MPS.ShareNames(), found)
+	slices.Sort(known)
+	known = slices.Compact(known)
 	names := fs.Args()
 	if len(names) == 0 {
-		names = cfg.MPS.ShareNames()
+		names = known
+		if len(names) == 0 && verb == "stop" {
+			_, err := fmt.Fprintf(stdout, "no MPS share to stop: none configured, and no pid file under %s\n", cfg.MPS.Root)
+			return err
+		}
 		if len(names) == 0 {
 			return errors.New("no MPS shares are configured: add [mps.shares.<name>] tables to the gpu-runtime config (gpu-ctk mps --help)")
 		}
 	}
 	for _, n := range names {
-		if _, ok := cfg.MPS.Shares[n]; !ok {
-			return fmt.Errorf("unknown MPS share %q: the configured shares are %s", n, strings.Join(cfg.MPS.ShareNames(), ", "))
+		if !slices.Contains(known, n) {
+			if verb == "start" {
+				return fmt.Errorf("unknown MPS share %q: the configured shares are %s", n, strings.Join(cfg.MPS.ShareNames(), ", "))
+			}
+			configured := "none is configured"
+			if len(cfg.MPS.Shares) > 0 {
+				configured = "the configured shares are " + strings.Join(cfg.MPS.ShareNames(), ", ")
+			}
+			return fmt.Errorf("unknown MPS share %q: %s, and no other has a pid file under %s", n, configured, cfg.MPS.Root)
 		}
 	}
 	if verb == "status" {
@@ -164,7 +190,11 @@ func mpsStatus(cfg config.MPSConfig, names []string, asJSON bool, stdout io.Writ
 	var b strings.Builder
 	for _, s := range states {
 		state := "running, pid " + fmt.Sprint(s.PID)
-		if !s.Running {
+		_, configured := cfg.Shares[s.Name]
+		switch {
+		case !configured && s.PID != 0:
+			state = fmt.Sprintf("not in the configuration, but its pid file names pid %d (%s): gpu-ctk mps stop %s", s.PID, cmp.Or(s.Why, "running"), s.Name)
+		case !s.Running:
 			state = "stopped (" + s.Why + "): gpu-ctk mps start " + s.Name
 		}
 		fmt.Fprintf(&b, "%s: %s\n  devices %s, uid %d", s.Name, state, strings.Join(s.Devices, ","), s.UID)

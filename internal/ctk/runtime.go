@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,12 +24,16 @@ const runtimeUsage = `usage:
                               [--runtime-path=PATH] [--set-as-default] [--config=PATH]
                               [--drop-in=PATH] [--dry-run]
   gpu-ctk runtime unconfigure --runtime=docker|containerd|crio [--runtime-name=NAME]
-                              [--config=PATH] [--drop-in=PATH] [--dry-run]
+                              [--runtime-path=PATH] [--config=PATH] [--drop-in=PATH]
+                              [--dry-run]
 
 configure registers gpu-runtime as runtime NAME of the engine (default gpu; nvidia keeps
 manifests and scripts written for NVIDIA's toolkit working); unconfigure removes it, and the
 engine's default runtime only when it is NAME, putting back what configure displaced (docker's
-previous default-runtime, a runtime of the same name). Both are idempotent. Files are replaced
+previous default-runtime, a runtime of the same name). A runtime is gpu-runtime's by its program,
+not its name: one whose path ends in /gpu-runtime (or is --runtime-path). Without
+--runtime-name, unconfigure removes every runtime of gpu-runtime's, whatever its name (gpu,
+nvidia); a runtime NAME that is another's (NVIDIA's nvidia) is left, and said. Both are idempotent. Files are replaced
 atomically; configure first copies daemon.json and containerd's config.toml to
 <file>.bak.<time>, and unconfigure removes those backups. After a change, restart the engine.
 
@@ -83,7 +88,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	flags := flag.NewFlagSet("gpu-ctk runtime", flag.ContinueOnError)
 	engineName := flags.String("runtime", "", "the container engine: docker, containerd or crio (required)")
 	name := flags.String("runtime-name", engine.DefaultRuntimeName, "the runtime's name in the engine (docker --runtime, the Kubernetes RuntimeClass handler); nvidia to replace NVIDIA's toolkit")
-	pathFlag := flags.String("runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime)")
+	pathFlag := flags.String("runtime-path", "", "configure: the gpu-runtime executable (default: next to gpu-ctk, else on PATH, else /usr/local/bin/gpu-runtime); unconfigure: a runtime with this path is gpu-runtime's too")
 	setAsDefault := flags.Bool("set-as-default", false, "configure: make the runtime the engine's default")
 	configPath := flags.String("config", "", "the engine's config file: daemon.json, containerd's main config, or the cri-o drop-in")
 	dropIn := flags.String("drop-in", "", "containerd: the drop-in file gpu-ctk owns")
@@ -119,11 +124,19 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	if set["drop-in"] && eng != engine.Containerd {
 		return usage("--drop-in applies to containerd; for cri-o, --config names the drop-in")
 	}
-	if !configure && (set["set-as-default"] || set["runtime-path"]) {
-		return usage("--set-as-default and --runtime-path apply to configure")
+	if !configure && set["set-as-default"] {
+		return usage("--set-as-default applies to configure")
 	}
 
 	opts := engine.Options{RuntimeName: *name, SetAsDefault: *setAsDefault, ConfigPath: *configPath, DropInPath: *dropIn}
+	if !configure && !set["runtime-name"] {
+		opts.RuntimeName = "" // every runtime of gpu-runtime's, whatever its name
+	}
+	if !configure && *pathFlag != "" {
+		if opts.RuntimePath, err = filepath.Abs(*pathFlag); err != nil {
+			return fmt.Errorf("resolve --runtime-path %s: %w", *pathFlag, err)
+		}
+	}
 	planFor := engine.PlanUnconfigure
 	if configure {
 		planFor = engine.PlanConfigure
@@ -153,7 +166,7 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 		if !configure {
 			state = "not configured"
 		}
-		fmt.Fprintf(report, "%s: runtime %q %s in %s; nothing written\n", eng, opts.RuntimeName, state, strings.Join(plan.Files, " and "))
+		fmt.Fprintf(report, "%s: runtime %q %s in %s; nothing written\n", eng, *name, state, strings.Join(plan.Files, " and "))
 		writeLines(report, "note: ", plan.Notes)
 		if configure && eng == engine.Docker {
 			dockerHookNote(report, opts.RuntimePath, h)
@@ -176,7 +189,11 @@ func configureCommand(configure bool, args []string, stdout, stderr io.Writer, h
 	if configure {
 		fmt.Fprintf(report, "configured %s: runtime %q -> %s\n", eng, opts.RuntimeName, opts.RuntimePath)
 	} else {
-		fmt.Fprintf(report, "unconfigured %s: runtime %q removed\n", eng, opts.RuntimeName)
+		removed := plan.Runtimes
+		if len(removed) == 0 {
+			removed = []string{*name}
+		}
+		fmt.Fprintf(report, "unconfigured %s: %s removed\n", eng, runtimeNames(removed))
 	}
 	for _, c := range plan.Changes {
 		switch {
@@ -274,6 +291,18 @@ func dockerHookNote(w io.Writer, runtimePath string, h host) {
 func isGPUHook(p string) bool {
 	target, err := filepath.EvalSymlinks(p)
 	return err == nil && filepath.Base(target) == plan.HookName
+}
+
+// runtimeNames is `runtime "a"` or `runtimes "a", "b"`.
+func runtimeNames(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = strconv.Quote(n)
+	}
+	if len(names) == 1 {
+		return "runtime " + quoted[0]
+	}
+	return "runtimes " + strings.Join(quoted, ", ")
 }
 
 func writeLines(w io.Writer, prefix string, lines []string) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/jsonobject"
 )
@@ -23,7 +24,8 @@ type edit struct {
 	content []byte
 	changed bool
 	notes   []string
-	source  string // containerd version 2: the file whose CRI section the drop-in copies
+	source  string   // containerd version 2: the file whose CRI section the drop-in copies
+	names   []string // docker unconfigure: the runtimes removed
 }
 
 // configureDocker returns daemon.json (nil or empty for none) with runtimes.<name> pointing at
@@ -61,12 +63,79 @@ func configureDocker(current []byte, opts Options) (edit, error) {
 	return dockerEdit(current, top, changed, notes)
 }
 
-// unconfigureDocker removes runtimes.<name> (and "runtimes" when that leaves it empty) and
+// unconfigureDocker removes gpu-runtime's runtimes from daemon.json: every runtime of ours
+// (Ours: by its path, whatever its name) when opts.every, else runtime opts.RuntimeName, only
+// if it is ours — another's runtime of that name (NVIDIA's "nvidia") is left, with a note. Each
+// goes as unconfigureDockerName says. The edit's names are the runtimes removed.
+func unconfigureDocker(current []byte, opts Options) (edit, error) {
+	_, runtimes, entry, def, err := loadDocker(current, opts.RuntimeName)
+	if err != nil {
+		return edit{}, err
+	}
+	var names []string
+	for _, m := range runtimes.Members {
+		if (opts.every || m.Name == opts.RuntimeName) && dockerOurs(m.Value, opts.RuntimePath) {
+			names = append(names, m.Name)
+		}
+	}
+	var notes []string
+	if len(names) == 0 {
+		if entry != nil {
+			path, _ := jsonString(entry, dockerPathKey, "")
+			return edit{content: current, notes: []string{fmt.Sprintf("docker runtime %q is not gpu-runtime's (its path is %q); left as it is", opts.RuntimeName, path)}}, nil
+		}
+		// No entry: a default-runtime naming it alone is still ours to remove.
+		names = []string{opts.RuntimeName}
+	}
+	if opts.every {
+		if raw, ok := runtimes.Get(DefaultRuntimeName); ok && !slices.Contains(names, DefaultRuntimeName) {
+			var r struct{ Path string }
+			_ = json.Unmarshal(raw, &r)
+			notes = append(notes, fmt.Sprintf("docker runtime %q is not gpu-runtime's (its path is %q); left as it is", DefaultRuntimeName, r.Path))
+		}
+	}
+	// The default's runtime first: once it is undone, the default is what it was before
+	// configure, and no other runtime's undo calls it someone else's.
+	if i := slices.Index(names, def); i > 0 {
+		names = slices.Insert(slices.Delete(names, i, i+1), 0, def)
+	}
+	e := edit{content: current}
+	for _, name := range names {
+		o := opts
+		o.RuntimeName = name
+		one, err := unconfigureDockerName(e.content, o)
+		if err != nil {
+			return edit{}, err
+		}
+		e.content, e.changed = one.content, e.changed || one.changed
+		if one.changed {
+			e.names = append(e.names, name)
+		}
+		for _, n := range one.notes {
+			if !slices.Contains(notes, n) {
+				notes = append(notes, n)
+			}
+		}
+	}
+	e.notes = notes
+	slices.Sort(e.names)
+	return e, nil
+}
+
+// dockerOurs reports whether a runtimes.<name> entry's path is gpu-runtime's.
+func dockerOurs(raw json.RawMessage, runtimePath string) bool {
+	var r struct {
+		Path string `json:"path"`
+	}
+	return json.Unmarshal(raw, &r) == nil && Ours(r.Path, runtimePath)
+}
+
+// unconfigureDockerName removes runtimes.<name> (and "runtimes" when that leaves it empty) and
 // default-runtime when it names the runtime. What configure displaced there — another
 // default-runtime, another runtime of the same name (NVIDIA's "nvidia" entry, replaced by
 // --runtime-name nvidia) — is put back, in its place, as opts.backups hold it (see
 // dockerDisplaced). Someone else's default is left alone.
-func unconfigureDocker(current []byte, opts Options) (edit, error) {
+func unconfigureDockerName(current []byte, opts Options) (edit, error) {
 	top, runtimes, entry, def, err := loadDocker(current, opts.RuntimeName)
 	if err != nil {
 		return edit{}, err

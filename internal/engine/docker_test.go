@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -299,7 +300,7 @@ func TestUnconfigureDocker(t *testing.T) {
 		},
 		{
 			description: "someone else's default is left alone",
-			current:     `{"runtimes": {"gpu": {"path": "/x"}, "kata": {"path": "/k"}}, "default-runtime": "kata"}`,
+			current:     `{"runtimes": {"gpu": {"path": "/opt/x/gpu-runtime"}, "kata": {"path": "/k"}}, "default-runtime": "kata"}`,
 			wantChanged: true,
 			want:        `{"runtimes": {"kata": {"path": "/k"}}, "default-runtime": "kata"}`,
 			wantNote:    `default-runtime "kata" is not ours`,
@@ -344,6 +345,115 @@ func TestUnconfigureDocker(t *testing.T) {
 			}
 			if tc.wantNote != "" && !strings.Contains(strings.Join(e.notes, "\n"), tc.wantNote) {
 				t.Errorf("notes %q lack %q", e.notes, tc.wantNote)
+			}
+		})
+	}
+}
+
+// TestUnconfigureDockerOurs: unconfigure tells gpu-runtime's runtimes by their path, not their
+// name: with no name, every runtime of ours goes (each with what configure displaced put
+// back); a name that is not ours (NVIDIA's "nvidia") is left, with a note saying whose it is.
+func TestUnconfigureDockerOurs(t *testing.T) {
+	const nvidia = `{"path": "nvidia-container-runtime", "runtimeArgs": []}`
+	// The host before configure --runtime-name nvidia --set-as-default: NVIDIA's runtime, the default.
+	before := `{"runtimes": {"nvidia": ` + nvidia + `}, "default-runtime": "nvidia", "debug": true}`
+	testCases := []struct {
+		description string
+		current     string
+		backups     []string // newest first
+		name        string   // --runtime-name; "" for every runtime of ours
+		runtimePath string   // --runtime-path
+		want        string
+		wantNames   []string
+		wantNotes   []string
+	}{
+		{
+			description: "gpu only",
+			current:     `{"runtimes": {"gpu": {"path": "/usr/bin/gpu-runtime"}, "runc2": {"path": "/usr/bin/runc"}}, "default-runtime": "gpu"}`,
+			want:        `{"runtimes": {"runc2": {"path": "/usr/bin/runc"}}}`,
+			wantNames:   []string{"gpu"},
+		},
+		{
+			description: "nvidia ours as default, NVIDIA's displaced: both put back",
+			current:     `{"runtimes": {"nvidia": {"path": "/usr/bin/gpu-runtime", "runtimeArgs": []}}, "default-runtime": "nvidia", "debug": true}`,
+			backups:     []string{before},
+			want:        before,
+			wantNames:   []string{"nvidia"},
+			wantNotes:   []string{`docker runtime "nvidia" is again what it was before configure: {"path":"nvidia-container-runtime","runtimeArgs":[]}`},
+		},
+		{
+			description: "nvidia ours as default, named: the same",
+			current:     `{"runtimes": {"nvidia": {"path": "/usr/bin/gpu-runtime", "runtimeArgs": []}}, "default-runtime": "nvidia", "debug": true}`,
+			backups:     []string{before},
+			name:        "nvidia",
+			want:        before,
+			wantNames:   []string{"nvidia"},
+		},
+		{
+			description: "nvidia is NVIDIA's own, named: left",
+			current:     before,
+			name:        "nvidia",
+			want:        before,
+			wantNotes:   []string{`docker runtime "nvidia" is not gpu-runtime's (its path is "nvidia-container-runtime"); left as it is`},
+		},
+		{
+			description: "nvidia is NVIDIA's own, gpu ours: only gpu goes",
+			current:     `{"runtimes": {"nvidia": ` + nvidia + `, "gpu": {"path": "/usr/local/bin/gpu-runtime"}}, "default-runtime": "nvidia"}`,
+			want:        `{"runtimes": {"nvidia": ` + nvidia + `}, "default-runtime": "nvidia"}`,
+			wantNames:   []string{"gpu"},
+			wantNotes:   []string{`docker default-runtime "nvidia" is not ours; left as it is`},
+		},
+		{
+			description: "gpu is someone else's: left, and said",
+			current:     `{"runtimes": {"gpu": {"path": "/opt/other/runtime"}}}`,
+			want:        `{"runtimes": {"gpu": {"path": "/opt/other/runtime"}}}`,
+			wantNotes:   []string{`docker runtime "gpu" is not gpu-runtime's (its path is "/opt/other/runtime"); left as it is`},
+		},
+		{
+			description: "two names of ours, the second the default: both go, the default put back",
+			current:     `{"runtimes": {"gpu": {"path": "/usr/bin/gpu-runtime"}, "nvidia": {"path": "/usr/bin/gpu-runtime"}}, "default-runtime": "nvidia"}`,
+			backups: []string{
+				`{"runtimes": {"gpu": {"path": "/usr/bin/gpu-runtime"}}, "default-runtime": "runc"}`,
+				`{"default-runtime": "runc"}`,
+			},
+			want:      `{"default-runtime": "runc"}`,
+			wantNames: []string{"gpu", "nvidia"},
+		},
+		{
+			description: "a runtime path of another name, given: ours",
+			current:     `{"runtimes": {"gpu": {"path": "/opt/gr/runtime"}}}`,
+			runtimePath: "/opt/gr/runtime",
+			want:        `{}`,
+			wantNames:   []string{"gpu"},
+		},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			opts := Options{RuntimeName: tc.name, RuntimePath: tc.runtimePath}
+			opts, err := opts.withDefaults(Docker, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range tc.backups {
+				opts.backups = append(opts.backups, []byte(b))
+			}
+			e, err := unconfigureDocker([]byte(tc.current), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := decodeJSON(t, e.content), decodeJSON(t, []byte(tc.want)); !reflect.DeepEqual(got, want) {
+				t.Errorf("got %s\nwant %s", e.content, tc.want)
+			}
+			if e.changed != (tc.current != tc.want) {
+				t.Errorf("changed = %v", e.changed)
+			}
+			if !reflect.DeepEqual(e.names, tc.wantNames) {
+				t.Errorf("names %q, want %q", e.names, tc.wantNames)
+			}
+			for _, n := range tc.wantNotes {
+				if !slices.Contains(e.notes, n) {
+					t.Errorf("notes %q lack %q", e.notes, n)
+				}
 			}
 		})
 	}

@@ -119,9 +119,11 @@ func withPath(err error, path string) error {
 // Options says what to register and where.
 type Options struct {
 	// RuntimeName is the runtime's name in the engine (docker --runtime, the CRI handler of
-	// a RuntimeClass); empty: DefaultRuntimeName.
+	// a RuntimeClass); empty: DefaultRuntimeName, except that docker's unconfigure then
+	// removes every runtime of ours, whatever its name (see Ours).
 	RuntimeName string
-	// RuntimePath is the absolute path of the gpu-runtime executable. Unconfigure ignores it.
+	// RuntimePath is the absolute path of the gpu-runtime executable. Unconfigure takes a
+	// runtime with exactly this path for ours too (see Ours); empty: only by base name.
 	RuntimePath string
 	// SetAsDefault makes RuntimeName the engine's default runtime. Configure never clears a
 	// default; unconfigure clears it only when it names RuntimeName.
@@ -134,6 +136,8 @@ type Options struct {
 	// config: 2 (containerd 1.3 and later, also read by 2.x; the default) or 3 (containerd 2.x).
 	ContainerdConfigVersion int
 
+	// every: unconfigure with no RuntimeName: every runtime of ours, whatever its name.
+	every bool
 	// backups: unconfigure of docker fills it with the content of daemon.json's backups,
 	// newest first, to find what configure displaced.
 	backups [][]byte
@@ -145,6 +149,7 @@ var runtimeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // withDefaults fills defaults in and checks what configuring needs.
 func (o Options) withDefaults(engine Engine, configuring bool) (Options, error) {
+	o.every = o.RuntimeName == "" && !configuring
 	o.RuntimeName = cmp.Or(o.RuntimeName, DefaultRuntimeName)
 	if !runtimeNameRE.MatchString(o.RuntimeName) {
 		return o, fmt.Errorf("%w: runtime name %q: use letters, digits, '.', '_' and '-' (63 at most), starting with a letter or digit", ErrInvalidOptions, o.RuntimeName)
@@ -202,6 +207,21 @@ func checkRuntimeName(engine Engine, name string) error {
 			ErrInvalidOptions, name)
 	}
 	return nil
+}
+
+// RuntimeProgram is the base name of the gpu-runtime executable.
+const RuntimeProgram = "gpu-runtime"
+
+// Ours reports whether an engine's runtime whose program is path is gpu-runtime: path's base
+// name is gpu-runtime, or path is exactly runtimePath (when not empty: a gpu-runtime installed
+// under another name with --runtime-path). The name a runtime is registered under says
+// nothing: "nvidia" is NVIDIA's runtime on one host and gpu-runtime on another (configure
+// --runtime-name nvidia).
+func Ours(path, runtimePath string) bool {
+	if path == "" {
+		return false
+	}
+	return filepath.Base(path) == RuntimeProgram || (runtimePath != "" && path == runtimePath)
 }
 
 // ParseEngine returns the Engine named s ("cri-o" is accepted for crio).

@@ -55,6 +55,10 @@ type Plan struct {
 	// the planned changes bring up to date); doctor reports it.
 	Stale []string
 	Next  []string // what the user must do once the changes are written
+	// Runtimes are, for unconfigure, the runtime names of ours it removes (docker: every
+	// entry whose path is gpu-runtime's; containerd and cri-o: those gpu-ctk's drop-in
+	// registers, whatever their name).
+	Runtimes []string
 }
 
 // Changed reports whether applying the plan writes anything.
@@ -96,6 +100,9 @@ func PlanUnconfigure(engine Engine, opts Options) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.Changed() {
+			p.Runtimes = dropInRuntimes(p.Changes[0].Previous, opts)
+		}
 		for i := range p.Changes {
 			p.Changes[i].RemoveEmptyDirs = 1 // crio.conf.d, which configure may have created
 		}
@@ -128,7 +135,7 @@ func planSingleFile(sf singleFile, opts Options, fn func([]byte, Options) (edit,
 	if err != nil {
 		return nil, withPath(err, f.path)
 	}
-	p := &Plan{Files: []string{f.path}, Notes: e.notes}
+	p := &Plan{Files: []string{f.path}, Notes: e.notes, Runtimes: e.names}
 	switch {
 	case !e.changed:
 		return p, nil
@@ -226,6 +233,7 @@ func planContainerdUnconfigure(opts Options) (*Plan, error) {
 	}
 	p.Notes = append(p.Notes, containerdLeftovers(main.content, main.path, opts.RuntimeName)...)
 	if dropEdit.changed {
+		p.Runtimes = dropInRuntimes(drop.content, opts)
 		c := drop.change(nil, false)
 		c.RemoveEmptyDirs = 1 // gpu-ctk's choice of directory: configure created it if missing
 		p.Changes = append(p.Changes, c)

@@ -912,3 +912,49 @@ func TestContainerdMigrationFromNVIDIA(t *testing.T) {
 		t.Errorf("files left: %v", names)
 	}
 }
+
+// TestUnconfigureOtherName: a runtime registered under another name (--runtime-name nvidia) is
+// unregistered by unconfigure without a name, as package removal runs it: containerd's and
+// cri-o's drop-in are gpu-ctk's own files, removed whatever name they register; the plan names
+// the runtimes it removes.
+func TestUnconfigureOtherName(t *testing.T) {
+	testCases := []struct {
+		description string
+		engine      Engine
+		names       []string // configured in turn (the drop-in holds the last)
+		wantNames   []string
+	}{
+		{"docker, nvidia", Docker, []string{"nvidia"}, []string{"nvidia"}},
+		{"docker, gpu and nvidia", Docker, []string{"gpu", "nvidia"}, []string{"gpu", "nvidia"}},
+		{"containerd, nvidia", Containerd, []string{"nvidia"}, []string{"nvidia"}},
+		{"cri-o, nvidia", CRIO, []string{"nvidia"}, []string{"nvidia"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{RuntimePath: testRuntimePath, SetAsDefault: true}
+			switch tc.engine {
+			case Docker:
+				opts.ConfigPath = filepath.Join(dir, "daemon.json")
+			case Containerd:
+				opts.ConfigPath = filepath.Join(dir, "config.toml")
+				opts.DropInPath = filepath.Join(dir, "conf.d", "99-gpu-runtime.toml")
+			case CRIO:
+				opts.ConfigPath = filepath.Join(dir, "crio.conf.d", "99-gpu-runtime.conf")
+			}
+			for _, name := range tc.names {
+				opts.RuntimeName = name
+				mustApply(t, mustPlan(t, true, tc.engine, opts), testNow)
+			}
+			opts.RuntimeName = ""
+			p := mustPlan(t, false, tc.engine, Options{ConfigPath: opts.ConfigPath, DropInPath: opts.DropInPath})
+			if !slices.Equal(p.Runtimes, tc.wantNames) {
+				t.Errorf("runtimes %q, want %q", p.Runtimes, tc.wantNames)
+			}
+			mustApply(t, p, testNow)
+			if names := listDir(t, dir); len(names) != 0 {
+				t.Errorf("left after unconfigure: %v", names)
+			}
+		})
+	}
+}

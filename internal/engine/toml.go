@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -30,6 +31,43 @@ func removeDropIn(current []byte, _ Options) (edit, error) {
 		return edit{}, fmt.Errorf("%w: it does not start with %q; remove our runtime from it by hand", ErrNotOurs, dropInMarker)
 	}
 	return edit{changed: true}, nil
+}
+
+// dropInRuntimes are the runtimes of ours a drop-in of gpu-ctk's registers, sorted: those of
+// cri-o's [crio.runtime.runtimes] with a runtime_path of ours, and of containerd's CRI
+// runtimes with an options.BinaryName of ours (a version 2 drop-in also carries copies of the
+// other runtimes); opts.RuntimeName when it cannot be read.
+func dropInRuntimes(content []byte, opts Options) []string {
+	doc, err := parseTOML(content)
+	if err != nil {
+		return []string{opts.RuntimeName}
+	}
+	var tables []map[string]any
+	if t, ok, _ := subTable(doc, "crio", "runtime", "runtimes"); ok {
+		tables = append(tables, t)
+	}
+	for _, plugin := range []string{containerdV2Plugin, containerdV3Plugin} {
+		if t, ok, _ := subTable(doc, "plugins", plugin, "containerd", "runtimes"); ok {
+			tables = append(tables, t)
+		}
+	}
+	var names []string
+	for _, t := range tables {
+		for name := range t {
+			path, _ := stringAt(t, name, "runtime_path")
+			if path == "" {
+				path, _ = stringAt(t, name, "options", "BinaryName")
+			}
+			if Ours(path, opts.RuntimePath) && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return []string{opts.RuntimeName}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // dropInHeader is the comment that starts a generated drop-in.

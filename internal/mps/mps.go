@@ -13,11 +13,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -589,4 +591,38 @@ func Daemon(args []string) error {
 		return fmt.Errorf("mount %s on /dev/shm: %w", shm, err)
 	}
 	return unix.Exec(control, []string{ControlName, "-f"}, os.Environ())
+}
+
+// maxFound bounds how many entries of the MPS root Found reads.
+const maxFound = 1024
+
+// Found lists the shares that have a pid file under the MPS root, sorted: gpu-ctk mps start
+// wrote one for each share it started, so a share removed from the configuration (or a
+// configuration removed with its package) whose daemon still runs is still found. Only
+// directories with a share's name are looked at, at most maxFound entries; whether a pid file
+// is believed is readPID's rule, applied when the share is checked or stopped.
+func Found(cfg config.MPSConfig) ([]string, error) {
+	dir, err := os.Open(cfg.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	entries, err := dir.ReadDir(maxFound)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read MPS root %s: %w", cfg.Root, err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() || !config.ValidShareName(e.Name()) {
+			continue
+		}
+		if fi, err := os.Lstat(cfg.PIDFile(e.Name())); err == nil && fi.Mode().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }

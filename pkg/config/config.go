@@ -86,6 +86,11 @@ type RuntimeConfig struct {
 	LogFile string `toml:"log-file"`
 	// LogLevel is a logrus level name; see Level.
 	LogLevel string `toml:"log-level"`
+	// NoCgroups has every GPU container's device nodes bind-mounted from the device root,
+	// without device entries or cgroup rules, as they are wherever gpu-runtime runs rootless
+	// (detected without it: internal/gpuhost.Rootless), for a rootless setup that is not
+	// detected. NVIDIA's toolkit calls it no-cgroups too.
+	NoCgroups bool `toml:"no-cgroups"`
 }
 
 // DriverConfig is the [driver] table: where the NVIDIA driver is installed.

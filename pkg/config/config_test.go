@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(keys) != 25 {
-		t.Errorf("Config has %d keys, want 25: %v", len(keys), keys)
+	if len(keys) != 26 {
+		t.Errorf("Config has %d keys, want 26: %v", len(keys), keys)
 	}
 }
 
@@ -113,6 +113,7 @@ func TestParse(t *testing.T) {
 runtimes = ["/usr/local/sbin//runc/", "crun", "youki"]
 log-file = "/var/log/gpu-runtime/../gpu-runtime.log"
 log-level = "debug"
+no-cgroups = true
 [driver]
 root = "/run/nvidia/driver/"
 dev-root = "/run/nvidia/driver/./"
@@ -149,9 +150,10 @@ taint-effect = "NoExecute"
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
-					Runtimes: []string{"/usr/local/sbin/runc", "crun", "youki"},
-					LogFile:  "/var/log/gpu-runtime.log",
-					LogLevel: "debug",
+					Runtimes:  []string{"/usr/local/sbin/runc", "crun", "youki"},
+					LogFile:   "/var/log/gpu-runtime.log",
+					LogLevel:  "debug",
+					NoCgroups: true,
 				},
 				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver", ProcRoot: "/", SysRoot: "/"},
 				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},

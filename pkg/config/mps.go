@@ -57,6 +57,9 @@ func (m MPSConfig) ShareNames() []string { return slices.Sorted(maps.Keys(m.Shar
 // shareNameRE: a share's name is a directory name under Root and a volume-mount path element.
 var shareNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
+// ValidShareName says whether name can name an MPS share (a directory under mps.root).
+func ValidShareName(name string) bool { return shareNameRE().MatchString(name) }
+
 // memoryLimitRE: a number and a unit, M or G as set_default_device_pinned_mem_limit takes it,
 // or with the B/iB spellings people write.
 var memoryLimitRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,9})\s*(M|MB|MiB|G|GB|GiB)$`) })

@@ -59,6 +59,10 @@ type Host struct {
 	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
 	// config.HealthAllSkip ("" too) or config.HealthAllFail. Each device's health is in Driver's GPUs.
 	UnhealthyAll string
+	// NoCgroups, when set, says why the low-level runtime can neither create device nodes
+	// nor write a device cgroup (gpu-runtime runs rootless, or runtime.no-cgroups): every
+	// device node is then a bind mount of the host's node (noCgroups).
+	NoCgroups string
 }
 
 // Plan is every device the container gets, whatever named it, and everything to change in
@@ -133,6 +137,7 @@ func Build(req request.Request, host Host, cdi []CDIDevice) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	p.noCgroups(host)
 	// An unsatisfied requirement leaves the plan to the caller, to show (gpu-ctk explain).
 	return p, p.checkRequirements(req, host)
 }

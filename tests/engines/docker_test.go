@@ -348,7 +348,18 @@ func TestDockerMigrationFromNVIDIA(t *testing.T) {
 		{description: "--runtime=nvidia --gpus all gets both GPUs", flags: []string{"--runtime=nvidia", "--gpus", "all"}, gpus: []int{0, 1}},
 	})
 
-	r := runCmd(t, 30*time.Second, nil, "", filepath.Join(binDir, "gpu-ctk"), "runtime", "unconfigure", "--runtime=docker", "--config", d.config, "--runtime-name", "nvidia")
+	// gpu-ctk loaded tells gpu-runtime by its path in dockerd's /info, whatever its name.
+	pid, err := os.ReadFile(filepath.Join(d.dir, "docker.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DOCKER_HOST=unix://" + d.sock, "CONTAINERD_ADDRESS=" + filepath.Join(d.dir, "no-containerd.sock")}
+	r := runCmd(t, 30*time.Second, env, "", filepath.Join(binDir, "gpu-ctk"), "loaded")
+	if want := fmt.Sprintf("the running dockerd (pid %s) has the runtime \"nvidia\" loaded, \"nvidia\" as its default runtime: systemctl restart docker\n", strings.TrimSpace(string(pid))); r.Code != 0 || r.Stdout != want {
+		t.Errorf("gpu-ctk loaded: %s\nwant %q", r, want)
+	}
+
+	r = runCmd(t, 30*time.Second, nil, "", filepath.Join(binDir, "gpu-ctk"), "runtime", "unconfigure", "--runtime=docker", "--config", d.config, "--runtime-name", "nvidia")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "restored "+d.config+" as it was before configure") {
 		t.Fatalf("gpu-ctk runtime unconfigure: %s", r)
 	}
@@ -359,10 +370,6 @@ func TestDockerMigrationFromNVIDIA(t *testing.T) {
 		t.Errorf("backups left: %v", backups)
 	}
 	// dockerd reloads runtimes and default-runtime on SIGHUP (systemctl reload docker).
-	pid, err := os.ReadFile(filepath.Join(d.dir, "docker.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if r := runCmd(t, 10*time.Second, nil, "", "kill", "-HUP", strings.TrimSpace(string(pid))); r.Code != 0 {
 		t.Fatalf("kill -HUP dockerd: %s", r)
 	}
@@ -376,5 +383,9 @@ func TestDockerMigrationFromNVIDIA(t *testing.T) {
 			t.Fatalf("after unconfigure and a reload, dockerd's runtime nvidia is %q and its default %q; want nvidia-container-runtime and nvidia", runtimes["nvidia"].Path, def)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// NVIDIA's own "nvidia" is not gpu-runtime: gpu-ctk loaded lists nothing.
+	if r := runCmd(t, 30*time.Second, env, "", filepath.Join(binDir, "gpu-ctk"), "loaded"); r.Code != 0 || r.Stdout != "" {
+		t.Errorf("gpu-ctk loaded with NVIDIA's nvidia loaded: %s, want nothing", r)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -303,14 +304,16 @@ func TestPackages(t *testing.T) {
 		{"fresh install", m.freshInstall},
 		{"configure docker and containerd with the installed gpu-ctk", m.configureEngines},
 		{"GPU containers under dockerd through the installed runtime", m.gpuContainers},
-		{"removal unregisters the runtime and keeps the config", m.remove},
-		{"purge leaves nothing", m.purge},
+		{"removal with dockerd running a GPU container of its default runtime gpu, and an MPS share", m.remove},
+		{"purge leaves nothing once dockerd restarted", m.purge},
 		{"upgrade from " + prev.version + " keeps config edits, registrations and containers", func(t *testing.T) { m.upgrade(t, prev) }},
 		{"rpm's upgrade scriptlets change nothing", m.rpmUpgradeScriptlets},
 		{"removal stops, changing nothing, while an engine cannot be unconfigured", m.removalRefused},
 		{"purge after the upgrade restores daemon.json byte for byte", m.purgeAfterUpgrade},
 		{"NVIDIA's hook installed first: never replaced; rpm's install and erase scriptlets", m.nvidiaFirst},
 		{"NVIDIA's hook installed after: it replaces the link, which removal leaves", m.nvidiaAfter},
+		{"purge while dockerd has gpu loaded keeps the pass-through and says how to remove it", m.purgeWhileLoaded},
+		{"removal of a runtime registered as nvidia, NVIDIA's displaced, while dockerd has it loaded", m.removeOtherName},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -337,6 +340,7 @@ type machine struct {
 	dockerd           *dockerd
 	keep              string // the container that runs across the upgrade
 	inode             uint64 // /usr/bin/gpu-runtime's before the upgrade
+	crioDir           bool   // /etc/crio/crio.conf.d was there before
 }
 
 // newMachine checks that the machine can be tested, moves aside what the tests replace and
@@ -371,6 +375,8 @@ func newMachine(t *testing.T, p packages) *machine {
 		}
 	}
 	m.etcDocker, m.etcCtd = listDir("/etc/docker"), listDir("/etc/containerd")
+	_, err = os.Lstat("/etc/crio/crio.conf.d")
+	m.crioDir = err == nil
 	for _, path := range []string{daemonJSON, "/etc/gpu-runtime", "/run/gpu-runtime"} {
 		if _, err := os.Lstat(path); err == nil {
 			to := filepath.Join(work, "aside", strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", "_"))
@@ -440,9 +446,14 @@ func (m *machine) restore(t *testing.T) {
 			}
 		}
 	}
+	// A pass-through the removal left (a failed step's dockerd was stopped above).
+	if data, err := os.ReadFile("/usr/bin/gpu-runtime"); err == nil && strings.Contains(string(data), "# gpu-runtime pass-through: left by") {
+		_ = os.Remove("/usr/bin/gpu-runtime")
+	}
 	if target, err := os.Readlink(hookPath); err == nil && target == "gpu-hook" && m.hookLink {
 		_ = os.Remove(hookPath)
 	}
+	stopShares(t)
 	_ = os.RemoveAll("/run/gpu-runtime")
 	_ = os.RemoveAll("/etc/gpu-runtime")
 	for path, from := range m.aside {
@@ -596,7 +607,9 @@ func (m *machine) freshInstall(t *testing.T) {
 }
 
 func (m *machine) configureEngines(t *testing.T) {
-	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
+	// gpu as docker's default runtime: the removal step needs a dockerd that runs every
+	// container through it.
+	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--set-as-default")
 	wantLines(t, "gpu-ctk runtime configure --runtime=docker", out, `configured docker: runtime "gpu" -> /usr/bin/gpu-runtime`, "  wrote "+daemonJSON)
 	if m.hookLink && strings.Contains(out, "warning:") {
 		t.Errorf("configure warns although the package linked the hook:\n%s", out)
@@ -624,7 +637,9 @@ func (m *machine) editConfig(t *testing.T) {
 		if !strings.HasPrefix(value, `"`) && !strings.HasPrefix(value, "[") {
 			value = fmt.Sprintf("%q", value)
 		}
-		config = re.ReplaceAllLiteralString(config, r.key+" = "+value)
+		// The first only: [driver]'s root, not [mps]'s.
+		loc := re.FindStringIndex(config)
+		config = config[:loc[0]] + r.key + " = " + value + config[loc[1]:]
 	}
 	writeFile(t, "/etc/gpu-runtime/config.toml", config, 0o644)
 	m.config = config
@@ -650,10 +665,75 @@ func (m *machine) gpuContainers(t *testing.T) {
 	m.dockerd = nil
 }
 
+// remove removes the package while a private dockerd, started with gpu as its default runtime,
+// runs a GPU container, and an MPS share runs. The share is stopped; dockerd keeps its
+// runtimes until it restarts, so the removal leaves a pass-through at /usr/bin/gpu-runtime,
+// through which the container is stopped and deleted and a new container without a GPU runs,
+// while a GPU container fails with the message; the removal says to restart docker.
 func (m *machine) remove(t *testing.T) {
+	d := m.startDockerd(t)
+	const running = "grp-running"
+	if r := d.docker(t, "run", "-d", "--name", running, "--network", "none", "--gpus", "all", "img:1", "sleep", "600"); r.Code != 0 {
+		m.logRuntime(t)
+		t.Fatalf("docker run -d --gpus all (gpu: the default runtime): %s", r)
+	}
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	// The live engines removal asks: this dockerd and a private containerd with a CRI pod of
+	// the runtime gpu (dockerd's own containerd is not asked: dockerd is).
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	c := m.startContainerd(t)
+	t.Setenv("CONTAINERD_ADDRESS", c.sock)
+	t.Setenv("GPU_RUNTIME_CRICTL", c.crictlPath) // dpkg gives the scripts a PATH of its own
+	pod := c.crictlMust(t, "runp", "--runtime", "gpu", c.podConfig(t))
+	mpsPID := m.startShare(t)
+	mustRun(t, nil, installedCTK, "health", "mark", m.host.Options.GPUs[1].UUID, "--reason", "package test")
+
 	out := mustApt(t, "remove", "gpu-runtime")
 	wantLines(t, "apt-get remove", out, `unconfigured docker: runtime "gpu" removed`, "  removed "+daemonJSON,
-		"note: "+daemonJSON+" held only what configure wrote (configure created it): removed")
+		"note: "+daemonJSON+" held only what configure wrote (configure created it): removed",
+		fmt.Sprintf("pkg: stopped (pid %d)", mpsPID),
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
+		fmt.Sprintf(`gpu-runtime: the running containerd (pid %d) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart containerd`, c.pid))
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", mpsPID)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Errorf("the MPS share's daemon (pid %d) still runs after removal: %s", mpsPID, stat)
+	}
+	if mounts := readFile(t, "/proc/self/mountinfo"); strings.Contains(mounts, " /run/gpu-runtime/mps/") {
+		t.Errorf("an MPS tmpfs is still mounted after removal:\n%s", mounts)
+	}
+	if data, err := os.ReadFile("/usr/bin/gpu-runtime"); err != nil || !strings.Contains(string(data), "# gpu-runtime pass-through: left by the removal of gpu-runtime's package\n") {
+		t.Errorf("/usr/bin/gpu-runtime after removal is not the pass-through (%v):\n%s", err, data)
+	}
+	if r := d.docker(t, "rm", "-f", running); r.Code != 0 {
+		t.Errorf("docker rm -f of the GPU container after removal: %s", r)
+	}
+	if r := d.docker(t, "ps", "-aq"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("docker ps -a after docker rm -f: %s", r)
+	}
+	// No task left behind in dockerd's containerd.
+	ctdSock := filepath.Join(d.dir, "exec", "containerd", "containerd.sock")
+	if r := enginetest.Run(t, d.dir, 30*time.Second, nil, "", "ctr", "--address", ctdSock, "--namespace", "moby", "tasks", "ls", "-q"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("ctr tasks ls in dockerd's containerd after docker rm -f: %s", r)
+	}
+	if r := d.docker(t, "run", "--rm", "--network", "none", "img:1", "echo", "no GPU, still runs"); r.Code != 0 || r.Stdout != "no GPU, still runs\n" {
+		t.Errorf("docker run of a container without a GPU (default runtime gpu) after removal: %s", r)
+	}
+	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "gpu": systemctl restart docker && systemctl restart containerd; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
+	}
+	// The CRI pod of the runtime gpu stops and is removed.
+	if r := c.crictl(t, "stopp", pod); r.Code != 0 {
+		t.Errorf("crictl stopp of the gpu pod after removal: %s", r)
+	}
+	if r := c.crictl(t, "rmp", pod); r.Code != 0 {
+		t.Errorf("crictl rmp of the gpu pod after removal: %s", r)
+	}
+	if r := c.crictl(t, "pods", "-q"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("crictl pods after crictl rmp: %s", r)
+	}
+	c.daemon.Stop()
+	d.stop()
+	m.dockerd = nil
 	if m.containerdBefore != nil {
 		wantLines(t, "apt-get remove", out, `unconfigured containerd: runtime "gpu" removed`)
 	}
@@ -663,10 +743,15 @@ func (m *machine) remove(t *testing.T) {
 	if s := status("gpu-runtime"); s != "rc" {
 		t.Errorf("dpkg status %q after remove, want rc (config files kept)", s)
 	}
-	for _, path := range []string{"/usr/bin/gpu-runtime", "/usr/bin/gpu-hook", "/usr/bin/gpu-ctk", "/usr/lib/gpu-runtime", "/run/gpu-runtime"} {
+	for _, path := range []string{"/usr/bin/gpu-hook", "/usr/bin/gpu-ctk", "/usr/lib/gpu-runtime"} {
 		if _, err := os.Lstat(path); err == nil {
 			t.Errorf("%s is still there after removal", path)
 		}
+	}
+	// Kept until purge: the health file (a record of the GPUs, not of the package), its lock,
+	// the stopped share's directories.
+	if got := listDir("/run/gpu-runtime"); !slices.Equal(got, []string{"health.csv", "health.csv.lock", "mps"}) {
+		t.Errorf("/run/gpu-runtime after removal: %v, want the health file, its lock and mps", got)
 	}
 	if _, err := os.Lstat(hookPath); err == nil && m.hookLink {
 		t.Errorf("%s is still there after removal", hookPath)
@@ -709,8 +794,25 @@ func (m *machine) checkEnginesRestored(t *testing.T, daemon *string) {
 }
 
 func (m *machine) purge(t *testing.T) {
-	mustApt(t, "purge", "gpu-runtime")
+	out := mustApt(t, "purge", "gpu-runtime")
+	if strings.Contains(out, "kept /usr/bin/gpu-runtime") {
+		t.Errorf("purge kept the pass-through although dockerd was restarted (stopped):\n%s", out)
+	}
 	m.checkNothingLeft(t)
+}
+
+// startShare adds an MPS share to the installed configuration, starts it with the installed
+// gpu-ctk and returns its daemon's pid.
+func (m *machine) startShare(t *testing.T) int {
+	t.Helper()
+	m.config += "\n[mps.shares.pkg]\ndevices = [\"0\"]\n"
+	writeFile(t, "/etc/gpu-runtime/config.toml", m.config, 0o644)
+	out := mustRun(t, nil, installedCTK, "mps", "start", "pkg")
+	var pid int
+	if _, err := fmt.Sscanf(out, "pkg: started (pid %d)", &pid); err != nil {
+		t.Fatalf("gpu-ctk mps start pkg: %q", out)
+	}
+	return pid
 }
 
 func (m *machine) checkNothingLeft(t *testing.T) {
@@ -725,6 +827,15 @@ func (m *machine) checkNothingLeft(t *testing.T) {
 	}
 	if _, err := os.Lstat(hookPath); err == nil && m.hookLink {
 		t.Errorf("%s is left after purge", hookPath)
+	}
+	// The engines' backups and directories configure or unconfigure made.
+	for _, pattern := range []string{daemonJSON + ".bak.*", containerdConfig + ".bak.*", "/etc/gpu-runtime/*.bak.*"} {
+		if left, _ := filepath.Glob(pattern); len(left) != 0 {
+			t.Errorf("left after purge: %v", left)
+		}
+	}
+	if _, err := os.Lstat("/etc/crio/crio.conf.d"); err == nil && !m.crioDir {
+		t.Errorf("/etc/crio/crio.conf.d is left after purge; it was not there before")
 	}
 }
 
@@ -895,7 +1006,7 @@ func (m *machine) removalRefused(t *testing.T) {
 	}
 	wantLines(t, "apt-get remove", out,
 		"gpu-ctk: unconfigure docker: parse "+daemonJSON+" at line 2, column 12: invalid character 'y' looking for beginning of value",
-		`gpu-runtime: cannot unregister the runtime "gpu" from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
+		`gpu-runtime: cannot unregister gpu-runtime's runtimes from: docker (see above), so no engine was changed. Fix that configuration, or remove the runtime from it by hand, then remove gpu-runtime again: removing it now would leave an engine pointing at a missing binary`)
 	if s := status("gpu-runtime"); s != "ii" {
 		t.Errorf("dpkg status %q after the refused removal, want ii", s)
 	}
@@ -974,8 +1085,10 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 		t.Errorf("%%preun 0 removed a hook:\n%s", out)
 	}
 	nvidiaHookIntact(t)
+	mustRun(t, aptEnv, "dpkg", "--remove", "gpu-runtime")
 	// As containers and an MPS share leave it: the cache goes, a share's files stay (a
-	// daemon may be using them; removing them would fail the scriptlet on its mount).
+	// daemon may be using them; removing them would fail the scriptlet on its mount). The
+	// package's prerm stops the shares; these files stand for one started after it.
 	share := "/run/gpu-runtime/mps/train/daemon.pid"
 	if err := os.MkdirAll(filepath.Dir(share), 0o755); err != nil {
 		t.Fatal(err)
@@ -985,7 +1098,6 @@ func (m *machine) nvidiaFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustRun(t, aptEnv, "dpkg", "--remove", "gpu-runtime")
 	if out := mustRun(t, nil, "dash", m.scriptlet(t, "POSTUN"), "0"); out != "" {
 		t.Errorf("%%postun 0 said %q", out)
 	}
@@ -1102,4 +1214,214 @@ func (m *machine) logRuntime(t *testing.T) {
 		data = data[len(data)-4000:]
 	}
 	t.Logf("end of gpu-runtime's log (%v):\n%s", err, data)
+}
+
+// purgeWhileLoaded purges the package while a dockerd that loaded the runtime gpu still runs:
+// the pass-through stays, and the purge says to restart docker and then remove it.
+func (m *machine) purgeWhileLoaded(t *testing.T) {
+	mustApt(t, "install", m.p.deb)
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker")
+	m.editConfig(t)
+	d := m.startDockerd(t)
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	out := mustApt(t, "purge", "gpu-runtime")
+	wantLines(t, "apt-get purge", out,
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "gpu" loaded until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`,
+		"gpu-runtime: kept /usr/bin/gpu-runtime, the pass-through to runc: the running dockerd (pid "+pid+`) still has gpu-runtime loaded as a runtime. Restart it, then remove the pass-through: systemctl restart docker && rm /usr/bin/gpu-runtime`)
+	if r := d.docker(t, "run", "--rm", "--network", "none", "--runtime=gpu", "img:1", "echo", "through the pass-through"); r.Code != 0 || r.Stdout != "through the pass-through\n" {
+		t.Errorf("docker run --runtime=gpu of a container without a GPU after purge: %s", r)
+	}
+	d.stop()
+	m.dockerd = nil
+	if err := os.Remove("/usr/bin/gpu-runtime"); err != nil {
+		t.Errorf("the pass-through, to be removed by hand after the restart: %v", err)
+	}
+	m.checkNothingLeft(t)
+}
+
+// removeOtherName removes the package from a host migrated from NVIDIA's toolkit: daemon.json
+// had NVIDIA's runtime "nvidia" as the default, and gpu-ctk runtime configure --runtime-name
+// nvidia --set-as-default put gpu-runtime in its place. A private dockerd runs with that
+// loaded. The removal tells gpu-runtime's runtime by its path, not its name: daemon.json is put
+// back byte for byte (NVIDIA's entry and the default), and the pass-through is left for the
+// dockerd, the message naming "nvidia".
+func (m *machine) removeOtherName(t *testing.T) {
+	before := fmt.Sprintf("{\n  \"deprecated-key-path\": %q,\n  \"default-runtime\": \"nvidia\",\n  \"runtimes\": {\n    \"nvidia\": {\"path\": \"nvidia-container-runtime\", \"runtimeArgs\": []}\n  }\n}\n",
+		filepath.Join(m.work, "key.json"))
+	mustApt(t, "install", m.p.deb)
+	writeFile(t, daemonJSON, before, 0o644)
+	out := mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=docker", "--runtime-name=nvidia", "--set-as-default")
+	wantLines(t, "gpu-ctk runtime configure --runtime=docker --runtime-name=nvidia --set-as-default", out, `configured docker: runtime "nvidia" -> /usr/bin/gpu-runtime`)
+	m.editConfig(t)
+	d := m.startDockerd(t)
+	pid := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "docker.pid")))
+	if r := d.docker(t, "info", "--format", "{{.DefaultRuntime}}"); r.Code != 0 || r.Stdout != "nvidia\n" {
+		t.Fatalf("docker info: default runtime %s, want nvidia", r)
+	}
+	t.Setenv("DOCKER_HOST", "unix://"+d.sock)
+	t.Setenv("CONTAINERD_ADDRESS", filepath.Join(m.work, "no-containerd.sock"))
+	out = mustApt(t, "remove", "gpu-runtime")
+	wantLines(t, "apt-get remove", out, `unconfigured docker: runtime "nvidia" removed`,
+		`note: docker runtime "nvidia" is again what it was before configure: {"path":"nvidia-container-runtime","runtimeArgs":[]}`,
+		`note: docker default-runtime is again "nvidia", as before configure`,
+		"gpu-runtime: the running dockerd (pid "+pid+`) has the runtime "nvidia" loaded as its default runtime until it restarts: left /usr/bin/gpu-runtime, a pass-through to runc, so that its containers still stop and containers without a GPU still start; a GPU container fails until then. Restart it: systemctl restart docker`)
+	m.checkEnginesRestored(t, &before)
+	if r := d.docker(t, "run", "--rm", "--network", "none", "img:1", "echo", "no GPU, still runs"); r.Code != 0 || r.Stdout != "no GPU, still runs\n" {
+		t.Errorf("docker run of a container without a GPU (default runtime nvidia, gpu-runtime's) after removal: %s", r)
+	}
+	r := d.docker(t, "run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img:1", "true")
+	if want := `gpu-runtime was removed: this container asks for a GPU, which nothing gives it now. Restart the engine, so that it stops using the runtime "nvidia": systemctl restart docker; then install gpu-runtime again, or run the container without a GPU`; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("docker run -e NVIDIA_VISIBLE_DEVICES=0 after removal: %s\nwant it to fail with %s", r, want)
+	}
+	d.stop()
+	m.dockerd = nil
+	mustApt(t, "purge", "gpu-runtime")
+	if err := os.Remove(daemonJSON); err != nil {
+		t.Errorf("remove the test's daemon.json: %v", err)
+	}
+	m.checkNothingLeft(t)
+}
+
+// stopShares ends what a failed step left of the MPS share it started: the daemon its pid file
+// names (only if it is nvidia-cuda-mps-control) and the mounts under /run/gpu-runtime.
+func stopShares(t *testing.T) {
+	pidFiles, _ := filepath.Glob("/run/gpu-runtime/mps/*/daemon.pid")
+	for _, f := range pidFiles {
+		var pid int
+		if data, err := os.ReadFile(f); err == nil {
+			_, _ = fmt.Sscan(string(data), &pid)
+		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && err == nil && strings.Contains(string(cmdline), "nvidia-cuda-mps-control") {
+			t.Logf("stopping the MPS daemon a failed step left (pid %d)", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], "/run/gpu-runtime/") {
+			t.Logf("unmounting %s, left by a failed step", f[4])
+			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
+}
+
+// privateContainerd is a containerd of the test's own, with the CRI, on private paths, gpu
+// registered by the installed gpu-ctk in a configuration of its own (package removal leaves
+// that one: what matters is that this containerd loaded the runtime).
+type privateContainerd struct {
+	dir, sock, crictlConfig, crictlPath string
+	pid                                 int
+	daemon                              *enginetest.Daemon
+}
+
+// containerdMain: private paths; what the CRI needs on these machines (restrict_oom_score_adj,
+// a local sandbox image, CNI directories of its own: pods use the host network).
+const containerdMain = `version = 2
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = %[4]q
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "docker.io/library/pause:1"
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = %[5]q
+      conf_dir = %[5]q
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = %[6]q
+`
+
+func (m *machine) startContainerd(t *testing.T) *privateContainerd {
+	t.Helper()
+	crictl := filepath.Join(m.repo, ".cache", "crictl", "crictl")
+	if _, err := os.Stat(crictl); err != nil {
+		t.Fatalf("no crictl in .cache/crictl (make deps builds it): %v", err)
+	}
+	for _, tool := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (make deps installs it)", tool)
+		}
+	}
+	dir := filepath.Join(m.work, "c")
+	c := &privateContainerd{dir: dir, sock: filepath.Join(dir, "containerd.sock"), crictlConfig: filepath.Join(dir, "crictl.yaml"), crictlPath: crictl}
+	config := filepath.Join(dir, "config.toml")
+	writeFile(t, config, fmt.Sprintf(containerdMain, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock,
+		filepath.Join(dir, "opt"), filepath.Join(dir, "cni"), filepath.Join(dir, "runc")), 0o644)
+	writeFile(t, c.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.sock, c.sock), 0o644)
+	mustRun(t, nil, installedCTK, "runtime", "configure", "--runtime=containerd", "--config", config, "--drop-in", filepath.Join(dir, "conf.d", "99-gpu-runtime.toml"))
+	layer, err := enginetest.BusyboxLayer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := enginetest.DockerArchive(layer, map[string][]string{"pause:1": {"/bin/sleep", "2147483647"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := filepath.Join(dir, "images.tar")
+	if err := os.WriteFile(images, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() error {
+		out, err := exec.Command("ctr", "--address", c.sock, "version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	c.daemon, err = enginetest.StartDaemon("containerd", dir, []string{"PATH=" + systemPath}, ready, "containerd", "--config", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.daemon.BeforeStop = func() {
+		_ = exec.Command(crictl, "--config", c.crictlConfig, "rmp", "--all", "--force").Run()
+	}
+	t.Cleanup(c.daemon.Stop)
+	mustRun(t, nil, "ctr", "--address", c.sock, "-n", "k8s.io", "images", "import", images)
+	// Its pid, as the removal names it: the process running containerd with this config.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && string(data) == "containerd\x00--config\x00"+config+"\x00" {
+			_, _ = fmt.Sscanf(p, "/proc/%d/cmdline", &c.pid)
+		}
+	}
+	if c.pid == 0 {
+		t.Fatal("cannot find the private containerd's pid")
+	}
+	return c
+}
+
+func (c *privateContainerd) crictl(t *testing.T, args ...string) enginetest.Result {
+	t.Helper()
+	return enginetest.Run(t, c.dir, 90*time.Second, nil, "", c.crictlPath, append([]string{"--config", c.crictlConfig}, args...)...)
+}
+
+func (c *privateContainerd) crictlMust(t *testing.T, args ...string) string {
+	t.Helper()
+	r := c.crictl(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("crictl %s: %s", strings.Join(args, " "), r)
+	}
+	return strings.TrimSpace(r.Stdout)
+}
+
+// podConfig writes a pod sandbox config: host network, so no CNI is needed.
+func (c *privateContainerd) podConfig(t *testing.T) string {
+	t.Helper()
+	logDir := filepath.Join(c.dir, "pods")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(c.dir, "pod.json")
+	writeFile(t, p, fmt.Sprintf(`{"metadata":{"name":"gpu-pod","namespace":"grp","uid":"grp-%d","attempt":0},"log_directory":%q,
+"linux":{"cgroup_parent":"/%scri","security_context":{"namespace_options":{"network":2}}}}`, os.Getpid(), logDir, cgroupPrefix()), 0o644)
+	return p
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -144,11 +145,34 @@ func readFile(t testing.TB, path string) string {
 	return string(data)
 }
 
-// fakeBinaries writes gpu-runtime, gpu-hook and gpu-ctk scripts into dir that print version.
+// fakeBinaries writes gpu-runtime, gpu-hook and gpu-ctk into dir: native ELF executables (the
+// script checks each binary's ELF machine) that print version as make build's do.
 func fakeBinaries(t testing.TB, dir, version string) {
 	t.Helper()
 	for _, b := range []string{"gpu-runtime", "gpu-hook", "gpu-ctk"} {
-		writeFile(t, filepath.Join(dir, b), fmt.Sprintf("#!/bin/sh\necho '%s version %s'\necho 'spec: 1.2.1'\n", b, version), 0o755)
+		compileC(t, filepath.Join(dir, b), fmt.Sprintf(`#include <stdio.h>
+int main(void) { puts("%s version %s"); puts("spec: 1.2.1"); return 0; }
+`, b, version))
+	}
+}
+
+// compileC compiles src, a C program, into the executable out with the host's cc.
+func compileC(t testing.TB, out, src string) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if os.Getenv("GPU_RUNTIME_E2E") != "" {
+			t.Fatalf("cc is needed to build the fake binaries (apt-get install gcc; make deps installs it): %v", err)
+		}
+		t.Skipf("SKIP: cc is needed to build the fake binaries (apt-get install gcc): %v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cc, "-x", "c", "-o", out, "-")
+	cmd.Stdin = strings.NewReader(src)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cc %s: %v\n%s", out, err, msg)
 	}
 }
 
@@ -167,10 +191,16 @@ func TestPackageRefusesMismatchedBinaries(t *testing.T) {
 	if code != 1 || out != want {
 		t.Errorf("another version: %q (exit %d), want %q", out, code, want)
 	}
-	writeFile(t, filepath.Join(bin, "gpu-runtime"), "#!/bin/sh\nexit 3\n", 0o755)
+	compileC(t, filepath.Join(bin, "gpu-runtime"), "int main(void) { return 3; }\n")
 	out, code = run(t, repo, []string{"VERSION=1.2.3", "BIN=" + bin, "DIST=" + t.TempDir()}, "scripts/package.sh")
 	if want := "package: " + bin + "/gpu-runtime --version failed\n"; code != 1 || out != want {
 		t.Errorf("a binary that fails: %q (exit %d), want %q", out, code, want)
+	}
+	writeFile(t, filepath.Join(bin, "gpu-runtime"), "#!/bin/sh\necho 'gpu-runtime version 1.2.3'\n", 0o755)
+	out, code = run(t, repo, []string{"VERSION=1.2.3", "BIN=" + bin, "DIST=" + t.TempDir()}, "scripts/package.sh")
+	machine := map[string]int{"amd64": 62, "arm64": 183}[runtime.GOARCH]
+	if want := fmt.Sprintf("package: %s/gpu-runtime is not an %s binary (ELF machine 11637, want %d): build it with make build ARCH=%[2]s (make package ARCH=%[2]s does)\n", bin, runtime.GOARCH, machine); code != 1 || out != want {
+		t.Errorf("a script, not a binary: %q (exit %d), want %q", out, code, want)
 	}
 	out, code = run(t, repo, []string{"VERSION=v1", "BIN=" + bin}, "scripts/package.sh")
 	if !strings.Contains(out, `version.sh: "v1" is not a package version`) || code != 1 {
@@ -194,12 +224,14 @@ func TestPackageScript(t *testing.T) {
 	}{
 		{
 			description: "no objdump",
+			goBody:      `echo amd64`,
 			wantCode:    1,
 			want:        []string{"package: objdump is needed to read the glibc version gpu-ctk needs (apt-get install binutils)"},
 		},
 		{
 			description: "gpu-ctk needs no glibc symbol",
 			objdump:     "true",
+			goBody:      `echo amd64`,
 			wantCode:    1,
 			want:        []string{"package: no glibc symbol version found in DIR/bin/gpu-ctk"},
 		},
@@ -236,7 +268,7 @@ func TestPackageScript(t *testing.T) {
 			nfpm:        `true`,
 			stale:       true,
 			wantCode:    1,
-			want:        []string{"package: nfpm wrote no DIST/gpu-runtime_1.2.3_*.deb"},
+			want:        []string{"package: nfpm wrote no DIST/gpu-runtime_1.2.3_amd64.deb"},
 		},
 		{
 			description: "built: stale packages removed, nfpm given the version, arch, binaries and glibc",
@@ -256,7 +288,7 @@ case "$5" in deb) : >"$7/gpu-runtime_${VERSION}_amd64.deb" ;; rpm) : >"$7/gpu-ru
 	}
 	for _, tc := range testCases {
 		t.Run(tc.description, func(t *testing.T) {
-			s := newSandbox(t, "sort", "tail", "mktemp")
+			s := newSandbox(t, "sort", "tail", "mktemp", "od", "tr")
 			writeFile(t, filepath.Join(s.dir, "scripts", "version.sh"), readFile(t, filepath.Join(repoRoot(t), "scripts", "version.sh")), 0o755)
 			fakeBinaries(t, filepath.Join(s.dir, "bin"), "1.2.3")
 			dist := filepath.Join(s.dir, "dist")
@@ -442,7 +474,7 @@ func TestHostSetupHint(t *testing.T) {
 // the arguments they do pass is tests/packaging's TestPackages, on the real system.)
 func TestMaintainerScriptsArguments(t *testing.T) {
 	dir := filepath.Join(repoRoot(t), "packaging", "scripts")
-	usage := "usage: host-setup link-hook|unlink-hook|unregister BINDIR, or host-setup hint\n"
+	usage := "usage: host-setup link-hook|unlink-hook|unregister|stop-mps|record-loaded BINDIR, or host-setup hint\n"
 	testCases := []struct {
 		script, arg, want string
 		code              int
@@ -718,19 +750,27 @@ func TestInstallEngineDepsKeepsTheHostsEngines(t *testing.T) {
 		{
 			description: "docker-ce and containerd.io, podman: nothing installed",
 			dockerd:     true, client: true,
-			present: []string{"containerd", "ctr", "containerd-shim-runc-v2", "podman", "conmon", "runc"},
-			wantOut: "install-engine-deps: engines present: dockerd, containerd, podman, runc\n",
+			present: []string{"containerd", "ctr", "containerd-shim-runc-v2", "podman", "conmon", "runc", "newuidmap"},
+			wantOut: "install-engine-deps: engines present: dockerd, containerd, podman, runc (and newuidmap)\n",
+		},
+		{
+			description: "engines present, rootless podman's newuidmap missing: uidmap installed",
+			dockerd:     true, client: true,
+			present:   []string{"containerd", "ctr", "containerd-shim-runc-v2", "podman", "conmon", "runc"},
+			wantOut:   "install-engine-deps: missing here (engines only where none of their kind is); installing with apt-get (with recommends): uidmap\n",
+			wantApt:   "apt-get update -qq\napt-get install -y -qq uidmap\n",
+			wantAfter: "install-engine-deps: installed uidmap\n",
 		},
 		{
 			description: "a bare host: Debian's engines",
-			wantOut:     "install-engine-deps: no engine of these kinds here; installing with apt-get (with recommends): docker.io containerd podman runc\n",
-			wantApt:     "apt-get update -qq\napt-get install -y -qq docker.io containerd podman runc\n",
-			wantAfter:   "install-engine-deps: installed docker.io containerd podman runc\n",
+			wantOut:     "install-engine-deps: missing here (engines only where none of their kind is); installing with apt-get (with recommends): docker.io containerd podman uidmap runc\n",
+			wantApt:     "apt-get update -qq\napt-get install -y -qq docker.io containerd podman uidmap runc\n",
+			wantAfter:   "install-engine-deps: installed docker.io containerd podman uidmap runc\n",
 		},
 		{
 			description: "docker-ce without its client, containerd without ctr: reported, not replaced",
 			dockerd:     true,
-			present:     []string{"containerd", "containerd-shim-runc-v2", "podman", "conmon", "runc"},
+			present:     []string{"containerd", "containerd-shim-runc-v2", "podman", "conmon", "runc", "newuidmap"},
 			wantOut: "install-engine-deps: an engine is installed without what its tests need, and is left as it is: " +
 				"DIR/docker (the docker client of your dockerd) ctr (containerd's client)\n",
 		},
