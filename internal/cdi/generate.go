@@ -56,7 +56,7 @@ func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, 
 			named = append(named, NamedDevice{Name: n, Device: d})
 		}
 	}
-	return generate(host, r, cmp.Or(o.Kind, DefaultKind), o.Capabilities, named, true)
+	return generate(host, r, cmp.Or(o.Kind, DefaultKind), o.Capabilities, named, true, "")
 }
 
 // NamedDevice is a device entry of a spec: its name and the device it injects.
@@ -65,17 +65,26 @@ type NamedDevice struct {
 	Device plan.Device
 }
 
-// GenerateDevices writes a spec of kind with exactly the devices given, by the same plan as
-// Generate — common edits plan.Common(caps) with the loader-cache hook, each entry its
-// device's edits — and no "all" entry: the spec of one Kubernetes ResourceClaim
-// (gpu-kubelet-plugin), whose entries are named after the claim.
-func GenerateDevices(host plan.Host, r plan.Render, kind string, caps capabilities.Set, devices []NamedDevice) (*specsgo.Spec, []string, error) {
-	return generate(host, r, kind, caps, devices, false)
+// DevicesOptions say what spec GenerateDevices writes.
+type DevicesOptions struct {
+	Kind         string           // vendor.com/class
+	Capabilities capabilities.Set // whose driver files the spec carries; every one when nil
+	// ScratchDir is where the spec is written to be validated as a consumer reads it (then
+	// removed): "" is the system's temporary directory.
+	ScratchDir string
+}
+
+// GenerateDevices writes a spec with exactly the devices given, by the same plan as Generate
+// — common edits plan.Common with the loader-cache hook, each entry its device's edits — and
+// no "all" entry: the spec of one Kubernetes ResourceClaim (gpu-kubelet-plugin), whose
+// entries are named after the claim.
+func GenerateDevices(host plan.Host, r plan.Render, o DevicesOptions, devices []NamedDevice) (*specsgo.Spec, []string, error) {
+	return generate(host, r, o.Kind, o.Capabilities, devices, false, o.ScratchDir)
 }
 
 // generate writes the spec of kind with the devices named, and with all an "all" entry that
-// holds every one; caps nil means every capability.
-func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set, named []NamedDevice, all bool) (*specsgo.Spec, []string, error) {
+// holds every one; caps nil means every capability; scratch is where it is validated.
+func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set, named []NamedDevice, all bool, scratch string) (*specsgo.Spec, []string, error) {
 	if err := validateKind(kind); err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +118,7 @@ func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set,
 	if spec.Version, err = specsgo.MinimumRequiredVersion(spec); err != nil {
 		return nil, warnings, fmt.Errorf("CDI version of the spec: %w", err)
 	}
-	if err := Validate(spec); err != nil {
+	if err := ValidateIn(spec, scratch); err != nil {
 		return nil, warnings, err
 	}
 	return spec, warnings, nil
@@ -173,13 +182,17 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 }
 
 // Validate checks a spec as a CDI consumer reading it would (the library's own validation,
-// through a file, as consumers read specs).
-func Validate(spec *specsgo.Spec) error {
+// through a file, as consumers read specs), in the system's temporary directory.
+func Validate(spec *specsgo.Spec) error { return ValidateIn(spec, "") }
+
+// ValidateIn is Validate with the file written under dir ("": the system's temporary
+// directory) and removed.
+func ValidateIn(spec *specsgo.Spec, dir string) error {
 	data, err := Marshal(spec, "json")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "gpu-ctk-cdi-")
+	dir, err = os.MkdirTemp(dir, "gpu-ctk-cdi-")
 	if err != nil {
 		return fmt.Errorf("validate CDI spec: %w", err)
 	}

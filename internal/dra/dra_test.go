@@ -42,7 +42,7 @@ type fixture struct {
 	nvml                       discover.Driver
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	opts := fakehost.Default(3)
 	opts.GPUs[2].MIGCurrent, opts.GPUs[2].MIGPending = true, true
@@ -72,7 +72,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // driver starts a driver (again) on the fixture's directories, as a plugin (re)start does.
-func (f *fixture) driver(t *testing.T) *Driver {
+func (f *fixture) driver(t testing.TB) *Driver {
 	t.Helper()
 	hostCfg := f.cfg
 	hostCfg.Discovery.CacheFile = filepath.Join(f.stateDir, "discovery-cache.csv")
@@ -393,8 +393,8 @@ func TestPrepareErrors(t *testing.T) {
 
 // TestWritesOnlyItsOwn: a prepare/unprepare cycle and a restart write nothing outside the
 // CDI directory and the state directory: the fake host (driver root, device root, /proc,
-// sysfs) and the health file's directory are as they were, and the CDI directory holds only
-// the plugin's files; a spec file of the plugin's with no prepared claim is removed at start,
+// sysfs) and the health file's directory are as they were, nothing is written in TMPDIR, and
+// the CDI directory holds only the plugin's files; a spec file of the plugin's with no prepared claim is removed at start,
 // another file in the CDI directory is left alone.
 func TestWritesOnlyItsOwn(t *testing.T) {
 	f := newFixture(t)
@@ -424,6 +424,9 @@ func TestWritesOnlyItsOwn(t *testing.T) {
 		return out
 	}
 	before := snapshot()
+	// The process's temporary directory is not there: a file written in it, even for a moment,
+	// fails the prepare.
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "absent"))
 	d := f.driver(t)
 	if _, err := os.Stat(stale); err == nil {
 		t.Error("a spec of a claim not prepared was left at start")

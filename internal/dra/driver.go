@@ -189,7 +189,8 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, host plan.Host) (prepared
 		p.Devices[i].CDIDeviceIDs = []string{CDIKind + "=" + name}
 		named = append(named, cdi.NamedDevice{Name: name, Device: dev})
 	}
-	spec, warnings, err := cdi.GenerateDevices(host, d.o.Render, CDIKind, caps, named)
+	// Validated in the state directory: the plugin writes nowhere else.
+	spec, warnings, err := cdi.GenerateDevices(host, d.o.Render, cdi.DevicesOptions{Kind: CDIKind, Capabilities: caps, ScratchDir: d.o.StateDir}, named)
 	for _, w := range warnings {
 		d.o.Log.WithField("claim", c.Namespace+"/"+c.Name).Warn(w)
 	}
