@@ -42,10 +42,11 @@ endif
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
-build: ## build bin/gpu-runtime and bin/gpu-hook (static) and bin/gpu-ctk (cgo: NVML via dlopen); ARCH=arm64 cross-builds them into bin/arm64
+build: ## build bin/gpu-runtime, bin/gpu-hook and bin/gpu-kubelet-plugin (static) and bin/gpu-ctk (cgo: NVML via dlopen); ARCH=arm64 cross-builds them into bin/arm64
 	@test -z "$(CTK_CC)" || command -v $(CTK_CC) >/dev/null || { echo "make build ARCH=$(ARCH): the C compiler $(CTK_CC) (for gpu-ctk) is not installed: run make deps, or apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (gcc-x86-64-linux-gnu libc6-dev-amd64-cross for amd64)" >&2; exit 1; }
 	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-runtime ./cmd/gpu-runtime
 	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-hook ./cmd/gpu-hook
+	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-kubelet-plugin ./cmd/gpu-kubelet-plugin
 	GOARCH=$(ARCH) $(if $(CTK_CC),CC=$(CTK_CC) )CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gpu-ctk ./cmd/gpu-ctk
 
 deps: ## install what the tests need, saying what before installing it (apt: runc, crun, busybox-static, gcc, binutils, rpm, containernetworking-plugins, on amd64 gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static; docker.io, containerd, podman only where no engine of that kind is installed; crictl, containerd 2.x and Kubernetes v1.37.2 into .cache/)

@@ -81,7 +81,7 @@ if [ "$ARCH" != "$host_arch" ]; then
     die "$objdump is needed to read the glibc version the $ARCH gpu-ctk needs (apt-get install binutils-$tools, which gcc-$tools brings)"
 fi
 
-for b in gpu-runtime gpu-hook gpu-ctk; do
+for b in gpu-runtime gpu-hook gpu-ctk gpu-kubelet-plugin; do
   [ -x "$bin/$b" ] || die "$bin/$b is missing: run make build first (make package does)"
   # e_machine, the ELF header's bytes 18-19 (little-endian on both architectures)
   m="$(od -An -tu2 -j18 -N2 "$bin/$b" | tr -d ' ')"

@@ -9,7 +9,7 @@ import (
 // TestLinksNoHeavyPackage: gpu-runtime runs for every call of every container (start, delete,
 // state…), so what it links is part of its cost. The loader-cache hook's CLI and sandbox, the
 // ELF and DWARF readers, the CDI library (gpu-ctk resolves CDI names), NVML (cgo; gpu-ctk asks
-// it) and crypto stay out of it.
+// it), Kubernetes's client libraries (gpu-kubelet-plugin) and crypto stay out of it.
 func TestLinksNoHeavyPackage(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -26,6 +26,7 @@ func TestLinksNoHeavyPackage(t *testing.T) {
 		"tags.cncf.io/container-device-interface/pkg/cdi",
 		"github.com/NVIDIA/go-nvml/pkg/nvml",
 		"crypto",
+		"k8s.io", // gpu-kubelet-plugin's (internal/dra)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		for _, f := range forbidden {

@@ -45,11 +45,49 @@ type GenerateOptions struct {
 // and "all" holds every device. cdiVersion is the lowest version that can express the spec.
 // The spec is validated by the CDI library.
 func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, []string, error) {
-	kind := cmp.Or(o.Kind, DefaultKind)
+	strategy := cmp.Or(o.NameStrategy, NameBoth)
+	var named []NamedDevice
+	for _, d := range plan.Devices(host.Driver.GPUs) {
+		names := map[string][]string{NameIndex: {d.Index}, NameUUID: {d.UUID}, NameBoth: {d.Index, d.UUID}}[strategy]
+		if names == nil {
+			return nil, nil, fmt.Errorf("--device-name-strategy %q: want %s, %s or %s", o.NameStrategy, NameIndex, NameUUID, NameBoth)
+		}
+		for _, n := range names {
+			named = append(named, NamedDevice{Name: n, Device: d})
+		}
+	}
+	return generate(host, r, cmp.Or(o.Kind, DefaultKind), o.Capabilities, named, true, "")
+}
+
+// NamedDevice is a device entry of a spec: its name and the device it injects.
+type NamedDevice struct {
+	Name   string
+	Device plan.Device
+}
+
+// DevicesOptions say what spec GenerateDevices writes.
+type DevicesOptions struct {
+	Kind         string           // vendor.com/class
+	Capabilities capabilities.Set // whose driver files the spec carries; every one when nil
+	// ScratchDir is where the spec is written to be validated as a consumer reads it (then
+	// removed): "" is the system's temporary directory.
+	ScratchDir string
+}
+
+// GenerateDevices writes a spec with exactly the devices given, by the same plan as Generate
+// — common edits plan.Common with the loader-cache hook, each entry its device's edits — and
+// no "all" entry: the spec of one Kubernetes ResourceClaim (gpu-kubelet-plugin), whose
+// entries are named after the claim.
+func GenerateDevices(host plan.Host, r plan.Render, o DevicesOptions, devices []NamedDevice) (*specsgo.Spec, []string, error) {
+	return generate(host, r, o.Kind, o.Capabilities, devices, false, o.ScratchDir)
+}
+
+// generate writes the spec of kind with the devices named, and with all an "all" entry that
+// holds every one; caps nil means every capability; scratch is where it is validated.
+func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set, named []NamedDevice, all bool, scratch string) (*specsgo.Spec, []string, error) {
 	if err := validateKind(kind); err != nil {
 		return nil, nil, err
 	}
-	caps := o.Capabilities
 	if caps == nil {
 		caps = capabilities.Everything()
 	}
@@ -61,27 +99,26 @@ func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, 
 	// have no gpu-runtime to do it at create.
 	common = plan.Plan{Edits: common, LoaderCache: plan.LoaderCache{Libraries: libs, DriverVersion: host.Driver.Version}}.Rendered(r)
 	spec := &specsgo.Spec{Kind: kind, ContainerEdits: containerEdits(common, r)}
-	strategy := cmp.Or(o.NameStrategy, NameBoth)
-	var all edits.Edits
-	for _, d := range plan.Devices(host.Driver.GPUs) {
-		e, err := d.Edits(host)
+	var every edits.Edits
+	added := map[string]bool{} // by UUID: a device named twice is in "all" once
+	for _, n := range named {
+		e, err := n.Device.Edits(host)
 		if err != nil {
 			return nil, warnings, err
 		}
-		all.Add(e)
-		names := map[string][]string{NameIndex: {d.Index}, NameUUID: {d.UUID}, NameBoth: {d.Index, d.UUID}}[strategy]
-		if names == nil {
-			return nil, warnings, fmt.Errorf("--device-name-strategy %q: want %s, %s or %s", o.NameStrategy, NameIndex, NameUUID, NameBoth)
+		if !added[n.Device.UUID] {
+			every.Add(e)
+			added[n.Device.UUID] = true
 		}
-		for _, n := range names {
-			spec.Devices = append(spec.Devices, specsgo.Device{Name: n, ContainerEdits: containerEdits(e, r)})
-		}
+		spec.Devices = append(spec.Devices, specsgo.Device{Name: n.Name, ContainerEdits: containerEdits(e, r)})
 	}
-	spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(all, r)})
+	if all {
+		spec.Devices = append(spec.Devices, specsgo.Device{Name: AllDevice, ContainerEdits: containerEdits(every, r)})
+	}
 	if spec.Version, err = specsgo.MinimumRequiredVersion(spec); err != nil {
 		return nil, warnings, fmt.Errorf("CDI version of the spec: %w", err)
 	}
-	if err := Validate(spec); err != nil {
+	if err := ValidateIn(spec, scratch); err != nil {
 		return nil, warnings, err
 	}
 	return spec, warnings, nil
@@ -145,13 +182,17 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 }
 
 // Validate checks a spec as a CDI consumer reading it would (the library's own validation,
-// through a file, as consumers read specs).
-func Validate(spec *specsgo.Spec) error {
+// through a file, as consumers read specs), in the system's temporary directory.
+func Validate(spec *specsgo.Spec) error { return ValidateIn(spec, "") }
+
+// ValidateIn is Validate with the file written under dir ("": the system's temporary
+// directory) and removed.
+func ValidateIn(spec *specsgo.Spec, dir string) error {
 	data, err := Marshal(spec, "json")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "gpu-ctk-cdi-")
+	dir, err = os.MkdirTemp(dir, "gpu-ctk-cdi-")
 	if err != nil {
 		return fmt.Errorf("validate CDI spec: %w", err)
 	}

@@ -31,7 +31,7 @@ func TestInfo(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
 	}
-	want1 := discover.GPU{Index: 1, Minor: 1, UUID: opts.GPUs[1].UUID, Name: "NVIDIA H100 80GB HBM3", Brand: "nvidia", BusID: opts.GPUs[1].BusID, ComputeCapability: "9.0", Persistence: "enabled", MIGCapable: true}
+	want1 := discover.GPU{Index: 1, Minor: 1, UUID: opts.GPUs[1].UUID, Name: "NVIDIA H100 80GB HBM3", Brand: "nvidia", BusID: opts.GPUs[1].BusID, ComputeCapability: "9.0", MemoryMiB: opts.GPUs[1].TotalMemoryMiB(), Persistence: "enabled", MIGCapable: true}
 	if d.Version != "550.54.15" || d.CUDAVersion != "12.4" || len(d.GPUs) != 2 || !reflect.DeepEqual(d.GPUs[1], want1) {
 		t.Errorf("json = %+v", d)
 	}

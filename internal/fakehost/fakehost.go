@@ -106,6 +106,10 @@ type GPU struct {
 	// PersistenceDisabled makes nvmlDeviceGetPersistenceMode report disabled (the default of
 	// the fake, as on hosts running nvidia-persistenced, is enabled).
 	PersistenceDisabled bool
+	// PCIeRoot is the PCI root complex the GPU hangs under in the fake sysfs ("pci0000:00");
+	// "" means DefaultPCIeRoot(Index). NUMANode is its numa_node (-1: none).
+	PCIeRoot string
+	NUMANode int
 }
 
 // Options describe a fake host.
@@ -195,6 +199,9 @@ type Host struct {
 	// ProcRoot is Dir/procroot: it holds proc/devices and the nvidia driver's proc files, as
 	// "/" holds /proc on a real host (see procfs.go).
 	ProcRoot string
+	// SysRoot is Dir/sysroot: it holds each GPU's PCI device in sys/devices/pci<root>/… and
+	// its sys/bus/pci/devices link, as "/" holds /sys on a real host (see sysfs.go).
+	SysRoot string
 	// NVMLEvents is the events file the fake NVML reads (Options.NVMLEventsPath, made absolute).
 	NVMLEvents string
 	// Options are the options the host was built from, with the defaults filled in (MIG UUIDs
@@ -214,7 +221,8 @@ type DeviceNode struct {
 }
 
 // Default returns options for n GPUs: minors 0..n-1, distinct deterministic UUIDs and PCI bus
-// ids, driver 550.54.15, CUDA 12.4 (12040) and the persistenced socket. Every GPU is an
+// ids (two GPUs per PCIe root, DefaultPCIeRoot, the roots alternating between NUMA nodes 0
+// and 1), driver 550.54.15, CUDA 12.4 (12040) and the persistenced socket. Every GPU is an
 // "NVIDIA A100-SXM4-80GB" (brand BrandTesla, compute capability 8.0) except index 1, which is an
 // "NVIDIA H100 80GB HBM3" (brand BrandNVIDIA, compute capability 9.0), so that per-GPU code
 // sees some variety. All are MIG-capable with MIG mode disabled, in persistence mode.
@@ -235,6 +243,7 @@ func Default(n int) Options {
 			CCMajor: 8,
 			CCMinor: 0,
 		}
+		gpu.NUMANode = (i / 2) % 2
 		if i == 1 {
 			gpu.Name = "NVIDIA H100 80GB HBM3"
 			gpu.Brand = BrandNVIDIA
@@ -351,6 +360,12 @@ func (opts *Options) validate() error {
 		if g.MemoryMiB < 0 {
 			errs = append(errs, fmt.Errorf("GPU %d: memory %d MiB is negative", i, g.MemoryMiB))
 		}
+		if g.PCIeRoot != "" && !pcieRootRE.MatchString(g.PCIeRoot) {
+			errs = append(errs, fmt.Errorf("GPU %d: PCIe root %q is not of the form pci0000:00", i, g.PCIeRoot))
+		}
+		if g.NUMANode < -1 {
+			errs = append(errs, fmt.Errorf("GPU %d: NUMA node %d is below -1", i, g.NUMANode))
+		}
 		errs = append(errs, validateMIG(i, &opts.GPUs[i])...)
 	}
 	migUUIDs := map[string]int{}
@@ -439,6 +454,7 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 		LibDir:     filepath.Join(driverRoot, opts.LibDir()),
 		BinDir:     filepath.Join(driverRoot, opts.Layout.BinDir()),
 		ProcRoot:   filepath.Join(dir, "procroot"),
+		SysRoot:    filepath.Join(dir, "sysroot"),
 		NVMLEvents: opts.NVMLEventsPath,
 		Options:    opts,
 		UVMMajor:   UVMMajor,
@@ -464,6 +480,7 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 		h.writeFirmware,
 		h.writeGraphicsConfigs,
 		h.writeProc,
+		h.writeSysfs,
 		h.makeEventsFile,
 		ldStep,
 	}

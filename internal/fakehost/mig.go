@@ -277,6 +277,10 @@ func resolveProfile(p *migProduct, name string) (migProfile, error) {
 		name, p.name, p.totalMiB, strings.Join(names, ", "))
 }
 
+// TotalMemoryMiB is the GPU's total memory, as its fake NVML reports it
+// (nvmlDeviceGetMemoryInfo): MemoryMiB, or the default for its name.
+func (g GPU) TotalMemoryMiB() int { return g.memoryMiB() }
+
 // memoryMiB returns the GPU's total memory.
 func (g *GPU) memoryMiB() int {
 	if g.MemoryMiB != 0 {

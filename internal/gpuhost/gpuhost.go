@@ -5,6 +5,8 @@
 package gpuhost
 
 import (
+	"fmt"
+
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -18,6 +20,9 @@ type Options struct {
 	// does; otherwise NVML is asked and the cache left alone.
 	Cache  bool
 	Health bool // read each GPU's health (never cached)
+	// Topology reads each GPU's PCIe root and NUMA node from sysfs under driver.sys-root
+	// (never cached); a GPU whose topology cannot be read is a warning.
+	Topology bool
 	// FindDeviceNodes scans the device root; nil: discover.FindDeviceNodes (a seam for tests).
 	FindDeviceNodes func(devRoot string) (discover.DeviceNodes, error)
 }
@@ -69,6 +74,17 @@ func Build(cfg config.Config, o Options) (Result, error) {
 	}
 	out.Host = plan.Host{Driver: res.Host.Driver, Files: res.Host.Files, Devices: nodes, MIGCaps: res.Host.MIGCaps,
 		ProcRoot: cfg.Driver.ProcRoot, MPS: plan.MPS{Config: cfg.MPS}, UnhealthyAll: cfg.Health.All}
+	if o.Topology {
+		out.Host.Topology = map[string]discover.Topology{}
+		for _, g := range res.Host.Driver.GPUs {
+			t, err := discover.ReadTopology(cfg.Driver.SysRoot, g.BusID)
+			if err != nil {
+				out.Warnings = append(out.Warnings, fmt.Sprintf("GPU %d (%s): topology not published: %v", g.Index, g.UUID, err))
+				continue
+			}
+			out.Host.Topology[g.UUID] = t
+		}
+	}
 	return out, nil
 }
 

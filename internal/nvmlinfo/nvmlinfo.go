@@ -136,6 +136,7 @@ func queryGPU(lib nvml.Interface, devs device.Interface, i int) (discover.GPU, e
 		}),
 	}
 	pci := get(q, "get PCI info", dev.GetPciInfo)
+	g.MemoryMiB = int(min(get(q, "get memory info", dev.GetMemoryInfo).Total>>20, math.MaxInt32))
 	if q.err != nil {
 		return discover.GPU{}, q.err
 	}

@@ -46,7 +46,7 @@ func TestQuery(t *testing.T) {
 		o := opts.GPUs[i]
 		want := discover.GPU{Index: o.Index, Minor: o.Minor, UUID: o.UUID, Name: o.Name, BusID: o.BusID,
 			ComputeCapability: map[int]string{8: "8.0", 9: "9.0"}[o.CCMajor], Brand: map[int]string{fakehost.BrandTesla: "tesla", fakehost.BrandNVIDIA: "nvidia"}[o.Brand],
-			MIGCapable: o.MIGCapable, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending,
+			MIGCapable: o.MIGCapable, MIGCurrent: o.MIGCurrent, MIGPending: o.MIGPending, MemoryMiB: o.TotalMemoryMiB(),
 			Persistence: map[bool]string{false: "enabled", true: "disabled"}[o.PersistenceDisabled]}
 		for _, m := range h.MIGDevices() {
 			if m.GPU == o.Index {

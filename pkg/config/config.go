@@ -52,6 +52,8 @@ type Config struct {
 	CDI       CDIConfig       `toml:"cdi"`
 	MPS       MPSConfig       `toml:"mps"`
 	Health    HealthConfig    `toml:"health"`
+	// Kubernetes is the [kubernetes] table: what the DRA kubelet plugin publishes.
+	Kubernetes KubernetesConfig `toml:"kubernetes"`
 }
 
 // CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving may take.
@@ -100,6 +102,9 @@ type DriverConfig struct {
 	DevRoot string `toml:"dev-root"`
 	// ProcRoot is where the driver's /proc files (/proc/driver/nvidia*, /proc/devices) are read.
 	ProcRoot string `toml:"proc-root"`
+	// SysRoot is where sysfs is read (/sys/bus/pci/devices/<bus id>): each GPU's PCIe root
+	// and NUMA node, which the DRA kubelet plugin publishes.
+	SysRoot string `toml:"sys-root"`
 }
 
 // HookConfig is the [hook] table: the gpu-hook createContainer hooks the runtime injects.
@@ -155,7 +160,7 @@ func Default() Config {
 			LogFile:  "",
 			LogLevel: "info",
 		},
-		Driver: DriverConfig{Root: "/", DevRoot: "/", ProcRoot: "/"},
+		Driver: DriverConfig{Root: "/", DevRoot: "/", ProcRoot: "/", SysRoot: "/"},
 		Hook: HookConfig{
 			Path:            "",
 			LDConfig:        "/sbin/ldconfig",
@@ -186,6 +191,7 @@ func Default() Config {
 			// not by the GPU.
 			IgnoreXids: []int{13, 31, 43, 45, 68, 109},
 		},
+		Kubernetes: KubernetesConfig{TaintEffect: TaintNoSchedule},
 	}
 }
 
@@ -345,6 +351,7 @@ func (c *Config) clean() []string {
 	requiredPath("driver.root", &c.Driver.Root)
 	requiredPath("driver.dev-root", &c.Driver.DevRoot)
 	requiredPath("driver.proc-root", &c.Driver.ProcRoot)
+	requiredPath("driver.sys-root", &c.Driver.SysRoot)
 	optionalPath("hook.path", &c.Hook.Path)
 	requiredPath("hook.ldconfig", &c.Hook.LDConfig)
 	requiredPath("discovery.cache-file", &c.Discovery.CacheFile)
@@ -361,6 +368,7 @@ func (c *Config) clean() []string {
 	c.MPS.clean(bad)
 	optionalPath("health.file", &c.Health.File)
 	c.Health.clean(bad)
+	c.Kubernetes.clean(bad)
 	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
 		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
 	}

@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(keys) != 24 {
-		t.Errorf("Config has %d keys, want 24: %v", len(keys), keys)
+	if len(keys) != 26 {
+		t.Errorf("Config has %d keys, want 26: %v", len(keys), keys)
 	}
 }
 
@@ -145,6 +145,8 @@ uid = 1000
 file = "/var/run//gpu-health.csv"
 all = "fail"
 ignore-xids = [13, 43]
+[kubernetes]
+taint-effect = "NoExecute"
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -153,14 +155,15 @@ ignore-xids = [13, 43]
 					LogLevel:  "debug",
 					NoCgroups: true,
 				},
-				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver", ProcRoot: "/"},
+				Driver:    DriverConfig{Root: "/run/nvidia/driver", DevRoot: "/run/nvidia/driver", ProcRoot: "/", SysRoot: "/"},
 				Hook:      HookConfig{Path: "/usr/local/bin/gpu-hook", LDConfig: "/usr/sbin/ldconfig", Timeout: "1m30s"},
 				Request:   RequestConfig{AcceptEnvvarWhenUnprivileged: false, AcceptDeviceListAsVolumeMounts: true},
 				Discovery: DiscoveryConfig{Cache: false, CacheFile: "/var/cache/gpu.json", Timeout: "250ms"},
 				CDI:       CDIConfig{SpecDirs: []string{"/etc/cdi", "/opt/cdi"}, AllowedKinds: []string{"nvidia.com/gpu", "example.com/fpga"}, Timeout: "2m"},
 				MPS: MPSConfig{Root: "/run/mps", Share: "large", Shares: map[string]MPSShare{
 					"large": {Devices: []string{"0", "GPU-8f3a"}, ActiveThreadPercentage: 80, PinnedMemoryLimit: "60GiB", UID: 1000}}},
-				Health: HealthConfig{File: "/var/run/gpu-health.csv", All: "fail", IgnoreXids: []int{13, 43}},
+				Health:     HealthConfig{File: "/var/run/gpu-health.csv", All: "fail", IgnoreXids: []int{13, 43}},
+				Kubernetes: KubernetesConfig{TaintEffect: TaintNoExecute},
 			},
 		},
 		{
@@ -312,6 +315,16 @@ func TestParseErrors(t *testing.T) {
 			description: "string for an array",
 			data:        "[runtime]\n  runtimes = \"runc\"\n",
 			wantErr:     `parse config /x.toml: line 2, column 14: runtime.runtimes must be an array of strings, not a string`,
+		},
+		{
+			description: "kubernetes.taint-effect neither NoSchedule nor NoExecute",
+			data:        "[kubernetes]\ntaint-effect = \"noexecute\"\n",
+			wantErr:     `config /x.toml: invalid kubernetes.taint-effect "noexecute": want "NoSchedule" (unhealthy devices get no new pods) or "NoExecute" (pods using them are evicted too)`,
+		},
+		{
+			description: "driver.sys-root relative",
+			data:        "[driver]\nsys-root = \"sys\"\n",
+			wantErr:     `config /x.toml: invalid driver.sys-root "sys": want an absolute path`,
 		},
 		{
 			description: "health.all neither skip nor fail",

@@ -38,7 +38,7 @@ type Host struct {
 const maxCacheSize = 16 << 20
 
 // CacheVersion changes whenever the cache format or what discovery finds changes.
-const CacheVersion = 7
+const CacheVersion = 8
 
 type cacheFile struct {
 	Version     int
@@ -284,14 +284,14 @@ func readCache(p string) (cacheFile, error) {
 //	fingerprint,<hex>
 //	input,<label path>                       one per fingerprint input
 //	driver,<version>,<CUDA version>,<NVML path>
-//	gpu,<index>,<minor>,<UUID>,<name>,<brand>,<bus ID>,<compute capability>,<MIG: capable current pending as 0/1>
+//	gpu,<index>,<minor>,<UUID>,<name>,<brand>,<bus ID>,<compute capability>,<MIG: capable current pending as 0/1>,<memory MiB>
 //	mig,<MIG index>,<UUID>,<GI>,<CI>,<profile>,<memory MiB>,<GI cap minor>,<CI cap minor>   of the gpu record above
 //	excluded,<UUID>,<bus ID>                 a GPU the driver excludes
 //	caps,<nvidia-caps major>,<config minor>,<monitor minor>
 //	file,<kind>,<capability>,<prefix>,<bits>,<host path>,<container path>
 const cacheMagic = "gpu-runtime discovery cache"
 
-var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 9, "mig": 9, "excluded": 3, "caps": 4, "file": 7}
+var cacheFields = map[string]int{"fingerprint": 2, "input": 2, "driver": 4, "gpu": 10, "mig": 9, "excluded": 3, "caps": 4, "file": 7}
 
 // migFlags writes a GPU's MIG state as three 0/1 digits: capable, current, pending.
 func migFlags(g GPU) string {
@@ -312,7 +312,7 @@ func encodeCache(c cacheFile) ([]byte, error) {
 	}
 	records = append(records, []string{"driver", d.Version, d.CUDAVersion, d.NVMLPath})
 	for _, g := range d.GPUs {
-		records = append(records, []string{"gpu", strconv.Itoa(g.Index), strconv.Itoa(g.Minor), g.UUID, g.Name, g.Brand, g.BusID, g.ComputeCapability, migFlags(g)})
+		records = append(records, []string{"gpu", strconv.Itoa(g.Index), strconv.Itoa(g.Minor), g.UUID, g.Name, g.Brand, g.BusID, g.ComputeCapability, migFlags(g), strconv.Itoa(g.MemoryMiB)})
 		for _, m := range g.MIGDevices {
 			records = append(records, []string{"mig", strconv.Itoa(m.Index), m.UUID, strconv.Itoa(m.GI), strconv.Itoa(m.CI), m.Profile,
 				strconv.Itoa(m.MemoryMiB), strconv.Itoa(m.GICap), strconv.Itoa(m.CICap)})
@@ -390,7 +390,7 @@ func decodeCache(data []byte) (cacheFile, error) {
 			}
 			c.Host.Driver.GPUs = append(c.Host.Driver.GPUs, GPU{Index: number(rec[1]), Minor: number(rec[2]),
 				UUID: rec[3], Name: rec[4], Brand: rec[5], BusID: rec[6], ComputeCapability: rec[7],
-				MIGCapable: flags[0] == '1', MIGCurrent: flags[1] == '1', MIGPending: flags[2] == '1'})
+				MIGCapable: flags[0] == '1', MIGCurrent: flags[1] == '1', MIGPending: flags[2] == '1', MemoryMiB: number(rec[9])})
 		case "mig":
 			gpus := c.Host.Driver.GPUs
 			if len(gpus) == 0 {

@@ -127,7 +127,7 @@ func TestDiscoverCache(t *testing.T) {
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "future" with 2 fields`},
 		{"short record", func(p string) error { return appendTo(p, "gpu,1,1\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: unexpected record "gpu" with 3 fields`},
-		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,,000\n") },
+		{"bad number", func(p string) error { return appendTo(p, "gpu,one,1,GPU-b,,,,,000,0\n") },
 			"discovery cache " + e.opts.CacheFile + ` ignored: line N: "one" is not a number`},
 		{"world-writable", func(p string) error { return os.Chmod(p, 0o666) },
 			"discovery cache " + e.opts.CacheFile + " ignored: mode 0666, not 0600"},

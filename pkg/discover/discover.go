@@ -15,6 +15,8 @@ type GPU struct {
 	Brand             string `json:"brand"`
 	BusID             string `json:"bus_id"`
 	ComputeCapability string `json:"compute_capability"`
+	// MemoryMiB is the GPU's total memory (nvmlDeviceGetMemoryInfo).
+	MemoryMiB int `json:"memory_mib,omitempty"`
 	// Persistence is "enabled" or "disabled" ("" when the driver cannot say); not cached:
 	// only gpu-ctk doctor reads it.
 	Persistence string `json:"persistence_mode,omitempty"`

@@ -53,6 +53,9 @@ type Host struct {
 	MIGCaps  discover.MIGCaps
 	ProcRoot string
 	MPS      MPS
+	// Topology is each GPU's place on the host's buses, by GPU UUID: only where asked for
+	// (gpuhost.Options.Topology; the DRA kubelet plugin publishes it).
+	Topology map[string]discover.Topology
 	// UnhealthyAll says what NVIDIA_VISIBLE_DEVICES=all does with an unhealthy device:
 	// config.HealthAllSkip ("" too) or config.HealthAllFail. Each device's health is in Driver's GPUs.
 	UnhealthyAll string

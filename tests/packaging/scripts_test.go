@@ -145,11 +145,11 @@ func readFile(t testing.TB, path string) string {
 	return string(data)
 }
 
-// fakeBinaries writes gpu-runtime, gpu-hook and gpu-ctk into dir: native ELF executables (the
+// fakeBinaries writes gpu-runtime, gpu-hook, gpu-ctk and gpu-kubelet-plugin into dir: native ELF executables (the
 // script checks each binary's ELF machine) that print version as make build's do.
 func fakeBinaries(t testing.TB, dir, version string) {
 	t.Helper()
-	for _, b := range []string{"gpu-runtime", "gpu-hook", "gpu-ctk"} {
+	for _, b := range []string{"gpu-runtime", "gpu-hook", "gpu-ctk", "gpu-kubelet-plugin"} {
 		compileC(t, filepath.Join(dir, b), fmt.Sprintf(`#include <stdio.h>
 int main(void) { puts("%s version %s"); puts("spec: 1.2.1"); return 0; }
 `, b, version))

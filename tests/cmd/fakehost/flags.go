@@ -197,6 +197,7 @@ func report(h *fakehost.Host) [][2]string {
 		{"DRIVER_ROOT", h.DriverRoot},
 		{"DEV_ROOT", h.DevRoot},
 		{"PROC_ROOT", h.ProcRoot},
+		{"SYS_ROOT", h.SysRoot},
 		{"LIB_DIR", h.LibDir},
 		{"NVML_LIBRARY", h.NVMLPath()},
 		{"NVML_EVENTS", h.NVMLEvents},

@@ -129,7 +129,7 @@ func TestRun(t *testing.T) {
 		}
 		vars[k] = v
 	}
-	for k, want := range map[string]string{"FAKEHOST_DIR": dir, "PROC_ROOT": dir + "/procroot", "NVML_EVENTS": dir + "/nvml-events",
+	for k, want := range map[string]string{"FAKEHOST_DIR": dir, "PROC_ROOT": dir + "/procroot", "SYS_ROOT": dir + "/sysroot", "NVML_EVENTS": dir + "/nvml-events",
 		"GPU_COUNT": "3", "CAPS_MAJOR": "237", "UVM_MAJOR": "235"} {
 		if vars[k] != want {
 			t.Errorf("%s=%q, want %q", k, vars[k], want)
@@ -139,6 +139,10 @@ func TestRun(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
 		}
+	}
+	// GPU 2 hangs under the second PCIe root, as sysfs lays it out.
+	if target, err := os.Readlink(filepath.Join(vars["SYS_ROOT"], "sys/bus/pci/devices/0000:47:00.0")); err != nil || target != "../../../devices/pci0000:40/0000:40:03.0/0000:47:00.0" {
+		t.Errorf("GPU 2's sysfs link: %q, %v", target, err)
 	}
 	info, err := os.ReadFile(filepath.Join(vars["PROC_ROOT"], "proc/driver/nvidia/gpus/0000:47:00.0/information"))
 	if err != nil || !strings.Contains(string(info), "GPU Excluded:\t Yes\n") {

@@ -1,0 +1,43 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+)
+
+// BenchmarkPrepare is prepare's own time for a one-GPU claim on the fake node, host view
+// (from the discovery cache), spec, checkpoint and all, and unprepare's after it.
+func BenchmarkPrepare(b *testing.B) {
+	f := newFixture(b)
+	d := f.driver(b)
+	gpu0 := strings.ToLower(f.fh.Options.GPUs[0].UUID)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := claim(fmt.Sprintf("uid-%d", i), "bench", []string{gpu0})
+		if res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c}); err != nil || res[c.UID].Err != nil {
+			b.Fatalf("prepare: %v %+v", err, res)
+		}
+		if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(c.UID)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkResources is one poll of the plugin: the host view (health file and discovery
+// fingerprint read; the cache answers) and the devices to publish.
+func BenchmarkResources(b *testing.B) {
+	f := newFixture(b)
+	d := f.driver(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, err := d.Resources(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
