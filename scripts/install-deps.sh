@@ -13,6 +13,7 @@
 #   scripts/install-deps.sh --demo   only what make demo needs: runc, busybox-static, gcc, libc6-dev
 #
 # The container engines (docker.io, containerd, podman) are scripts/install-engine-deps.sh's.
+# CNI_BRIDGE: where the CNI bridge plugin is looked for (default /usr/lib/cni/bridge; tests set it).
 # Needs root (or sudo) for apt-get.
 set -euo pipefail
 
@@ -45,7 +46,7 @@ if ! $demo; then
     [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
     command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
   fi
-  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins) # tests/cluster: the pods' bridge
+  [ -x "${CNI_BRIDGE:-/usr/lib/cni/bridge}" ] || need+=(containernetworking-plugins) # tests/cluster: the pods' bridge
   command -v ip >/dev/null || need+=(iproute2)      # tests/cluster: removes the bridge
 fi
 
