@@ -128,6 +128,9 @@ trap 'rm -rf "$stage"' EXIT
 say "building gpu-runtime, gpu-hook and gpu-ctk (make build)"
 make --no-print-directory -C "$repo" build BIN="$stage/bin" >"$stage/make.log" 2>&1 || { cat "$stage/make.log" >&2; die "make build failed"; }
 rm -f "$stage/make.log"
+# The kit runs containers through gpu-runtime; the DRA plugin (about 50 MiB, client-go) has no
+# part in it and would not fit in the 64 MiB that travel with the kit.
+rm -f "$stage/bin/gpu-kubelet-plugin"
 cp "$repo/.cache/runc/$RUNC_VERSION/runc" "$stage/bin/runc"
 file -L /sbin/ldconfig | grep -q "static" || die "/sbin/ldconfig is not a static executable"
 cp -L /sbin/ldconfig "$stage/bin/ldconfig"

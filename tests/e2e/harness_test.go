@@ -10,9 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +25,7 @@ import (
 var (
 	skipReason     string
 	binDir         string // built gpu-runtime and gpu-hook
+	peakRSS        string // the peakrss program (peakRSSSource)
 	workDir        string
 	specTmpl       []byte // `runc spec` output
 	busyboxApplets []string
@@ -55,6 +56,36 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// peakRSSSource is peakrss: "peakrss OUT PROG ARGS..." runs PROG in a child made by a plain
+// fork (it starts with this small program's memory, not a test binary's), writes the peak
+// resident set of it and every process it waited for, in KiB, to OUT, and exits as PROG did.
+const peakRSSSource = `#include <signal.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	if (argc < 3) return 125;
+	pid_t pid = fork();
+	if (pid < 0) return 125;
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execv(argv[2], argv + 2);
+		_exit(127);
+	}
+	int status;
+	struct rusage ru;
+	while (wait4(pid, &status, 0, &ru) < 0) {}
+	FILE *f = fopen(argv[1], "w");
+	if (!f || fprintf(f, "%ld\n", ru.ru_maxrss) < 0 || fclose(f) != 0) return 125;
+	if (WIFEXITED(status)) return WEXITSTATUS(status);
+	signal(WTERMSIG(status), SIG_DFL);
+	raise(WTERMSIG(status));
+	return 128 + WTERMSIG(status);
+}
+`
+
 // setup checks prerequisites and builds the binaries; it returns a reason to skip, or "".
 func setup() string {
 	if os.Geteuid() != 0 {
@@ -74,6 +105,12 @@ func setup() string {
 	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
 		return "cannot find the module root: " + err.Error()
+	}
+	peakRSS = filepath.Join(workDir, "peakrss")
+	cc := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-x", "c", "-o", peakRSS, "-")
+	cc.Stdin = strings.NewReader(peakRSSSource)
+	if out, err := cc.CombinedOutput(); err != nil {
+		return fmt.Sprintf("build peakrss: %v: %s", err, out)
 	}
 	binDir = filepath.Join(workDir, "bin")
 	if err := testbin.Build(strings.TrimSpace(string(root)), binDir); err != nil {
@@ -200,7 +237,10 @@ type result struct {
 	stdout, stderr string
 	code           int
 	// maxRSS is the peak resident set, in bytes, of gpu-runtime (then runc) and every
-	// process it waited for: its hooks among them.
+	// process it waited for: its hooks among them. peakrss measures it: a process this test
+	// binary starts shares the binary's memory until it execs (Go starts it with vfork), and
+	// the kernel counts that memory's peak in the child's, so the rusage of a direct child
+	// would report at least this test binary's own peak (which grows with what it links).
 	maxRSS int64
 }
 
@@ -209,12 +249,14 @@ type result struct {
 func (e *env) runtime(t *testing.T, stdout *os.File, args ...string) result {
 	t.Helper()
 	full := append([]string{"--root", e.stateRoot}, args...)
-	cmd := exec.Command(filepath.Join(binDir, "gpu-runtime"), full...)
+	argv := append([]string{filepath.Join(binDir, "gpu-runtime")}, full...)
 	if e.capKiB > 0 {
-		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, e.capKiB), cmd.Path}, full...)...)
+		argv = append([]string{"/bin/sh", "-c", fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, e.capKiB)}, argv...)
 	}
-	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
 	dir := t.TempDir()
+	rssFile := filepath.Join(dir, "maxrss")
+	cmd := exec.Command(peakRSS, append([]string{rssFile}, argv...)...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+e.config)
 	outFile, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -242,11 +284,15 @@ func (e *env) runtime(t *testing.T, stdout *os.File, args ...string) result {
 	}
 	out, _ := os.ReadFile(outFile.Name())
 	errb, _ := os.ReadFile(errFile.Name())
-	var rss int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		rss = ru.Maxrss * 1024
+	rssOut, err := os.ReadFile(rssFile)
+	if err != nil {
+		t.Fatalf("gpu-runtime %v: no peak RSS from peakrss: %v", args, err)
 	}
-	return result{stdout: string(out), stderr: string(errb), code: cmd.ProcessState.ExitCode(), maxRSS: rss}
+	kib, err := strconv.ParseInt(strings.TrimSpace(string(rssOut)), 10, 64)
+	if err != nil {
+		t.Fatalf("gpu-runtime %v: peak RSS from peakrss: %v", args, err)
+	}
+	return result{stdout: string(out), stderr: string(errb), code: cmd.ProcessState.ExitCode(), maxRSS: kib << 10}
 }
 
 // run runs a container to completion with `gpu-runtime run` and returns its output.
