@@ -54,6 +54,10 @@ func testMain(m *testing.M) int {
 	}
 	code := m.Run()
 	stopPlugin()
+	if left := stopDRA(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "cluster: FAIL: gpu-kubelet-plugin left behind:\n  %s\n", strings.Join(left, "\n  "))
+		code = 1
+	}
 	cluster.Stop()
 	if left := cluster.Leftovers(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: FAIL: the cluster left behind:\n  %s\n", strings.Join(left, "\n  "))
