@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -448,4 +449,244 @@ func WantGPUsDRA(t *testing.T, out string, gpus ...int) {
 	t.Helper()
 	enginetest.WantGPUs(t, cluster.Host, out, gpus...)
 	wantNVIDIASMI(t, out, len(gpus) > 0)
+}
+
+// anyClass is a DeviceClass of every device of the driver, whole GPU or MIG device, for the
+// placement tests' claims that choose among both kinds.
+const anyClass = "any.gpu-runtime.test"
+
+func applyAnyClass(t *testing.T) {
+	t.Helper()
+	kubectl(t, fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: %s}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "%s"'}
+`, anyClass, clustertest.DRADriver), "apply", "-f", "-")
+	t.Cleanup(func() { kubectl(t, "", "delete", "deviceclass", anyClass, "--ignore-not-found") })
+}
+
+// uuidIn is a CEL selector of the devices with one of the UUIDs.
+func uuidIn(uuids ...string) string {
+	q := make([]string, len(uuids))
+	for i, u := range uuids {
+		q[i] = fmt.Sprintf("%q", u)
+	}
+	return fmt.Sprintf("%s.uuid in [%s]", attr, strings.Join(q, ", "))
+}
+
+const samePCIeRoot = "      constraints:\n      - {requests: [gpu], matchAttribute: resource.kubernetes.io/pcieRoot}\n"
+
+// TestDRASelection: a CEL selector on productName gets the GPU of that product; a claim for
+// two devices on one PCIe root (matchAttribute resource.kubernetes.io/pcieRoot) gets GPUs 0
+// and 1, the only pair on one root among GPU 0, GPU 1 and a MIG device of GPU 2, and stays
+// Pending when it may choose only among GPU 0 and that MIG device (roots pci0000:00 and
+// pci0000:40); a claim of mig.gpu-runtime.dev by profile gets that MIG device: its GPU's
+// node and its GPU and compute instance capability nodes, nothing else.
+func TestDRASelection(t *testing.T) {
+	requireDRA(t)
+	h := cluster.Host
+	gpus := h.Options.GPUs
+	var mig fakehost.MIGInfo
+	for _, m := range h.MIGDevices() {
+		if m.Profile == "1g.10gb" {
+			mig = m
+		}
+	}
+	if gpus[0].Name == gpus[1].Name || fakehost.PCIeRootOf(gpus[0]) != fakehost.PCIeRootOf(gpus[1]) ||
+		mig.UUID == "" || fakehost.PCIeRootOf(gpus[mig.GPU]) == fakehost.PCIeRootOf(gpus[0]) {
+		t.Fatal("the cluster's fake host is not the one these tests are written for: GPUs 0 and 1 of different products on one PCIe root, a 1g.10gb MIG device on another")
+	}
+	t.Run("CEL selector on productName", func(t *testing.T) {
+		p := newClaimPod("dra-cel", request(gpuClass, 1, []string{fmt.Sprintf("%s.productName == %q", attr, gpus[1].Name)}, ""))
+		applyClaimPod(t, p)
+		out := waitOutput(t, p.name, "probe-end")
+		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, []string{deviceName(gpus[1].UUID)}) {
+			t.Fatalf("allocated %v, want GPU 1 (%s)", devs, gpus[1].Name)
+		}
+		WantGPUsDRA(t, out, 1)
+	})
+	applyAnyClass(t)
+	t.Run("two devices on one PCIe root", func(t *testing.T) {
+		p := newClaimPod("dra-root", request(anyClass, 2, []string{uuidIn(gpus[0].UUID, mig.UUID, gpus[1].UUID)}, samePCIeRoot))
+		applyClaimPod(t, p)
+		out := waitOutput(t, p.name, "probe-end")
+		want := []string{deviceName(gpus[0].UUID), deviceName(gpus[1].UUID)}
+		slices.Sort(want)
+		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, want) {
+			t.Fatalf("allocated %v, want GPUs 0 and 1 %v (one PCIe root)", devs, want)
+		}
+		WantGPUsDRA(t, out, 0, 1)
+	})
+	t.Run("no two devices on one PCIe root: Pending", func(t *testing.T) {
+		p := newClaimPod("dra-noroot", request(anyClass, 2, []string{uuidIn(gpus[0].UUID, mig.UUID)}, samePCIeRoot))
+		applyClaimPod(t, p)
+		wantUnschedulable(t, p.name)
+	})
+	t.Run("MIG device by profile", func(t *testing.T) {
+		p := newClaimPod("dra-mig", request(migClass, 1, []string{fmt.Sprintf("%s.profile == %q", attr, mig.Profile)}, ""))
+		p.script = enginetest.CDIProbe + stayAfterProbe
+		applyClaimPod(t, p)
+		out := waitOutput(t, p.name, "probe-done")
+		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, []string{deviceName(mig.UUID)}) {
+			t.Fatalf("allocated %v, want the %s MIG device %s", devs, mig.Profile, mig.UUID)
+		}
+		want := []string{
+			fmt.Sprintf("/dev/nvidia%d", mig.GPUMinor),
+			fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.GICapMinor),
+			fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.CICapMinor),
+			"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
+		}
+		slices.Sort(want)
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 4 && f[0] == "dev" {
+				got = append(got, f[1])
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("device nodes in the pod:\n  got  %q\n  want %q\noutput:\n%s", got, want, out)
+		}
+		if !strings.Contains(out, "ldcache-libcuda\n") {
+			t.Errorf("libcuda.so.1 is not in the pod's loader cache:\n%s", out)
+		}
+	})
+}
+
+// gpuCtk runs gpu-ctk with the cluster's configuration.
+func gpuCtk(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(cluster.GPUBin, "gpu-ctk"), args...)
+	cmd.Env = append(os.Environ(), "GPU_RUNTIME_CONFIG="+cluster.RuntimeConfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gpu-ctk %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// waitTaint waits until the device's taints in the slices are want (by key=value:effect)
+// and returns how long that took.
+func waitTaint(t *testing.T, device string, want []string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		var got []string
+		for _, tn := range sliceTaints(t)[device] {
+			got = append(got, fmt.Sprintf("%s=%s:%s", tn.Key, tn.Value, tn.Effect))
+		}
+		if slices.Equal(got, want) {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("device %s has taints %q after %s, want %q", device, got, timeout, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestDRAHealth: `gpu-ctk health mark` of GPU 0 taints its device in the slice within
+// seconds (the plugin polls the health file every 2 s), and a pod that can only have GPU 0
+// is not scheduled; `gpu-ctk health clear` lifts the taint, without a plugin restart, and
+// the same pod then runs with GPU 0.
+func TestDRAHealth(t *testing.T) {
+	requireDRA(t)
+	g := cluster.Host.Options.GPUs[0]
+	t.Cleanup(func() { gpuCtk(t, "health", "clear", "all") })
+	gpuCtk(t, "health", "mark", g.UUID, "--reason", "fan failure (cluster test)")
+	took := waitTaint(t, deviceName(g.UUID), []string{clustertest.DRADriver + "/unhealthy=fan-failure--cluster-test:NoSchedule"}, 15*time.Second)
+	t.Logf("taint published %.1f s after gpu-ctk health mark", took.Seconds())
+	p := newClaimPod("dra-sick", request(gpuClass, 1, []string{uuidIn(g.UUID)}, ""))
+	applyClaimPod(t, p)
+	wantUnschedulable(t, p.name)
+	gpuCtk(t, "health", "clear", g.UUID)
+	took = waitTaint(t, deviceName(g.UUID), nil, 15*time.Second)
+	t.Logf("taint lifted %.1f s after gpu-ctk health clear", took.Seconds())
+	out := waitOutput(t, p.name, "probe-end")
+	WantGPUsDRA(t, out, 0)
+}
+
+// TestDRAPluginRestart: the plugin SIGKILLed while a pod's claim is prepared and started
+// again on the same state directory: the pod keeps running, the checkpoint and the CDI
+// directory hold the claim once, and deleting the pod unprepares it through the new
+// process — no spec file, no checkpoint entry left.
+func TestDRAPluginRestart(t *testing.T) {
+	requireDRA(t)
+	p := newClaimPod("dra-restart", request(gpuClass, 1, nil, ""))
+	applyClaimPod(t, p)
+	waitOutput(t, p.name, "probe-end")
+	uid := claimUID(t, p.name)
+	spec := filepath.Join(cluster.CDIDir, claimFilePrefix+uid+".json")
+	if _, err := os.Stat(spec); err != nil {
+		t.Fatalf("the claim's CDI spec: %v", err)
+	}
+	draState.plugin.Kill()
+	plugin, err := cluster.StartDRAPlugin(draState.dir, draState.stateDir)
+	if err != nil {
+		draState.plugin, draState.err = nil, err
+		t.Fatalf("restart gpu-kubelet-plugin: %v", err)
+	}
+	draState.plugin = plugin
+	if phase := strings.TrimSpace(kubectl(t, "", "get", "pod", p.name, "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount}")); phase != "Running 0" {
+		t.Errorf("after the plugin's restart the pod is %q, want Running 0 (phase, restarts)", phase)
+	}
+	if left := preparedLeft(); len(left) != 2 || !slices.Contains(left, "CDI spec "+spec) || !slices.Contains(left, "checkpoint entry "+uid) {
+		t.Errorf("after the restart the plugin holds %q, want the claim's spec and checkpoint entry once", left)
+	}
+	deletePod(t, p.name)
+	if left := waitClaimsGone(30 * time.Second); len(left) > 0 {
+		t.Errorf("deleting the pod left %q", left)
+	}
+}
+
+// TestDRABadConfig: a claim whose opaque configuration for the driver has an unknown key,
+// or an unknown capability, fails its prepare; the kubelet's event on the pod carries the
+// plugin's message naming it, and no spec is written.
+func TestDRABadConfig(t *testing.T) {
+	requireDRA(t)
+	testCases := []struct {
+		description, params, want string
+	}{
+		{description: "unknown key", params: `{capability: compute}`,
+			want: `unknown key "capability": the keys are capabilities`},
+		{description: "unknown capability", params: `{capabilities: "compute,bogus"}`,
+			want: `unknown capability "bogus" in capabilities "compute,bogus"`},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			config := fmt.Sprintf("      config:\n      - requests: [gpu]\n        opaque: {driver: %s, parameters: %s}\n", clustertest.DRADriver, tc.params)
+			p := newClaimPod("dra-bad", request(gpuClass, 1, nil, config))
+			applyClaimPod(t, p)
+			d := waitEvent(t, p.name, tc.want)
+			if !strings.Contains(d, "opaque configuration of driver "+clustertest.DRADriver+" (from the claim") {
+				t.Errorf("the event does not say which configuration:\n%s", d)
+			}
+			if left := preparedLeft(); len(left) > 0 {
+				t.Errorf("a failed prepare left %q", left)
+			}
+		})
+	}
+}
+
+// TestDRAWritesNowhereElse: after every DRA test, the fake host's tree, the CDI directory
+// (but for the plugin's own claim files) and /etc/cdi are as they were before the plugin
+// started: it wrote nothing but its spec files, its state directory and its sockets.
+func TestDRAWritesNowhereElse(t *testing.T) {
+	requireDRA(t)
+	for _, s := range []struct {
+		what   string
+		before snapshot
+		now    snapshot
+	}{
+		{"the fake host", draState.host, takeSnapshot(cluster.Host.Dir, nil)},
+		{"the CDI directory", draState.cdi, takeSnapshot(cluster.CDIDir, isClaimFile)},
+		{"/etc/cdi", draState.etc, takeSnapshot("/etc/cdi", nil)},
+	} {
+		if d := s.before.diff(s.now); len(d) > 0 {
+			t.Errorf("%s changed while gpu-kubelet-plugin ran:\n  %s", s.what, strings.Join(d, "\n  "))
+		}
+	}
+	if files, _ := filepath.Glob("/var/run/cdi/" + claimFilePrefix + "*"); len(files) > 0 {
+		t.Errorf("claim specs in /var/run/cdi, not the --cdi-dir given: %v", files)
+	}
 }
