@@ -51,8 +51,11 @@ func (c *Cluster) StartDRAPlugin(dir, stateDir string) (*DRAPlugin, error) {
 		}
 		out, err := c.Kubectl(ctx, "", "get", "resourceslices", "--field-selector", "spec.driver="+DRADriver+",spec.nodeName="+c.NodeName,
 			"-o", "jsonpath={.items[*].spec.devices[*].name}")
-		if err != nil || strings.TrimSpace(out) == "" {
-			return fmt.Errorf("no ResourceSlice of %s lists a device yet (%v)", DRADriver, err)
+		if err != nil {
+			return fmt.Errorf("list the ResourceSlices: %w: %s", err, out)
+		}
+		if strings.TrimSpace(out) == "" {
+			return fmt.Errorf("no ResourceSlice of %s lists a device yet", DRADriver)
 		}
 		return nil
 	}
