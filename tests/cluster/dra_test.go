@@ -403,7 +403,7 @@ func sortedMap(m map[string]any) []string {
 	return out
 }
 
-// wantScheduling waits until the scheduler says the pod's claims cannot be allocated and
+// wantUnschedulable waits until the scheduler says the pod's claims cannot be allocated and
 // checks that the pod is still Pending.
 func wantUnschedulable(t *testing.T, name string) {
 	t.Helper()
@@ -434,7 +434,7 @@ func TestDRAOneGPU(t *testing.T) {
 			t.Fatalf("pod %s was allocated %v, want one GPU", p.name, devs)
 		}
 		i := gpuOfDevice(t, devs[0])
-		WantGPUsDRA(t, out, i)
+		wantGPUsDRA(t, out, i)
 		got = append(got, i)
 	}
 	if got[0] == got[1] {
@@ -444,8 +444,8 @@ func TestDRAOneGPU(t *testing.T) {
 	wantUnschedulable(t, p3.name)
 }
 
-// WantGPUsDRA checks a probe's output: exactly the GPUs, and nvidia-smi runs.
-func WantGPUsDRA(t *testing.T, out string, gpus ...int) {
+// wantGPUsDRA checks a probe's output: exactly the GPUs, and nvidia-smi runs.
+func wantGPUsDRA(t *testing.T, out string, gpus ...int) {
 	t.Helper()
 	enginetest.WantGPUs(t, cluster.Host, out, gpus...)
 	wantNVIDIASMI(t, out, len(gpus) > 0)
@@ -505,7 +505,7 @@ func TestDRASelection(t *testing.T) {
 		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, []string{deviceName(gpus[1].UUID)}) {
 			t.Fatalf("allocated %v, want GPU 1 (%s)", devs, gpus[1].Name)
 		}
-		WantGPUsDRA(t, out, 1)
+		wantGPUsDRA(t, out, 1)
 	})
 	applyAnyClass(t)
 	t.Run("two devices on one PCIe root", func(t *testing.T) {
@@ -517,7 +517,7 @@ func TestDRASelection(t *testing.T) {
 		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, want) {
 			t.Fatalf("allocated %v, want GPUs 0 and 1 %v (one PCIe root)", devs, want)
 		}
-		WantGPUsDRA(t, out, 0, 1)
+		wantGPUsDRA(t, out, 0, 1)
 	})
 	t.Run("no two devices on one PCIe root: Pending", func(t *testing.T) {
 		p := newClaimPod("dra-noroot", request(anyClass, 2, []string{uuidIn(gpus[0].UUID, mig.UUID)}, samePCIeRoot))
@@ -603,7 +603,7 @@ func TestDRAHealth(t *testing.T) {
 	took = waitTaint(t, deviceName(g.UUID), nil, 15*time.Second)
 	t.Logf("taint lifted %.1f s after gpu-ctk health clear", took.Seconds())
 	out := waitOutput(t, p.name, "probe-end")
-	WantGPUsDRA(t, out, 0)
+	wantGPUsDRA(t, out, 0)
 }
 
 // TestDRAPluginRestart: the plugin SIGKILLed while a pod's claim is prepared and started
