@@ -65,14 +65,14 @@ test: deps build ## install what is missing (saying what), then lint (golangci-l
 # After `go test ./...`, never beside it: the cluster suite starts a whole Kubernetes node (etcd,
 # apiserver, controller-manager, scheduler, kubelet, containerd 2.x), too heavy to share 2 cores
 # with the other suites.
-test-cluster: build ## Kubernetes tests: pods on a real single-node v1.37.2 cluster get GPUs through the RuntimeClass, a device plugin and CDI (root; builds Kubernetes into .cache once)
+test-cluster: build ## Kubernetes tests: pods on a real single-node v1.37.2 cluster get GPUs through the RuntimeClass, a device plugin, CDI and the DRA kubelet plugin (root; builds Kubernetes into .cache once)
 	./scripts/build-kubernetes.sh >/dev/null
 	GPU_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 30m ./tests/cluster/
 
 cluster: build ## start the test cluster by hand (root): prints the KUBECONFIG; Ctrl-C stops it and removes everything it made
 	$(GO) run ./tests/cmd/cluster
 
-bench-cluster: build ## kubectl apply -> Running for a GPU pod through the RuntimeClass against the same pod without GPU, on one test cluster (root; writes bench/cluster-results.md)
+bench-cluster: build ## kubectl apply -> Ready for a GPU pod through the RuntimeClass and through a DRA claim against the same pod without GPU, and the DRA plugin's prepare time, on one test cluster (root; writes bench/cluster-results.md)
 	$(GO) run ./bench/cluster -pairs $${PAIRS:-20}
 
 # After `go test ./...`, never beside it: these tests install gpu-runtime into /usr/bin, which

@@ -5,9 +5,13 @@
 //   - a GPU pod: runtimeClassName gpu, NVIDIA_VISIBLE_DEVICES=0 (gpu-runtime injects GPU 0);
 //   - the same pod without GPU: no RuntimeClass, no variable (plain runc);
 //   - the same pod through the RuntimeClass without the variable (gpu-runtime passes it through),
+//   - a DRA GPU pod: no RuntimeClass, a ResourceClaimTemplate for one gpu.gpu-runtime.dev
+//     device, prepared by gpu-kubelet-plugin (run as a host process) and injected by
+//     containerd's CDI,
 //
 // in rounds whose order is shuffled, after warm-up rounds. It prints medians, p90s and the
-// ratios of the medians (information, not assertions) and writes them as markdown. Needs root;
+// ratios of the medians (information, not assertions), and the plugin's own prepare time
+// (its log's took=, every measured DRA pod's), and writes them as markdown. Needs root;
 // run from the repository root after make build:
 //
 //	go run ./bench/cluster -pairs 20
@@ -20,6 +24,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,8 +35,21 @@ import (
 
 type variant struct {
 	name, runtimeClass, env string
+	claim                   bool // asks for one GPU through the DRA claim template draTemplate
 	times                   []time.Duration
 }
+
+// draTemplate is the ResourceClaimTemplate of the DRA variant's pods.
+const draTemplate = `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: bench-gpu}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.gpu-runtime.dev, count: 1}
+`
 
 func main() {
 	if err := run(); err != nil {
@@ -63,7 +82,13 @@ func run() error {
 		return err
 	}
 	up := time.Since(start)
+	plugin, err := c.StartDRAPlugin(filepath.Join(dir, "dra"), filepath.Join(dir, "dra", "state"))
+	if err != nil {
+		c.Stop()
+		return err
+	}
 	defer func() {
+		plugin.Stop()
 		c.Stop()
 		if left := c.Leftovers(); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "bench/cluster: left behind: %v\n", left)
@@ -73,9 +98,22 @@ func run() error {
 		{name: "GPU pod (RuntimeClass gpu, NVIDIA_VISIBLE_DEVICES=0)", runtimeClass: "gpu", env: "0"},
 		{name: "same pod without GPU (runc)"},
 		{name: "same pod, RuntimeClass gpu, no GPU asked"},
+		{name: "DRA GPU pod (ResourceClaim, no RuntimeClass, containerd CDI)", claim: true},
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.Kubectl(ctx, draTemplate, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	logFile := filepath.Join(dir, "dra", "gpu-kubelet-plugin.log")
 	seq := 0
+	var warmLog int64
 	for r := 0; r < *warmup+*rounds; r++ {
+		if r == *warmup {
+			if fi, err := os.Stat(logFile); err == nil {
+				warmLog = fi.Size()
+			}
+		}
 		order := rand.Perm(len(variants))
 		for _, i := range order {
 			v := variants[i]
@@ -97,6 +135,12 @@ func run() error {
 		m := median(v.times)
 		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.3f |\n", v.name, ms(m), ms(quantile(v.times, 0.9)), float64(m)/float64(base))
 	}
+	took, err := prepareTimes(logFile, warmLog)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\ngpu-kubelet-plugin's own prepare time (its log's took=, %d measured claims): median %.2f ms, p90 %.2f ms.\n",
+		len(took), ms(median(took)), ms(quantile(took, 0.9)))
 	fmt.Print(b.String())
 	return os.WriteFile(*out, []byte(b.String()), 0o644)
 }
@@ -109,9 +153,15 @@ func startPod(c *clustertest.Cluster, name string, v *variant) (time.Duration, e
 	if v.runtimeClass != "" {
 		fmt.Fprintf(&y, "  runtimeClassName: %s\n", v.runtimeClass)
 	}
+	if v.claim {
+		y.WriteString("  resourceClaims: [{name: gpu, resourceClaimTemplateName: bench-gpu}]\n")
+	}
 	fmt.Fprintf(&y, "  containers:\n  - name: c\n    image: %s\n    imagePullPolicy: Never\n    command: [sh, -c, 'trap \"exit 0\" TERM; sleep 3600 & wait']\n", clustertest.Busybox)
 	if v.env != "" {
 		fmt.Fprintf(&y, "    env: [{name: NVIDIA_VISIBLE_DEVICES, value: %q}]\n", v.env)
+	}
+	if v.claim {
+		y.WriteString("    resources: {claims: [{name: gpu}]}\n")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -128,6 +178,31 @@ func startPod(c *clustertest.Cluster, name string, v *variant) (time.Duration, e
 	}
 	return d, nil
 }
+
+// prepareTimes reads the took= of every "claim prepared" line of the plugin's log after offset.
+func prepareTimes(logFile string, offset int64) ([]time.Duration, error) {
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		return nil, err
+	}
+	if offset > int64(len(data)) {
+		offset = 0
+	}
+	var out []time.Duration
+	for _, m := range tookRE.FindAllStringSubmatch(string(data[offset:]), -1) {
+		d, err := time.ParseDuration(m[1])
+		if err != nil {
+			return nil, fmt.Errorf("%s: took=%s: %w", logFile, m[1], err)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no \"claim prepared\" line with took=", logFile)
+	}
+	return out, nil
+}
+
+var tookRE = regexp.MustCompile(`msg="claim prepared" .*took=([0-9.]+(?:µs|ms|s))`)
 
 func median(d []time.Duration) time.Duration { return quantile(d, 0.5) }
 

@@ -71,6 +71,7 @@ type Options struct {
 	GPUBin        string // gpu-runtime, gpu-hook, gpu-ctk
 	Crictl        string // optional: removes the CRI's pods before containerd stops
 	RuntimeClass  string // the RuntimeClass manifest applied once the cluster is up
+	DeviceClasses string // the DRA DeviceClasses' manifest, applied by StartDRAPlugin
 	Host          *fakehost.Host
 	Progress      io.Writer // a line per step; nil: none
 }
@@ -78,15 +79,19 @@ type Options struct {
 // Cluster is a running cluster.
 type Cluster struct {
 	Options
-	Kubeconfig    string // the admin's (system:masters)
-	NodeName      string
-	CDIDir        string // containerd's (and gpu-runtime's) CDI spec directory
-	RuntimeConfig string // gpu-runtime's configuration (GPU_RUNTIME_CONFIG for gpu-ctk too)
-	RuntimeLog    string // gpu-runtime's log file
-	HealthFile    string
-	PodLogs       string // the kubelet's pod log directory
-	Socket        string // containerd's
-	Runc          string
+	Kubeconfig string // the admin's (system:masters)
+	// NodeKubeconfig is the node's credentials (system:node:<NodeName>, the kubelet's): the
+	// node authorizer lets them write only this node's ResourceSlices.
+	NodeKubeconfig string
+	KubeletDir     string // the kubelet's root directory (--root-dir)
+	NodeName       string
+	CDIDir         string // containerd's (and gpu-runtime's) CDI spec directory
+	RuntimeConfig  string // gpu-runtime's configuration (GPU_RUNTIME_CONFIG for gpu-ctk too)
+	RuntimeLog     string // gpu-runtime's log file
+	HealthFile     string
+	PodLogs        string // the kubelet's pod log directory
+	Socket         string // containerd's
+	Runc           string
 
 	host    hostState
 	began   time.Time
@@ -294,7 +299,8 @@ func (c *Cluster) start(cniDir string) error {
 			return err
 		}
 	}
-	c.Kubeconfig = kubeconfigs["admin"]
+	c.Kubeconfig, c.NodeKubeconfig = kubeconfigs["admin"], kubeconfigs["kubelet"]
+	c.KubeletDir = filepath.Join(dir, "kubelet", "root")
 
 	bin := func(name string) string { return filepath.Join(c.KubeBin, name) }
 	c.progress("etcd")
@@ -375,7 +381,7 @@ func (c *Cluster) start(cniDir string) error {
 	}
 	if err := c.daemon("kubelet", nil, alive,
 		bin("kubelet"), "--config", kubeletConfig, "--kubeconfig", kubeconfigs["kubelet"],
-		"--root-dir", filepath.Join(dir, "kubelet", "root"), "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
+		"--root-dir", c.KubeletDir, "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
 		"--hostname-override", c.NodeName, "--v", "2"); err != nil {
 		return err
 	}
@@ -538,6 +544,7 @@ log-file = %q
 root = %q
 dev-root = %q
 proc-root = %q
+sys-root = %q
 [hook]
 path = %q
 [request]
@@ -549,7 +556,7 @@ cache-file = %q
 spec-dirs = [%q]
 [health]
 file = %q
-`, c.Runc, c.RuntimeLog, h.DriverRoot, h.DevRoot, h.ProcRoot, filepath.Join(c.GPUBin, "gpu-hook"), !on,
+`, c.Runc, c.RuntimeLog, h.DriverRoot, h.DevRoot, h.ProcRoot, h.SysRoot, filepath.Join(c.GPUBin, "gpu-hook"), !on,
 		filepath.Join(c.Dir, "discovery-cache.csv"), c.CDIDir, c.HealthFile)
 	tmp := c.RuntimeConfig + ".new"
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {

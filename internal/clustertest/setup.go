@@ -31,7 +31,7 @@ func FakeHost() (fakehost.Options, error) {
 // Prepare finds or builds what a cluster in dir needs, for the module at repo: the Kubernetes
 // binaries (scripts/build-kubernetes.sh; only when build is true, else ErrNotBuilt when they
 // are missing), containerd 2.x (scripts/build-containerd2.sh), gpu-runtime's binaries (built
-// into dir/bin as make build builds them) and the fake GPU host (dir/host).
+// into dir/bin as make build builds them, gpu-kubelet-plugin included) and the fake GPU host (dir/host).
 func Prepare(repo, dir string, build bool, progress io.Writer) (Options, error) {
 	opts := Options{Dir: dir, Progress: progress, RuntimeClass: filepath.Join(repo, "packaging", "kubernetes", "runtimeclass.yaml")}
 	if os.Geteuid() != 0 {
@@ -75,6 +75,10 @@ func Prepare(repo, dir string, build bool, progress io.Writer) (Options, error) 
 	if err := testbin.Build(repo, opts.GPUBin); err != nil {
 		return opts, err
 	}
+	if err := testbin.BuildKubeletPlugin(repo, opts.GPUBin); err != nil {
+		return opts, err
+	}
+	opts.DeviceClasses = filepath.Join(repo, "deployments", "kubernetes", "deviceclasses.yaml")
 	hostOpts, err := FakeHost()
 	if err != nil {
 		return opts, err

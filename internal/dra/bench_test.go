@@ -1,11 +1,15 @@
 package dra
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -39,5 +43,27 @@ func BenchmarkResources(b *testing.B) {
 		if _, _, err := d.Resources(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPrepareLogsItsTime: the "claim prepared" line carries the prepare call's duration,
+// which bench/cluster reads from the plugin's log.
+func TestPrepareLogsItsTime(t *testing.T) {
+	f := newFixture(t)
+	d := f.driver(t)
+	var buf bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	d.o.Log = log
+	c := claim("uid-took", "took", []string{strings.ToLower(f.fh.Options.GPUs[0].UUID)})
+	if res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c}); err != nil || res[c.UID].Err != nil {
+		t.Fatalf("prepare: %v %+v", err, res)
+	}
+	m := regexp.MustCompile(`msg="claim prepared" .*took=([0-9.]+(µs|ms|s))`).FindStringSubmatch(buf.String())
+	if m == nil {
+		t.Fatalf("no took=<duration> in the prepare's log line:\n%s", buf.String())
+	}
+	if took, err := time.ParseDuration(m[1]); err != nil || took <= 0 {
+		t.Errorf("took=%s: %v", m[1], err)
 	}
 }

@@ -248,3 +248,11 @@ func mountsUnder(dir string) []string {
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
+
+// Kill SIGKILLs the daemon's process group, as a crash or the OOM killer would, and waits
+// until its process is gone; what it leaves behind (sockets, files) stays. Stop still
+// releases its directory afterwards.
+func (d *Daemon) Kill() {
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	<-d.exited
+}

@@ -20,16 +20,29 @@ var binaries = []struct {
 // Build builds every binary of the module at moduleRoot into dir.
 func Build(moduleRoot, dir string) error {
 	for _, b := range binaries {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.Name), "./cmd/"+b.Name)
-		cmd.Dir = moduleRoot
-		cgo := "0"
-		if b.Cgo {
-			cgo = "1"
+		if err := build(moduleRoot, dir, b.Name, b.Cgo); err != nil {
+			return err
 		}
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w: %s", b.Name, err, out)
-		}
+	}
+	return nil
+}
+
+// BuildKubeletPlugin builds gpu-kubelet-plugin (static, as make build does) into dir: only the
+// Kubernetes suites need it.
+func BuildKubeletPlugin(moduleRoot, dir string) error {
+	return build(moduleRoot, dir, "gpu-kubelet-plugin", false)
+}
+
+func build(moduleRoot, dir, name string, withCgo bool) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, name), "./cmd/"+name)
+	cmd.Dir = moduleRoot
+	cgo := "0"
+	if withCgo {
+		cgo = "1"
+	}
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w: %s", name, err, out)
 	}
 	return nil
 }

@@ -2,10 +2,12 @@
 // etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the kubelet at v1.37.2,
 // containerd 2.x as the CRI) whose node is a fake GPU host with gpu-runtime as the runtime
 // handler "gpu", and checks what the pods get: through the RuntimeClass, through a device
-// plugin answering as NVIDIA's does, and through containerd's CDI.
+// plugin answering as NVIDIA's does, through containerd's CDI, and through ResourceClaims
+// prepared by gpu-kubelet-plugin, the DRA driver (dra_test.go).
 //
 // The cluster is started once per test binary (TestMain) and stopped at its end; the test
-// binary then fails if anything is left behind (a process or mount under its directory, a
+// binary then fails if anything is left behind (the DRA plugin's sockets, claim specs or
+// checkpoint entries, a process or mount under its directory, a
 // cgroup, the bridge, an iptables chain, rule or table, a changed sysctl, a host path). A
 // cluster left by a test binary killed by -timeout or a signal is cleaned up by the next run
 // (clustertest.ReapStale).
@@ -54,6 +56,10 @@ func testMain(m *testing.M) int {
 	}
 	code := m.Run()
 	stopPlugin()
+	if left := stopDRA(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "cluster: FAIL: gpu-kubelet-plugin left behind:\n  %s\n", strings.Join(left, "\n  "))
+		code = 1
+	}
 	cluster.Stop()
 	if left := cluster.Leftovers(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: FAIL: the cluster left behind:\n  %s\n", strings.Join(left, "\n  "))
