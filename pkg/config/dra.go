@@ -1,0 +1,90 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// DRAConfig is the [dra] table: how gpu-kubelet-plugin, the DRA driver, shares GPUs between
+// claims (Kubernetes' consumable capacity), each share served by an MPS control daemon of its
+// own with the claim's consumed compute and memory as its server-side limits.
+type DRAConfig struct {
+	// SharedGPUs are the whole GPUs, by index or UUID, published as shareable
+	// (allowMultipleAllocations) instead of whole; ["all"] means every whole GPU. A shared GPU
+	// is never also published whole. MIG devices are never shareable (MPS on MIG is not
+	// supported).
+	SharedGPUs []string `toml:"shared-gpus"`
+	// ComputeDefault is the compute (percent of the GPU's SMs) a claim consumes that asks
+	// for none; ComputeStep the granularity of what claims may ask (the published
+	// requestPolicy: step..100 in steps of ComputeStep).
+	ComputeDefault int `toml:"compute-default"`
+	ComputeStep    int `toml:"compute-step"`
+	// MemoryStep is the granularity of the memory a claim may ask, "1Gi" or "512Mi"; a claim
+	// that asks for none consumes the whole GPU's memory.
+	MemoryStep string `toml:"memory-step"`
+	// MPSRoot holds <root>/<claim UID>/{pipe,client,log,shm}: the MPS control daemon of each
+	// prepared shared claim.
+	MPSRoot string `toml:"mps-root"`
+}
+
+// AllGPUs is the value of dra.shared-gpus (its only element) that shares every whole GPU.
+const AllGPUs = "all"
+
+// Shared says whether the GPU with index and uuid is shareable by dra.shared-gpus.
+func (d DRAConfig) Shared(index, uuid string) bool {
+	for _, s := range d.SharedGPUs {
+		if s == AllGPUs || s == index || strings.EqualFold(s, uuid) {
+			return true
+		}
+	}
+	return false
+}
+
+// memoryStepRE: a Kubernetes binary quantity of MiB or GiB.
+var memoryStepRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([1-9][0-9]{0,6})(Mi|Gi)$`) })
+
+// MemoryStepBytes is dra.memory-step in bytes (validated by Load/Parse).
+func (d DRAConfig) MemoryStepBytes() int64 {
+	m := memoryStepRE().FindStringSubmatch(d.MemoryStep)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	if m[2] == "Gi" {
+		return n << 30
+	}
+	return n << 20
+}
+
+// clean validates the [dra] table.
+func (d *DRAConfig) clean(bad func(key string, value any, want string)) {
+	for i, s := range d.SharedGPUs {
+		key := fmt.Sprintf("dra.shared-gpus[%d]", i)
+		switch {
+		case strings.Contains(s, ":") || strings.HasPrefix(strings.ToUpper(s), "MIG-"):
+			bad(key, s, "a whole GPU, by index or UUID: MIG devices are never shareable (NVIDIA's driver refuses MPS on MIG); share the MIG device's GPU with MIG mode off, or give MIG devices whole (mig.gpu-runtime.dev)")
+		case s == AllGPUs && len(d.SharedGPUs) > 1:
+			bad(key, s, `"all" alone: dra.shared-gpus = ["all"]`)
+		case s == "" || strings.ContainsAny(s, ", "):
+			bad(key, s, `one GPU index or UUID, or "all"`)
+		}
+	}
+	step := d.ComputeStep
+	if step < 1 || step > 100 || 100%step != 0 {
+		bad("dra.compute-step", strconv.Itoa(step), "a divisor of 100: 1, 2, 4, 5, 10, 20, 25, 50 or 100")
+		step = 0
+	}
+	if c := d.ComputeDefault; c < 1 || c > 100 || step > 0 && c%step != 0 {
+		want := "1 to 100"
+		if step > 0 {
+			want = fmt.Sprintf("a multiple of dra.compute-step (%d) from %d to 100", step, step)
+		}
+		bad("dra.compute-default", strconv.Itoa(c), want)
+	}
+	if d.MemoryStepBytes() == 0 {
+		bad("dra.memory-step", d.MemoryStep, `a size in Mi or Gi, such as "1Gi" or "512Mi"`)
+	}
+}
