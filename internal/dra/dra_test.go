@@ -551,7 +551,7 @@ func TestPrepareDoubleAllocation(t *testing.T) {
 	if err != nil || res[a.UID].Err != nil {
 		t.Fatalf("prepare a: %v %v", err, res[a.UID].Err)
 	}
-	want := "ResourceClaim default/b was allocated " + gpu0 + ", which ResourceClaim default/a (UID uid-a) holds on this node: the scheduler allocated it twice; delete one of the pods"
+	want := "ResourceClaim default/b was allocated " + gpu0 + ", which ResourceClaim default/a (UID uid-a) holds whole on this node: the scheduler allocated it twice; delete one of the pods"
 	if res[b.UID].Err == nil || res[b.UID].Err.Error() != want {
 		t.Errorf("prepare b: %v\nwant %s", res[b.UID].Err, want)
 	}
