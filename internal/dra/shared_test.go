@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -192,6 +193,19 @@ func TestPrepareSharedClaims(t *testing.T) {
 		if !mounted(t, filepath.Join(root, "shm")) {
 			t.Errorf("claim %s: its tmpfs is not mounted", tc.uid)
 		}
+
+		// A tenant with its own copy of the front end, as root, through what it is given (the
+		// client view): it may query, not raise its share nor end the daemon. (Given the
+		// daemon's pipe directory instead, root's front end reaches control_privileged.)
+		frontEnd := exec.Command(filepath.Join(f.fh.DriverRoot, "usr", "bin", mps.ControlName))
+		frontEnd.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(root, "client")}
+		frontEnd.Stdin = strings.NewReader("set_default_active_thread_percentage 100\nset_active_thread_percentage 1 100\nquit\nget_default_active_thread_percentage\n")
+		out, err := frontEnd.CombinedOutput()
+		wantOut := "set_default_active_thread_percentage: not permitted on this connection\nset_active_thread_percentage: not permitted on this connection\nquit: not permitted on this connection\n" + tc.pct + "\n"
+		if err != nil || string(out) != wantOut {
+			t.Errorf("claim %s: a tenant's control commands: %v\n got %q\nwant %q", tc.uid, err, out, wantOut)
+		}
+		daemonPID(t, f, tc.uid) // still runs
 
 		// The container's own variables, as a hostile tenant sets them, replaced.
 		oci := &specs.Spec{Process: &specs.Process{Env: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100", "CUDA_MPS_PIPE_DIRECTORY=/elsewhere", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G", "PATH=/bin"}}}
