@@ -294,7 +294,8 @@ func Parse(data []byte, name string) (Config, []string, error) {
 // decode decodes data into v; strict reports keys v lacks (a *toml.StrictMissingError, the
 // known ones decoded).
 func decode(data []byte, v any, strict bool) error {
-	dec := toml.NewDecoder(bytes.NewReader(data))
+	// dra.shared-gpus (GPUList) decodes an array or the string "all" itself.
+	dec := toml.NewDecoder(bytes.NewReader(data)).EnableUnmarshalerInterface()
 	if strict {
 		dec.DisallowUnknownFields()
 	}

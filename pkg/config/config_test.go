@@ -179,6 +179,16 @@ mps-root = "/run//dra-mps"
 			want:        withDefaults(func(c *Config) { c.CDI.AllowedKinds = []string{} }),
 		},
 		{
+			description: "dra.shared-gpus the plain string all, as the issue writes it",
+			data:        "[dra]\nshared-gpus = \"all\"\n",
+			want:        withDefaults(func(c *Config) { c.DRA.SharedGPUs = GPUList{AllGPUs} }),
+		},
+		{
+			description: "dra.shared-gpus an array with all, inline",
+			data:        "dra = { shared-gpus = [\"all\"] }\n",
+			want:        withDefaults(func(c *Config) { c.DRA.SharedGPUs = GPUList{AllGPUs} }),
+		},
+		{
 			description: "dotted keys and inline tables",
 			data:        "driver.root = \"/drv\"\nhook = { path = \"/bin/gpu-hook\" }\n[runtime]\n'log-level' = \"trace\"\n",
 			want: withDefaults(func(c *Config) {
@@ -336,7 +346,32 @@ func TestParseErrors(t *testing.T) {
 		{
 			description: "dra: all among others, steps and default that do not fit",
 			data:        "[dra]\nshared-gpus = [\"all\", \"0\"]\ncompute-step = 30\ncompute-default = 0\nmemory-step = \"1G\"\n",
-			wantErr:     `config /x.toml: invalid dra.shared-gpus[0] "all": want "all" alone: dra.shared-gpus = ["all"]; invalid dra.compute-step "30": want a divisor of 100: 1, 2, 4, 5, 10, 20, 25, 50 or 100; invalid dra.compute-default "0": want 1 to 100; invalid dra.memory-step "1G": want a size in Mi or Gi, such as "1Gi" or "512Mi"`,
+			wantErr:     `config /x.toml: invalid dra.shared-gpus[0] "all": want "all" alone: dra.shared-gpus = "all"; invalid dra.compute-step "30": want a divisor of 100: 1, 2, 4, 5, 10, 20, 25, 50 or 100; invalid dra.compute-default "0": want 1 to 100; invalid dra.memory-step "1G": want a size in Mi or Gi, such as "1Gi" or "512Mi"`,
+		},
+		{
+			description: "dra.shared-gpus a string other than all",
+			data:        "[dra]\nshared-gpus = \"0\"\n",
+			wantErr:     `parse config /x.toml: invalid dra.shared-gpus "0": want an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all"; one GPU is an array too: shared-gpus = ["0"]`,
+		},
+		{
+			description: "dra.shared-gpus with an unquoted index",
+			data:        "[dra]\nshared-gpus = [\"1\", 0]\n",
+			wantErr:     `parse config /x.toml: invalid dra.shared-gpus[1]: an integer; want a string, the GPU's index or UUID in quotes ("0")`,
+		},
+		{
+			description: "dra.shared-gpus an integer",
+			data:        "[dra]\nshared-gpus = 0\n",
+			wantErr:     `parse config /x.toml: dra.shared-gpus must be an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all", not an integer`,
+		},
+		{
+			description: "dra.shared-gpus an inline table",
+			data:        "[dra]\nshared-gpus = { all = true }\n",
+			wantErr:     `parse config /x.toml: dra.shared-gpus must be an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all", not a table`,
+		},
+		{
+			description: "dra.shared-gpus a table",
+			data:        "[dra.shared-gpus]\nall = true\n",
+			wantErr:     `parse config /x.toml: line 1, column 5: dra.shared-gpus must be an array of strings, not a table`,
 		},
 		{
 			description: "dra.compute-default not a multiple of the step",
