@@ -24,9 +24,10 @@ import (
 // The DRA tests run the real gpu-kubelet-plugin (built as make build builds it) as a host
 // process for the cluster's node — the node's credentials, the kubelet's root directory, the
 // CDI directory containerd reads, a state directory of its own — one process for the whole
-// suite (restarted only by TestDRAPluginRestart), and pods that ask for GPUs by
-// ResourceClaim, without a RuntimeClass: containerd injects the CDI devices the plugin
-// returns, plain runc runs the container.
+// suite (restarted by TestDRAPluginRestart and TestSharedGPU, and by requireDRAWith for a
+// test that wants another configuration: shared_test.go's GPU 0 shared), and pods that ask
+// for GPUs by ResourceClaim, without a RuntimeClass: containerd injects the CDI devices the
+// plugin returns, plain runc runs the container.
 
 // draState is the suite's plugin: started by the first DRA test, stopped by TestMain.
 var draState struct {
