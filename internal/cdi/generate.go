@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -13,6 +14,7 @@ import (
 	specsgo "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
+	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/edits"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 	"github.com/gpu-runtime/gpu-runtime/pkg/request"
@@ -56,13 +58,17 @@ func Generate(host plan.Host, r plan.Render, o GenerateOptions) (*specsgo.Spec, 
 			named = append(named, NamedDevice{Name: n, Device: d})
 		}
 	}
-	return generate(host, r, cmp.Or(o.Kind, DefaultKind), o.Capabilities, named, true, "")
+	return generate(host, r, cmp.Or(o.Kind, DefaultKind), o.Capabilities, named, true, "", config.MPSConfig{})
 }
 
 // NamedDevice is a device entry of a spec: its name and the device it injects.
 type NamedDevice struct {
 	Name   string
 	Device plan.Device
+	// Share, when set, is the MPS share of a Kubernetes claim the device joins: the device
+	// gets its client view, shared memory and limits (plan.ClaimShareEdits) and the spec none
+	// of the driver's MPS programs.
+	Share *plan.ClaimShare
 }
 
 // DevicesOptions say what spec GenerateDevices writes.
@@ -72,6 +78,8 @@ type DevicesOptions struct {
 	// ScratchDir is where the spec is written to be validated as a consumer reads it (then
 	// removed): "" is the system's temporary directory.
 	ScratchDir string
+	// MPS is where the devices' shares (NamedDevice.Share) are.
+	MPS config.MPSConfig
 }
 
 // GenerateDevices writes a spec with exactly the devices given, by the same plan as Generate
@@ -79,12 +87,12 @@ type DevicesOptions struct {
 // no "all" entry: the spec of one Kubernetes ResourceClaim (gpu-kubelet-plugin), whose
 // entries are named after the claim.
 func GenerateDevices(host plan.Host, r plan.Render, o DevicesOptions, devices []NamedDevice) (*specsgo.Spec, []string, error) {
-	return generate(host, r, o.Kind, o.Capabilities, devices, false, o.ScratchDir)
+	return generate(host, r, o.Kind, o.Capabilities, devices, false, o.ScratchDir, o.MPS)
 }
 
 // generate writes the spec of kind with the devices named, and with all an "all" entry that
 // holds every one; caps nil means every capability; scratch is where it is validated.
-func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set, named []NamedDevice, all bool, scratch string) (*specsgo.Spec, []string, error) {
+func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set, named []NamedDevice, all bool, scratch string, mps config.MPSConfig) (*specsgo.Spec, []string, error) {
 	if err := validateKind(kind); err != nil {
 		return nil, nil, err
 	}
@@ -94,6 +102,9 @@ func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set,
 	common, libs, warnings, err := plan.Common(caps, host)
 	if err != nil {
 		return nil, warnings, err
+	}
+	if slices.ContainsFunc(named, func(n NamedDevice) bool { return n.Share != nil }) {
+		common.Mounts = plan.WithoutMPSPrograms(common.Mounts)
 	}
 	// The loader-cache update runs in the low-level runtime's lifecycle: CDI-native engines
 	// have no gpu-runtime to do it at create.
@@ -105,6 +116,9 @@ func generate(host plan.Host, r plan.Render, kind string, caps capabilities.Set,
 		e, err := n.Device.Edits(host)
 		if err != nil {
 			return nil, warnings, err
+		}
+		if n.Share != nil {
+			e.Add(plan.ClaimShareEdits(*n.Share, mps))
 		}
 		if !added[n.Device.UUID] {
 			every.Add(e)

@@ -27,8 +27,26 @@ type DRAPlugin struct {
 // dir (log: dir/gpu-kubelet-plugin.log) and its state in stateDir, and waits until its devices
 // are published. Starting it again on the same stateDir is a plugin restart.
 func (c *Cluster) StartDRAPlugin(dir, stateDir string) (*DRAPlugin, error) {
+	return c.StartDRAPluginWith(dir, stateDir, "")
+}
+
+// StartDRAPluginWith is StartDRAPlugin with extra, TOML tables appended to gpu-runtime's
+// configuration for this plugin only (dir/gpu-kubelet-plugin.toml: its [dra] table, say); ""
+// is gpu-runtime's configuration as it is.
+func (c *Cluster) StartDRAPluginWith(dir, stateDir, extra string) (*DRAPlugin, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	config := c.RuntimeConfig
+	if extra != "" {
+		base, err := os.ReadFile(c.RuntimeConfig)
+		if err != nil {
+			return nil, err
+		}
+		config = filepath.Join(dir, "gpu-kubelet-plugin.toml")
+		if err := os.WriteFile(config, append(base, "\n"+extra+"\n"...), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -59,7 +77,7 @@ func (c *Cluster) StartDRAPlugin(dir, stateDir string) (*DRAPlugin, error) {
 		}
 		return nil
 	}
-	d, err := enginetest.StartDaemon("gpu-kubelet-plugin", dir, []string{"GPU_RUNTIME_CONFIG=" + c.RuntimeConfig},
+	d, err := enginetest.StartDaemon("gpu-kubelet-plugin", dir, []string{"GPU_RUNTIME_CONFIG=" + config},
 		ready, filepath.Join(c.GPUBin, "gpu-kubelet-plugin"),
 		"--kubeconfig", c.NodeKubeconfig, "--node-name", c.NodeName, "--kubelet-dir", c.KubeletDir,
 		"--cdi-dir", c.CDIDir, "--state-dir", stateDir)

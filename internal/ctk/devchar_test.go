@@ -182,3 +182,23 @@ func TestSystemUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorSharedGPUs: with dra.shared-gpus set, doctor says once that per-cgroup GPU memory
+// limits are not offered; without it, nothing.
+func TestDoctorSharedGPUs(t *testing.T) {
+	cfg := config.Default()
+	d := &doctor{cfg: cfg}
+	d.checkSharedGPUs()
+	if len(d.checks) != 0 {
+		t.Errorf("no shared GPUs: checks %+v", d.checks)
+	}
+	cfg.DRA.SharedGPUs = []string{"0"}
+	d = &doctor{cfg: cfg}
+	d.checkSharedGPUs()
+	want := Check{Check: "shared GPUs", Status: statusWarn,
+		Detail: "dra.shared-gpus = 0: per-cgroup GPU memory limits (nvmlDeviceSetMemoryLimits_v1, driver R615 / CUDA 13.4): not offered by this driver/NVML binding (go-nvml v0.13.3-1 has no such call); a shared claim's memory is limited by its MPS daemon's pinned device memory limit only",
+		Fix:    "none needed: each claim's MPS daemon enforces its memory; per-cgroup limits need an NVML binding with nvmlDeviceSetMemoryLimits_v1"}
+	if len(d.checks) != 1 || d.checks[0] != want {
+		t.Errorf("checks\n got %+v\nwant %+v", d.checks, want)
+	}
+}

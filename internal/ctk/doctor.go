@@ -121,13 +121,13 @@ func (d *doctor) run() {
 		return
 	}
 	for _, check := range []func(){d.checkDriver, d.checkNVML, d.checkDeviceNodes, d.checkGPUs, d.checkHealth,
-		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkDevChar, d.checkCDI, d.checkMPS} {
+		d.checkHook, d.checkRuntime, d.checkCache, d.checkEngines, d.checkCgroups, d.checkDevChar, d.checkCDI, d.checkMPS, d.checkSharedGPUs} {
 		check()
 	}
 }
 
 // configDependentChecks are the checks that read the configuration, skipped when it does not parse.
-var configDependentChecks = []string{"driver", "NVML", "device nodes", "persistence mode", "MIG", "health", "hook", "low-level runtime", "discovery cache", "/dev/char links", "CDI", "MPS"}
+var configDependentChecks = []string{"driver", "NVML", "device nodes", "persistence mode", "MIG", "health", "hook", "low-level runtime", "discovery cache", "/dev/char links", "CDI", "MPS", "shared GPUs"}
 
 // checkMPS: every configured MPS share runs (a stopped one fails its containers).
 func (d *doctor) checkMPS() {
@@ -149,6 +149,16 @@ func (d *doctor) checkMPS() {
 		return
 	}
 	d.add("MPS", statusOK, "shares running: "+strings.Join(running, ", "), "")
+}
+
+// checkSharedGPUs: where dra.shared-gpus shares GPUs between Kubernetes claims, what
+// enforces a claim's memory — its MPS daemon; the driver's per-cgroup limits are not offered.
+func (d *doctor) checkSharedGPUs() {
+	if len(d.cfg.DRA.SharedGPUs) == 0 {
+		return
+	}
+	d.add("shared GPUs", statusWarn, "dra.shared-gpus = "+strings.Join(d.cfg.DRA.SharedGPUs, ", ")+": "+mps.MemoryLimitsNote,
+		"none needed: each claim's MPS daemon enforces its memory; per-cgroup limits need an NVML binding with nvmlDeviceSetMemoryLimits_v1")
 }
 
 // checkConfig loads the configuration into d.cfg; false when it does not parse. A

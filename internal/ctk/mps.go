@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
 	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
-	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
@@ -147,16 +144,7 @@ func mpsOptions(cfg config.Config, names []string, start bool) (map[string]mps.O
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range files {
-			if f.Kind == discover.KindBinary && path.Base(f.ContainerPath) == mps.ControlName {
-				base.Control = f.HostPath
-			}
-			if f.Kind == discover.KindLibrary && f.Capability == capabilities.Compute && f.Bits != 32 && filepath.Clean(cfg.Driver.Root) != "/" {
-				if dir := filepath.Dir(f.HostPath); !slices.Contains(base.LibDirs, dir) {
-					base.LibDirs = append(base.LibDirs, dir)
-				}
-			}
-		}
+		base = mps.DriverOptions(files, cfg.Driver.Root, self)
 		// Stopping does without it too: mps.Stop ends the daemons by signal.
 		if base.Control == "" && start {
 			return nil, fmt.Errorf("%s not found under driver root %q: install the driver's MPS programs, or set driver.root", mps.ControlName, cfg.Driver.Root)

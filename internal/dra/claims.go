@@ -163,6 +163,8 @@ type preparedClaim struct {
 	Name      string           `json:"name"`
 	CDIFile   string           `json:"cdiFile"` // base name, in the CDI directory
 	Devices   []preparedDevice `json:"devices"`
+	// Share is the claim's MPS share when it was allocated a shared GPU.
+	Share *sharedShare `json:"share,omitempty"`
 }
 
 type preparedDevice struct {

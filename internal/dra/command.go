@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
+	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -114,7 +115,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return create.NVMLQuery(ctk)(ctx, root)
 	}
-	d, err := New(Options{Config: cfg, NodeName: *node, CDIDir: *cdiDir, StateDir: *stateDir, Render: render, Log: log,
+	launcher, _ := ctkPath(self) // gpu-ctk becomes the shared claims' MPS daemons
+	if len(cfg.DRA.SharedGPUs) > 0 {
+		log.Warn(mps.MemoryLimitsNote)
+	}
+	d, err := New(Options{Config: cfg, NodeName: *node, CDIDir: *cdiDir, StateDir: *stateDir, Render: render, Log: log, MPSLauncher: launcher,
 		Host: func() (gpuhost.Result, error) {
 			return gpuhost.Build(hostCfg, gpuhost.Options{Query: query, Cache: true, Health: true, Topology: true})
 		}})

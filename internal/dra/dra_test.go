@@ -55,6 +55,7 @@ func newFixture(t testing.TB) *fixture {
 	f.cfg = config.Default()
 	f.cfg.Driver = config.DriverConfig{Root: fh.DriverRoot, DevRoot: fh.DevRoot, ProcRoot: fh.ProcRoot, SysRoot: fh.SysRoot}
 	f.cfg.Health.File = filepath.Join(t.TempDir(), "health.csv")
+	f.cfg.DRA.MPSRoot = shortTempDir(t, "dramps") // never the host's: New looks for daemons there
 	f.nvml = discover.Driver{Version: opts.DriverVersion, CUDAVersion: "12.4"}
 	for _, g := range fh.Options.GPUs {
 		dg := discover.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID, Name: g.Name, BusID: g.BusID,
@@ -78,7 +79,7 @@ func (f *fixture) driver(t testing.TB) *Driver {
 	hostCfg.Discovery.CacheFile = filepath.Join(f.stateDir, "discovery-cache.csv")
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d, err := New(Options{Config: f.cfg, NodeName: "node-a", CDIDir: f.cdiDir, StateDir: f.stateDir, Log: log,
+	d, err := New(Options{Config: f.cfg, NodeName: "node-a", CDIDir: f.cdiDir, StateDir: f.stateDir, Log: log, MPSLauncher: os.Args[0],
 		Render: plan.Render{HookPath: "/usr/bin/gpu-hook", LDConfig: "/sbin/ldconfig", HookTimeout: 30},
 		Host: func() (gpuhost.Result, error) {
 			return gpuhost.Build(hostCfg, gpuhost.Options{Query: func(context.Context, string) (discover.Driver, error) { return f.nvml, nil },
@@ -551,7 +552,7 @@ func TestPrepareDoubleAllocation(t *testing.T) {
 	if err != nil || res[a.UID].Err != nil {
 		t.Fatalf("prepare a: %v %v", err, res[a.UID].Err)
 	}
-	want := "ResourceClaim default/b was allocated " + gpu0 + ", which ResourceClaim default/a (UID uid-a) holds on this node: the scheduler allocated it twice; delete one of the pods"
+	want := "ResourceClaim default/b was allocated " + gpu0 + ", which ResourceClaim default/a (UID uid-a) holds whole on this node: the scheduler allocated it twice; delete one of the pods"
 	if res[b.UID].Err == nil || res[b.UID].Err.Error() != want {
 		t.Errorf("prepare b: %v\nwant %s", res[b.UID].Err, want)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/cdi"
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
+	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
@@ -35,6 +36,9 @@ type Options struct {
 	// Render says how the specs' hooks are written (the gpu-hook on the host).
 	Render plan.Render
 	Log    logrus.FieldLogger
+	// MPSLauncher is the program that becomes a shared claim's MPS control daemon as
+	// `<launcher> mps __daemon <shm> <control>` (gpu-ctk; internal/mps.Daemon).
+	MPSLauncher string
 }
 
 // Driver is the DRA driver of one node: it implements kubeletplugin.DRAPlugin. Its methods
@@ -62,6 +66,17 @@ func New(o Options) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{o: o, cp: cp}
+	// The daemons of shared claims outlive a plugin restart: those of prepared claims are
+	// found again by their pid files (and restarted by the next prepare when they died); any
+	// other is stopped.
+	if err := d.stopOrphans(); err != nil {
+		o.Log.WithError(err).Error("MPS daemons of claims that are not prepared")
+	}
+	for _, s := range d.preparedShares() {
+		if st := mps.Check(d.mpsConfig(s), s.Name); !st.Running {
+			o.Log.WithFields(logrus.Fields{"claim_uid": s.Name, "why": st.Why}).Warn("the MPS daemon of a prepared claim does not run: the claim's next prepare restarts it")
+		}
+	}
 	entries, err := os.ReadDir(o.CDIDir)
 	if err != nil {
 		return nil, fmt.Errorf("--cdi-dir: %w", err)
@@ -89,7 +104,8 @@ func (d *Driver) Resources() (resourceslice.DriverResources, []string, error) {
 	if err != nil {
 		return resourceslice.DriverResources{}, res.Warnings, err
 	}
-	return Resources(d.o.NodeName, res.Host, d.o.Config.Kubernetes.TaintEffect), res.Warnings, nil
+	out, warnings := Resources(d.o.NodeName, res.Host, d.o.Config)
+	return out, append(res.Warnings, warnings...), nil
 }
 
 // Prepared returns the UIDs of the claims prepared, sorted.
@@ -114,6 +130,17 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	var host *plan.Host // built once per call, when a claim needs it
 	for _, c := range claims {
 		if p, ok := d.cp.Claims[c.UID]; ok {
+			if p.Share != nil {
+				did, err := d.startShare(fmt.Sprintf("ResourceClaim %s/%s", p.Namespace, p.Name), *p.Share)
+				if err != nil {
+					d.o.Log.WithField("claim", p.Namespace+"/"+p.Name).WithError(err).Error("prepare failed")
+					out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+					continue
+				}
+				if did != "running" {
+					d.o.Log.WithFields(logrus.Fields{"claim": p.Namespace + "/" + p.Name, "did": did}).Warn("the MPS daemon of a prepared claim had stopped: restarted")
+				}
+			}
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.answer()}
 			continue
 		}
@@ -181,20 +208,45 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, host plan.Host, start tim
 		return p, err
 	}
 	var named []cdi.NamedDevice
+	ours := slices.DeleteFunc(slices.Clone(alloc.Results), func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Driver != DriverName })
 	for i, dev := range devices {
-		for uid, other := range d.cp.Claims {
-			if slices.ContainsFunc(other.Devices, func(x preparedDevice) bool { return strings.EqualFold(x.UUID, dev.UUID) }) {
-				return p, fmt.Errorf("%s was allocated %s, which ResourceClaim %s/%s (UID %s) holds on this node: the scheduler allocated it twice; delete one of the pods",
-					what, p.Devices[i].Device, other.Namespace, other.Name, uid)
-			}
+		shared := !dev.IsMIG() && d.o.Config.DRA.Shared(dev.Index, dev.UUID)
+		whole, sharers := d.holders(dev.UUID)
+		switch {
+		case len(whole) > 0:
+			return p, fmt.Errorf("%s was allocated %s, which %s holds whole on this node: the scheduler allocated it twice; delete one of the pods",
+				what, p.Devices[i].Device, strings.Join(whole, ", "))
+		case !shared && sharers > 0:
+			return p, fmt.Errorf("%s was allocated %s whole, which %d claims share on this node (it was in dra.shared-gpus when they were prepared): delete their pods or this one",
+				what, p.Devices[i].Device, sharers)
+		case !shared && ours[i].ShareID != nil:
+			return p, fmt.Errorf("%s was allocated a share of %s, which this node does not share (dra.shared-gpus): delete the pod so that the claim is allocated again",
+				what, p.Devices[i].Device)
 		}
 		name := string(c.UID) + "-" + p.Devices[i].Device
 		p.Devices[i].UUID = dev.UUID
 		p.Devices[i].CDIDeviceIDs = []string{CDIKind + "=" + name}
-		named = append(named, cdi.NamedDevice{Name: name, Device: dev})
+		nd := cdi.NamedDevice{Name: name, Device: dev}
+		if shared {
+			if len(devices) > 1 {
+				return p, fmt.Errorf("%s was allocated shared GPU %s and %d other devices: a claim of a shared GPU has that one device (an MPS client connects to one daemon, at %s): ask for the other devices in claims of their own",
+					what, dev, len(devices)-1, plan.MPSPipeDir)
+			}
+			share, err := sharedOf(what, ours[i], dev, c.UID)
+			if err != nil {
+				return p, err
+			}
+			p.Share = &share
+			nd.Share = &plan.ClaimShare{Name: share.Name, Compute: share.Compute, Memory: share.Memory}
+		}
+		named = append(named, nd)
 	}
 	// Validated in the state directory: the plugin writes nowhere else.
-	spec, warnings, err := cdi.GenerateDevices(host, d.o.Render, cdi.DevicesOptions{Kind: CDIKind, Capabilities: caps, ScratchDir: d.o.StateDir}, named)
+	opts := cdi.DevicesOptions{Kind: CDIKind, Capabilities: caps, ScratchDir: d.o.StateDir}
+	if p.Share != nil {
+		opts.MPS = d.mpsConfig(*p.Share)
+	}
+	spec, warnings, err := cdi.GenerateDevices(host, d.o.Render, opts, named)
 	for _, w := range warnings {
 		d.o.Log.WithField("claim", c.Namespace+"/"+c.Name).Warn(w)
 	}
@@ -205,14 +257,29 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, host plan.Host, start tim
 	if err != nil {
 		return p, err
 	}
+	// The daemon runs, with the claim's limits, before any container can name the claim's
+	// CDI device; it is stopped again when the claim is not recorded.
+	if p.Share != nil {
+		did, err := d.startShare(what, *p.Share)
+		if err != nil {
+			return p, errors.Join(err, d.stopShare(*p.Share))
+		}
+		d.o.Log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "device": p.Share.Device, "compute": p.Share.Compute, "memory": p.Share.Memory, "did": did}).Info("MPS daemon of the claim")
+	}
+	undo := func() error {
+		if p.Share == nil {
+			return nil
+		}
+		return d.stopShare(*p.Share)
+	}
 	p.CDIFile = cdiFileName(c.UID)
 	if err := atomicfile.Write(filepath.Join(d.o.CDIDir, p.CDIFile), data, 0o644, atomicfile.Options{}); err != nil {
-		return p, fmt.Errorf("%s: write CDI spec: %w", what, err)
+		return p, errors.Join(fmt.Errorf("%s: write CDI spec: %w", what, err), undo())
 	}
 	d.cp.Claims[c.UID] = p
 	if err := d.cp.save(d.o.StateDir); err != nil {
 		delete(d.cp.Claims, c.UID)
-		return p, errors.Join(fmt.Errorf("%s: write checkpoint: %w", what, err), removeFile(filepath.Join(d.o.CDIDir, p.CDIFile)))
+		return p, errors.Join(fmt.Errorf("%s: write checkpoint: %w", what, err), removeFile(filepath.Join(d.o.CDIDir, p.CDIFile)), undo())
 	}
 	d.o.Log.WithFields(logrus.Fields{"claim": c.Namespace + "/" + c.Name, "claim_uid": c.UID, "devices": uuids,
 		"took": time.Since(start).Round(time.Microsecond).String()}).Info("claim prepared")
@@ -234,6 +301,12 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		if p.CDIFile != "" {
 			if err := removeFile(filepath.Join(d.o.CDIDir, p.CDIFile)); err != nil {
 				out[c.UID] = fmt.Errorf("ResourceClaim %s/%s: remove its CDI spec: %w", p.Namespace, p.Name, err)
+				continue
+			}
+		}
+		if p.Share != nil {
+			if err := d.stopShare(*p.Share); err != nil {
+				out[c.UID] = fmt.Errorf("ResourceClaim %s/%s: stop its MPS daemon: %w", p.Namespace, p.Name, err)
 				continue
 			}
 		}

@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"fmt"
+
 	resourceapi "k8s.io/api/resource/v1"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
@@ -32,7 +35,20 @@ const CDIKind = DriverName + "/claim"
 const (
 	TypeGPU = "gpu"
 	TypeMIG = "mig"
+	// TypeSharedGPU is a whole GPU that dra.shared-gpus shares between claims: published
+	// with allowMultipleAllocations and the capacities CapacityCompute and "memory", and
+	// never also as TypeGPU.
+	TypeSharedGPU = "shared-gpu"
 )
+
+// CapacityCompute is a shared GPU's capacity of percent of its SMs (1..100), which a claim
+// asks for (capacity.requests) and its MPS control daemon enforces
+// (set_default_active_thread_percentage).
+const CapacityCompute resourceapi.QualifiedName = "compute"
+
+// CapacityMemory is a device's memory in bytes; of a shared GPU, what a claim consumes is its
+// MPS daemon's pinned device memory limit.
+const CapacityMemory resourceapi.QualifiedName = "memory"
 
 // TaintKey is the key of the taint an unhealthy device is published with.
 const TaintKey = DriverName + "/unhealthy"
@@ -72,12 +88,20 @@ func uuidOf(name string) string {
 
 // Resources are what the node publishes: one pool named after the node, with a device per
 // whole GPU not in MIG mode and per MIG device (plan.Devices: what NVIDIA_VISIBLE_DEVICES=all
-// means), and per GPU the driver excludes; an unhealthy device carries a taint with effect.
-func Resources(node string, host plan.Host, effect string) resourceslice.DriverResources {
+// means), and per GPU the driver excludes; an unhealthy device carries a taint with
+// kubernetes.taint-effect. A whole GPU that dra.shared-gpus names is published once, shared
+// (sharedCapacity). The warnings name entries of dra.shared-gpus that share nothing.
+func Resources(node string, host plan.Host, cfg config.Config) (resourceslice.DriverResources, []string) {
+	effect := cfg.Kubernetes.TaintEffect
 	var devices []resourceapi.Device
 	for _, d := range plan.Devices(host.Driver.GPUs) {
-		devices = append(devices, device(d, host, effect))
+		dev := device(d, host, effect)
+		if !d.IsMIG() && cfg.DRA.Shared(d.Index, d.UUID) {
+			sharedCapacity(&dev, cfg.DRA)
+		}
+		devices = append(devices, dev)
 	}
+	warnings := sharedWarnings(host, cfg.DRA)
 	for _, x := range host.Driver.Excluded {
 		h := discover.Health{Signal: discover.HealthExcluded, Reason: "excluded by the driver (NVreg_ExcludedGpus)"}
 		devices = append(devices, resourceapi.Device{
@@ -97,7 +121,63 @@ func Resources(node string, host plan.Host, effect string) resourceslice.DriverR
 	if len(slices) == 0 {
 		slices = []resourceslice.Slice{{}} // a node without devices publishes an empty pool
 	}
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: slices}}}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: slices}}}, warnings
+}
+
+// sharedCapacity makes dev, a whole GPU, shareable: type TypeSharedGPU,
+// allowMultipleAllocations, and the capacities compute (percent, step..100 in steps of
+// dra.compute-step, dra.compute-default when a claim asks none) and memory (bytes, in steps
+// of dra.memory-step, the whole GPU's when a claim asks none).
+func sharedCapacity(dev *resourceapi.Device, cfg config.DRAConfig) {
+	dev.Attributes["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To(TypeSharedGPU)}
+	dev.AllowMultipleAllocations = ptr.To(true)
+	if dev.Capacity == nil {
+		dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	}
+	step := int64(cfg.ComputeStep)
+	dev.Capacity[CapacityCompute] = resourceapi.DeviceCapacity{
+		Value: *resource.NewQuantity(100, resource.DecimalSI),
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    resource.NewQuantity(int64(cfg.ComputeDefault), resource.DecimalSI),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(step, resource.DecimalSI), Max: resource.NewQuantity(100, resource.DecimalSI), Step: resource.NewQuantity(step, resource.DecimalSI)},
+		},
+	}
+	if m, ok := dev.Capacity[CapacityMemory]; ok {
+		mstep := cfg.MemoryStepBytes()
+		whole := m.Value.Value() / mstep * mstep
+		if whole >= mstep {
+			m.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+				Default:    resource.NewQuantity(whole, resource.BinarySI),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(mstep, resource.BinarySI), Max: resource.NewQuantity(whole, resource.BinarySI), Step: resource.NewQuantity(mstep, resource.BinarySI)},
+			}
+			dev.Capacity[CapacityMemory] = m
+		}
+	}
+}
+
+// sharedWarnings names the entries of dra.shared-gpus that share no GPU of host: a GPU in MIG
+// mode (its MIG devices are published whole, never shared) or one the host does not have.
+func sharedWarnings(host plan.Host, cfg config.DRAConfig) []string {
+	var out []string
+	for i, s := range cfg.SharedGPUs {
+		if s == config.AllGPUs {
+			continue
+		}
+		found := false
+		for _, g := range host.Driver.GPUs {
+			if strconv.Itoa(g.Index) != s && !strings.EqualFold(g.UUID, s) {
+				continue
+			}
+			found = true
+			if g.MIGEnabled() {
+				out = append(out, fmt.Sprintf("dra.shared-gpus[%d] %q: GPU %d (%s) is in MIG mode: it is not shared (MIG devices are never shareable); its MIG devices are published whole", i, s, g.Index, g.UUID))
+			}
+		}
+		if !found {
+			out = append(out, fmt.Sprintf("dra.shared-gpus[%d] %q: this node has no such GPU; nothing is shared for it", i, s))
+		}
+	}
+	return out
 }
 
 // device is the published form of d.
@@ -139,7 +219,7 @@ func device(d plan.Device, host plan.Host, effect string) resourceapi.Device {
 	out := resourceapi.Device{Name: DeviceName(d.UUID), Attributes: attrs}
 	if memMiB > 0 {
 		out.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			"memory": {Value: *resource.NewQuantity(int64(memMiB)<<20, resource.BinarySI)},
+			CapacityMemory: {Value: *resource.NewQuantity(int64(memMiB)<<20, resource.BinarySI)},
 		}
 	}
 	if h := d.Health(); h != nil {

@@ -51,12 +51,12 @@ func TestResourcesSlices(t *testing.T) {
 	for i := range 70 {
 		host.Driver.GPUs = append(host.Driver.GPUs, discover.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%04d", i)})
 	}
-	res := Resources("node-a", host, config.TaintNoSchedule)
+	res, _ := Resources("node-a", host, config.Default())
 	slices := res.Pools["node-a"].Slices
 	if len(slices) != 2 || len(slices[0].Devices) != 64 || len(slices[1].Devices) != 6 || slices[1].Devices[0].Name != "gpu-0064" {
 		t.Errorf("70 GPUs: %d slices", len(slices))
 	}
-	res = Resources("node-a", plan.Host{}, config.TaintNoSchedule)
+	res, _ = Resources("node-a", plan.Host{}, config.Default())
 	if s := res.Pools["node-a"].Slices; len(s) != 1 || len(s[0].Devices) != 0 {
 		t.Errorf("no GPUs: %+v", s)
 	}

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -31,9 +32,18 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/atomicfile"
 	"github.com/gpu-runtime/gpu-runtime/internal/trustedfile"
+	"github.com/gpu-runtime/gpu-runtime/pkg/capabilities"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
+	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
 	"github.com/gpu-runtime/gpu-runtime/pkg/plan"
 )
+
+// MemoryLimitsNote says, once in gpu-kubelet-plugin's log and in gpu-ctk doctor, that the
+// memory a shared claim consumed is enforced by its MPS daemon only: the driver's per-cgroup
+// GPU memory limits (R615 / CUDA 13.4, nvmlDeviceSetMemoryLimits_v1) are not applied, since
+// the NVML binding gpu-runtime is built with (github.com/NVIDIA/go-nvml v0.13.3-1) has no
+// such call.
+const MemoryLimitsNote = "per-cgroup GPU memory limits (nvmlDeviceSetMemoryLimits_v1, driver R615 / CUDA 13.4): not offered by this driver/NVML binding (go-nvml v0.13.3-1 has no such call); a shared claim's memory is limited by its MPS daemon's pinned device memory limit only"
 
 // ControlName is the MPS control program of the driver.
 const ControlName = "nvidia-cuda-mps-control"
@@ -198,6 +208,25 @@ type Options struct {
 	// UUIDs are the share's GPUs, resolved: the daemon sees only them (CUDA_VISIBLE_DEVICES),
 	// numbered 0..n-1 in this order.
 	UUIDs []string
+}
+
+// DriverOptions are Options with the driver's programs and libraries found among its files
+// (discover.FindDriverFiles under driverRoot): nvidia-cuda-mps-control, and the 64-bit
+// compute libraries' directories when the driver root is not "/". Control is "" when the
+// driver has no MPS programs.
+func DriverOptions(files []discover.File, driverRoot, self string) Options {
+	o := Options{Self: self}
+	for _, f := range files {
+		if f.Kind == discover.KindBinary && path.Base(f.ContainerPath) == ControlName {
+			o.Control = f.HostPath
+		}
+		if f.Kind == discover.KindLibrary && f.Capability == capabilities.Compute && f.Bits != 32 && filepath.Clean(driverRoot) != "/" {
+			if dir := filepath.Dir(f.HostPath); !slices.Contains(o.LibDirs, dir) {
+				o.LibDirs = append(o.LibDirs, dir)
+			}
+		}
+	}
+	return o
 }
 
 // startWait bounds how long Start waits for the daemon's control pipe, and then for it to

@@ -54,6 +54,8 @@ type Config struct {
 	Health    HealthConfig    `toml:"health"`
 	// Kubernetes is the [kubernetes] table: what the DRA kubelet plugin publishes.
 	Kubernetes KubernetesConfig `toml:"kubernetes"`
+	// DRA is the [dra] table: the GPUs the DRA kubelet plugin shares between claims.
+	DRA DRAConfig `toml:"dra"`
 }
 
 // CDIConfig is the [cdi] table: where CDI specs are read from, and how long resolving may take.
@@ -192,6 +194,7 @@ func Default() Config {
 			IgnoreXids: []int{13, 31, 43, 45, 68, 109},
 		},
 		Kubernetes: KubernetesConfig{TaintEffect: TaintNoSchedule},
+		DRA:        DRAConfig{SharedGPUs: []string{}, ComputeDefault: 100, ComputeStep: 10, MemoryStep: "1Gi", MPSRoot: "/run/gpu-runtime/dra-mps"},
 	}
 }
 
@@ -291,7 +294,8 @@ func Parse(data []byte, name string) (Config, []string, error) {
 // decode decodes data into v; strict reports keys v lacks (a *toml.StrictMissingError, the
 // known ones decoded).
 func decode(data []byte, v any, strict bool) error {
-	dec := toml.NewDecoder(bytes.NewReader(data))
+	// dra.shared-gpus (GPUList) decodes an array or the string "all" itself.
+	dec := toml.NewDecoder(bytes.NewReader(data)).EnableUnmarshalerInterface()
 	if strict {
 		dec.DisallowUnknownFields()
 	}
@@ -369,6 +373,8 @@ func (c *Config) clean() []string {
 	optionalPath("health.file", &c.Health.File)
 	c.Health.clean(bad)
 	c.Kubernetes.clean(bad)
+	requiredPath("dra.mps-root", &c.DRA.MPSRoot)
+	c.DRA.clean(bad)
 	if d, err := time.ParseDuration(c.Hook.Timeout); err != nil || d < time.Second {
 		bad("hook.timeout", c.Hook.Timeout, `a duration of at least one second, such as "30s"`)
 	}

@@ -54,8 +54,8 @@ func TestShippedConfigSetsEveryKey(t *testing.T) {
 			t.Errorf("%s does not set %s", shippedConfig, key)
 		}
 	}
-	if len(keys) != 26 {
-		t.Errorf("Config has %d keys, want 26: %v", len(keys), keys)
+	if len(keys) != 31 {
+		t.Errorf("Config has %d keys, want 31: %v", len(keys), keys)
 	}
 }
 
@@ -147,6 +147,12 @@ all = "fail"
 ignore-xids = [13, 43]
 [kubernetes]
 taint-effect = "NoExecute"
+[dra]
+shared-gpus = ["0", "GPU-8f3a"]
+compute-default = 50
+compute-step = 5
+memory-step = "512Mi"
+mps-root = "/run//dra-mps"
 `,
 			want: Config{
 				Runtime: RuntimeConfig{
@@ -164,12 +170,23 @@ taint-effect = "NoExecute"
 					"large": {Devices: []string{"0", "GPU-8f3a"}, ActiveThreadPercentage: 80, PinnedMemoryLimit: "60GiB", UID: 1000}}},
 				Health:     HealthConfig{File: "/var/run/gpu-health.csv", All: "fail", IgnoreXids: []int{13, 43}},
 				Kubernetes: KubernetesConfig{TaintEffect: TaintNoExecute},
+				DRA:        DRAConfig{SharedGPUs: []string{"0", "GPU-8f3a"}, ComputeDefault: 50, ComputeStep: 5, MemoryStep: "512Mi", MPSRoot: "/run/dra-mps"},
 			},
 		},
 		{
 			description: "cdi allowed-kinds empty: no CDI device is resolved",
 			data:        "[cdi]\nallowed-kinds = []\n",
 			want:        withDefaults(func(c *Config) { c.CDI.AllowedKinds = []string{} }),
+		},
+		{
+			description: "dra.shared-gpus the plain string all, as the issue writes it",
+			data:        "[dra]\nshared-gpus = \"all\"\n",
+			want:        withDefaults(func(c *Config) { c.DRA.SharedGPUs = GPUList{AllGPUs} }),
+		},
+		{
+			description: "dra.shared-gpus an array with all, inline",
+			data:        "dra = { shared-gpus = [\"all\"] }\n",
+			want:        withDefaults(func(c *Config) { c.DRA.SharedGPUs = GPUList{AllGPUs} }),
 		},
 		{
 			description: "dotted keys and inline tables",
@@ -320,6 +337,46 @@ func TestParseErrors(t *testing.T) {
 			description: "kubernetes.taint-effect neither NoSchedule nor NoExecute",
 			data:        "[kubernetes]\ntaint-effect = \"noexecute\"\n",
 			wantErr:     `config /x.toml: invalid kubernetes.taint-effect "noexecute": want "NoSchedule" (unhealthy devices get no new pods) or "NoExecute" (pods using them are evicted too)`,
+		},
+		{
+			description: "dra.shared-gpus naming MIG devices",
+			data:        "[dra]\nshared-gpus = [\"0\", \"MIG-4a2f\", \"1:0\"]\n",
+			wantErr:     `config /x.toml: invalid dra.shared-gpus[1] "MIG-4a2f": want a whole GPU, by index or UUID: MIG devices are never shareable (NVIDIA's driver refuses MPS on MIG); share the MIG device's GPU with MIG mode off, or give MIG devices whole (mig.gpu-runtime.dev); invalid dra.shared-gpus[2] "1:0": want a whole GPU, by index or UUID: MIG devices are never shareable (NVIDIA's driver refuses MPS on MIG); share the MIG device's GPU with MIG mode off, or give MIG devices whole (mig.gpu-runtime.dev)`,
+		},
+		{
+			description: "dra: all among others, steps and default that do not fit",
+			data:        "[dra]\nshared-gpus = [\"all\", \"0\"]\ncompute-step = 30\ncompute-default = 0\nmemory-step = \"1G\"\n",
+			wantErr:     `config /x.toml: invalid dra.shared-gpus[0] "all": want "all" alone: dra.shared-gpus = "all"; invalid dra.compute-step "30": want a divisor of 100: 1, 2, 4, 5, 10, 20, 25, 50 or 100; invalid dra.compute-default "0": want 1 to 100; invalid dra.memory-step "1G": want a size in Mi or Gi, such as "1Gi" or "512Mi"`,
+		},
+		{
+			description: "dra.shared-gpus a string other than all",
+			data:        "[dra]\nshared-gpus = \"0\"\n",
+			wantErr:     `parse config /x.toml: invalid dra.shared-gpus "0": want an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all"; one GPU is an array too: shared-gpus = ["0"]`,
+		},
+		{
+			description: "dra.shared-gpus with an unquoted index",
+			data:        "[dra]\nshared-gpus = [\"1\", 0]\n",
+			wantErr:     `parse config /x.toml: invalid dra.shared-gpus[1]: an integer; want a string, the GPU's index or UUID in quotes ("0")`,
+		},
+		{
+			description: "dra.shared-gpus an integer",
+			data:        "[dra]\nshared-gpus = 0\n",
+			wantErr:     `parse config /x.toml: dra.shared-gpus must be an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all", not an integer`,
+		},
+		{
+			description: "dra.shared-gpus an inline table",
+			data:        "[dra]\nshared-gpus = { all = true }\n",
+			wantErr:     `parse config /x.toml: dra.shared-gpus must be an array of GPU indices or UUIDs, such as ["0", "GPU-8f3a…"], or "all", not a table`,
+		},
+		{
+			description: "dra.shared-gpus a table",
+			data:        "[dra.shared-gpus]\nall = true\n",
+			wantErr:     `parse config /x.toml: line 1, column 5: dra.shared-gpus must be an array of strings, not a table`,
+		},
+		{
+			description: "dra.compute-default not a multiple of the step",
+			data:        "[dra]\ncompute-default = 15\n",
+			wantErr:     `config /x.toml: invalid dra.compute-default "15": want a multiple of dra.compute-step (10) from 10 to 100`,
 		},
 		{
 			description: "driver.sys-root relative",

@@ -170,6 +170,33 @@ func mpsEdits(name string, cfg config.MPSConfig) edits.Edits {
 	}
 }
 
+// ClaimShare is an MPS share that a Kubernetes ResourceClaim is: one GPU, the claim's
+// consumed compute (percent of SMs) and memory limit ("60G", "16384M"; "" for none).
+type ClaimShare struct {
+	Name    string
+	Compute int
+	Memory  string
+}
+
+// ClaimShareEdits connects a claim's containers to its share as mpsEdits does a share's, for
+// a CDI spec, which cannot remove variables: the claim's limits are set in the client's
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (device 0, the
+// claim's one GPU), which replace what the container set — and which, like anything a client
+// sets, could only lower the limits its daemon enforces.
+func ClaimShareEdits(s ClaimShare, cfg config.MPSConfig) edits.Edits {
+	e := mpsEdits(s.Name, cfg)
+	e.UnsetEnv = nil
+	e.EnvWhy = fmt.Sprintf("MPS share of claim %s: its daemon enforces the claim's limits; the container's CUDA_MPS_* are replaced by them (and could only lower them)", s.Name)
+	e.Env = append(e.Env, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", s.Compute))
+	if s.Memory != "" {
+		e.Env = append(e.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0="+s.Memory)
+	}
+	return e
+}
+
+// WithoutMPSPrograms is withoutMPSPrograms for the CDI spec of a claim's share.
+func WithoutMPSPrograms(mounts []edits.Mount) []edits.Mount { return withoutMPSPrograms(mounts) }
+
 // mpsPrograms are the driver's MPS programs: the control daemon and front end, and the
 // server it starts. A share's clients need neither: the daemon runs on the host.
 var mpsPrograms = []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}

@@ -24,9 +24,10 @@ import (
 // The DRA tests run the real gpu-kubelet-plugin (built as make build builds it) as a host
 // process for the cluster's node — the node's credentials, the kubelet's root directory, the
 // CDI directory containerd reads, a state directory of its own — one process for the whole
-// suite (restarted only by TestDRAPluginRestart), and pods that ask for GPUs by
-// ResourceClaim, without a RuntimeClass: containerd injects the CDI devices the plugin
-// returns, plain runc runs the container.
+// suite (restarted by TestDRAPluginRestart and TestSharedGPU, and by requireDRAWith for a
+// test that wants another configuration: shared_test.go's GPU 0 shared), and pods that ask
+// for GPUs by ResourceClaim, without a RuntimeClass: containerd injects the CDI devices the
+// plugin returns, plain runc runs the container.
 
 // draState is the suite's plugin: started by the first DRA test, stopped by TestMain.
 var draState struct {
@@ -35,6 +36,7 @@ var draState struct {
 	err            error
 	started        bool
 	host, cdi, etc snapshot // what the plugin must not write, before it started
+	extra          string   // what the running plugin's configuration adds to gpu-runtime's
 }
 
 const (
@@ -45,8 +47,17 @@ const (
 	claimFilePrefix = "gpu.gpu-runtime.dev-claim-"
 )
 
-// requireDRA starts the plugin once and returns it.
+// requireDRA starts the plugin once and returns it; a plugin running with another
+// configuration (requireSharedDRA's) is restarted with gpu-runtime's as it is.
 func requireDRA(t *testing.T) *clustertest.DRAPlugin {
+	t.Helper()
+	return requireDRAWith(t, "")
+}
+
+// requireDRAWith returns the plugin running with extra appended to gpu-runtime's
+// configuration (clustertest.StartDRAPluginWith): started once, restarted on the same state
+// directory, once no claim is prepared, when it runs with other extra.
+func requireDRAWith(t *testing.T, extra string) *clustertest.DRAPlugin {
 	t.Helper()
 	c := requireCluster(t)
 	if !draState.started {
@@ -57,13 +68,27 @@ func requireDRA(t *testing.T) *clustertest.DRAPlugin {
 		draState.cdi = takeSnapshot(c.CDIDir, isClaimFile)
 		draState.etc = takeSnapshot("/etc/cdi", nil)
 		start := time.Now()
-		draState.plugin, draState.err = c.StartDRAPlugin(draState.dir, draState.stateDir)
+		draState.extra = extra
+		draState.plugin, draState.err = c.StartDRAPluginWith(draState.dir, draState.stateDir, extra)
 		if draState.err == nil {
 			t.Logf("gpu-kubelet-plugin registered and published in %.1f s", time.Since(start).Seconds())
 		}
 	}
 	if draState.err != nil {
 		t.Fatalf("start gpu-kubelet-plugin: %v", draState.err)
+	}
+	if draState.extra != extra {
+		if left := waitClaimsGone(30 * time.Second); len(left) > 0 {
+			t.Fatalf("gpu-kubelet-plugin is to restart with another configuration, but holds %q", left)
+		}
+		draState.plugin.Stop()
+		start := time.Now()
+		draState.extra = extra
+		draState.plugin, draState.err = c.StartDRAPluginWith(draState.dir, draState.stateDir, extra)
+		if draState.err != nil {
+			t.Fatalf("restart gpu-kubelet-plugin with another configuration: %v", draState.err)
+		}
+		t.Logf("gpu-kubelet-plugin restarted with another configuration in %.1f s", time.Since(start).Seconds())
 	}
 	return draState.plugin
 }
@@ -78,6 +103,7 @@ func stopDRA() []string {
 	left := waitClaimsGone(30 * time.Second)
 	draState.plugin.Stop()
 	draState.plugin = nil
+	left = append(left, mpsLeft()...)
 	for _, s := range []string{
 		filepath.Join(cluster.KubeletDir, "plugins_registry", clustertest.DRADriver+"-reg.sock"),
 		filepath.Join(cluster.KubeletDir, "plugins", clustertest.DRADriver, "dra.sock"),
@@ -195,6 +221,7 @@ type claimPod struct {
 	name    string
 	devices string // the claim's spec.devices, as YAML indented by 6
 	script  string
+	env     []string // the container's environment, NAME=value
 }
 
 // request is a claim's devices: one request "gpu" of count devices of class, with CEL
@@ -237,10 +264,24 @@ spec:
     image: %[3]s
     imagePullPolicy: Never
     command: ["sh", "-c", %[4]q]
-    resources:
+%[5]s    resources:
       claims:
       - name: gpu
-`, p.name, p.devices, clustertest.Busybox, p.script)
+`, p.name, p.devices, clustertest.Busybox, p.script, p.envYAML())
+}
+
+// envYAML is the container's env, as YAML indented by 4; "" for none.
+func (p claimPod) envYAML() string {
+	if len(p.env) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("    env:\n")
+	for _, e := range p.env {
+		name, value, _ := strings.Cut(e, "=")
+		fmt.Fprintf(&b, "    - {name: %q, value: %q}\n", name, value)
+	}
+	return b.String()
 }
 
 // applyClaimPod creates the template and the pod, and deletes both when the test ends.
@@ -621,7 +662,7 @@ func TestDRAPluginRestart(t *testing.T) {
 		t.Fatalf("the claim's CDI spec: %v", err)
 	}
 	draState.plugin.Kill()
-	plugin, err := cluster.StartDRAPlugin(draState.dir, draState.stateDir)
+	plugin, err := cluster.StartDRAPluginWith(draState.dir, draState.stateDir, draState.extra)
 	if err != nil {
 		draState.plugin, draState.err = nil, err
 		t.Fatalf("restart gpu-kubelet-plugin: %v", err)

@@ -7,7 +7,7 @@
 //
 // The cluster is started once per test binary (TestMain) and stopped at its end; the test
 // binary then fails if anything is left behind (the DRA plugin's sockets, claim specs or
-// checkpoint entries, a process or mount under its directory, a
+// checkpoint entries, its shared claims' MPS daemons, tmpfs mounts or pid files, a process or mount under its directory, a
 // cgroup, the bridge, an iptables chain, rule or table, a changed sysctl, a host path). A
 // cluster left by a test binary killed by -timeout or a signal is cleaned up by the next run
 // (clustertest.ReapStale).
