@@ -1,0 +1,61 @@
+package fakehost
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// MemoryLimits says whether a fake NVML offers per-cgroup GPU memory limits.
+type MemoryLimits int
+
+const (
+	// MemoryLimitsAbsent: the library has no nvmlDeviceSetMemoryLimits_v1 (drivers before R615).
+	MemoryLimitsAbsent MemoryLimits = iota
+	// MemoryLimitsOffered: Set/GetMemoryLimits_v1 work as nvml.h documents them.
+	MemoryLimitsOffered
+	// MemoryLimitsNotSupported: the symbols exist and answer NVML_ERROR_NOT_SUPPORTED.
+	MemoryLimitsNotSupported
+)
+
+// memoryLimitsFile is where, in Host.Dir, the fake NVML keeps memory limits.
+const memoryLimitsFile = "nvml-memory-limits"
+
+// MemoryLimit is one per-cgroup limit the fake NVML holds.
+type MemoryLimit struct {
+	UUID   string // the GPU's
+	Cgroup string // the nameSpace passed: the cgroup's full sysfs path
+	Soft   uint64
+	Hard   uint64
+}
+
+// MemoryLimitsSet returns the limits the fake NVML holds now, in the order they were set, also
+// those of cgroups since removed (which NVML no longer reports).
+func (h *Host) MemoryLimitsSet() ([]MemoryLimit, error) {
+	data, err := os.ReadFile(h.NVMLMemoryLimits)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read fake NVML memory limits: %w", err)
+	}
+	var out []MemoryLimit
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), "\t", 6)
+		if len(f) != 6 {
+			return nil, fmt.Errorf("fake NVML memory limits: bad line %q", sc.Text())
+		}
+		soft, err1 := strconv.ParseUint(f[3], 10, 64)
+		hard, err2 := strconv.ParseUint(f[4], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("fake NVML memory limits: line %q: %w", sc.Text(), err)
+		}
+		out = append(out, MemoryLimit{UUID: f[0], Cgroup: f[5], Soft: soft, Hard: hard})
+	}
+	return out, nil
+}
