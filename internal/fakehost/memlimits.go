@@ -46,16 +46,16 @@ func (h *Host) MemoryLimitsSet() ([]MemoryLimit, error) {
 	var out []MemoryLimit
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 6)
-		if len(f) != 6 {
+		f := strings.SplitN(sc.Text(), "\t", 7)
+		if len(f) != 7 {
 			return nil, fmt.Errorf("fake NVML memory limits: bad line %q", sc.Text())
 		}
-		soft, err1 := strconv.ParseUint(f[3], 10, 64)
-		hard, err2 := strconv.ParseUint(f[4], 10, 64)
+		soft, err1 := strconv.ParseUint(f[4], 10, 64)
+		hard, err2 := strconv.ParseUint(f[5], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("fake NVML memory limits: line %q: %w", sc.Text(), err)
 		}
-		out = append(out, MemoryLimit{UUID: f[0], Cgroup: f[5], Soft: soft, Hard: hard})
+		out = append(out, MemoryLimit{UUID: f[0], Cgroup: f[6], Soft: soft, Hard: hard})
 	}
 	return out, nil
 }

@@ -3,7 +3,9 @@ package nvmlinfo
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -49,6 +51,24 @@ func SetMemoryLimit(root, uuid, cgroupPath string, l MemoryLimit) error {
 			return nil
 		}
 		return limitErr(lib, dev, libPath, "set", uuid, cgroupPath, ret)
+	})
+}
+
+// ClearMemoryLimit clears the limits of the GPU with the given UUID on the cgroup at
+// cgroupPath (soft 0, hard NoMemoryLimit). It is idempotent, and a cgroup that no longer
+// exists is success: removing a cgroup clears its limits (nvml.h).
+func ClearMemoryLimit(root, uuid, cgroupPath string) error {
+	return withDevice(root, uuid, func(lib nvml.Interface, dev nvml.Device, libPath string) error {
+		ret := dev.SetMemoryLimits_v1(cgroupPath, 0, NoMemoryLimit)
+		if ret == nvml.SUCCESS {
+			return nil
+		}
+		if ret == nvml.ERROR_OPERATING_SYSTEM {
+			if _, err := os.Stat(cgroupPath); errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+		}
+		return limitErr(lib, dev, libPath, "clear", uuid, cgroupPath, ret)
 	})
 }
 

@@ -90,7 +90,7 @@ func TestMemoryLimitsChild(t *testing.T) {
 	}
 	// Clearing, twice: idempotent.
 	for range 2 {
-		if err := SetMemoryLimit(h.DriverRoot, gpu.UUID, cg, MemoryLimit{0, NoMemoryLimit}); err != nil {
+		if err := ClearMemoryLimit(h.DriverRoot, gpu.UUID, cg); err != nil {
 			t.Fatalf("clear: %v", err)
 		}
 	}
@@ -109,6 +109,11 @@ func TestMemoryLimitsChild(t *testing.T) {
 	}
 	if _, found, err := GetMemoryLimit(h.DriverRoot, gpu.UUID, cg); err != nil || found {
 		t.Fatalf("after the cgroup was removed and made again: found %v, %v", found, err)
+	}
+
+	// Clearing the limits of a cgroup that is gone succeeds: its removal cleared them.
+	if err := ClearMemoryLimit(h.DriverRoot, gpu.UUID, cg+"-gone"); err != nil {
+		t.Errorf("clear on a removed cgroup: %v", err)
 	}
 
 	mig := h.MIGDevices()[0].UUID

@@ -1462,9 +1462,9 @@ API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_v1_t *data, 
  * Built only into a fake NVML whose host offers them (-DFAKEHOST_MEMORY_LIMITS; without it the
  * symbols are absent, as in an older driver). fakehost_memory_limits 2 makes them answer
  * NVML_ERROR_NOT_SUPPORTED. Limits live in fakehost_memory_limits_path, one line per device and
- * cgroup: "<uuid>\t<st_dev>\t<st_ino>\t<soft>\t<hard>\t<cgroup path>\n", so that every process
+ * cgroup: "<uuid>\t<st_dev>\t<st_ino>\t<ctime ns>\t<soft>\t<hard>\t<cgroup path>\n", so that every process
  * using this library, and the tests, see them. An entry counts only while the cgroup directory
- * is the one it was set on (same device and inode): "removing the cgroup will also clear any
+ * is the one it was set on (same device, inode and change time): "removing the cgroup will also clear any
  * limits" (nvml.h). The semantics follow nvml.h of go-nvml v0.13.4-1.
  */
 #ifdef FAKEHOST_MEMORY_LIMITS
@@ -1516,6 +1516,13 @@ static nvmlReturn_t memlimitsCheck(nvmlDevice_t device, const char *ns, struct n
     return NVML_SUCCESS;
 }
 
+/* ctimeNs is when the cgroup directory was made, as far as stat tells: with its device and inode
+ * (which a file system may reuse at once) it tells a cgroup from one made again at its path. */
+static unsigned long long ctimeNs(const struct stat *st)
+{
+    return (unsigned long long)st->st_ctim.tv_sec * 1000000000ULL + (unsigned long long)st->st_ctim.tv_nsec;
+}
+
 /* memlimitsUpdate rewrites the limits file under an exclusive lock: the entry of (uuid, path) is
  * dropped, then added with soft and hard unless add is 0. Get passes found to read one. */
 static nvmlReturn_t memlimitsAccess(const char *uuid, const struct stat *cg, const char *ns, int write,
@@ -1542,13 +1549,14 @@ static nvmlReturn_t memlimitsAccess(const char *uuid, const struct stat *cg, con
     char line[8192];
     for (int n = 0; in != NULL && n < MEMLIMITS_MAX_LINES && fgets(line, sizeof(line), in) != NULL; n++) {
         char u[128], p[4096 + 1];
-        unsigned long long dev, ino, s, h;
+        unsigned long long dev, ino, ct, s, h;
         line[strcspn(line, "\n")] = '\0';
-        if (sscanf(line, "%127[^\t]\t%llu\t%llu\t%llu\t%llu\t%4096[^\n]", u, &dev, &ino, &s, &h, p) != 6) {
+        if (sscanf(line, "%127[^\t]\t%llu\t%llu\t%llu\t%llu\t%llu\t%4096[^\n]", u, &dev, &ino, &ct, &s, &h, p) != 7) {
             continue;
         }
         int same = strcmp(u, uuid) == 0 && strcmp(p, ns) == 0;
-        if (same && !write && dev == (unsigned long long)cg->st_dev && ino == (unsigned long long)cg->st_ino) {
+        if (same && !write && dev == (unsigned long long)cg->st_dev && ino == (unsigned long long)cg->st_ino &&
+            ct == ctimeNs(cg)) {
             *found = 1;
             *soft = s;
             *hard = h;
@@ -1559,8 +1567,8 @@ static nvmlReturn_t memlimitsAccess(const char *uuid, const struct stat *cg, con
     }
     if (write) {
         if (add) {
-            fprintf(outf, "%s\t%llu\t%llu\t%llu\t%llu\t%s\n", uuid, (unsigned long long)cg->st_dev,
-                    (unsigned long long)cg->st_ino, *soft, *hard, ns);
+            fprintf(outf, "%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%s\n", uuid, (unsigned long long)cg->st_dev,
+                    (unsigned long long)cg->st_ino, ctimeNs(cg), *soft, *hard, ns);
         }
         if (fclose(outf) != 0 || rename(tmpPath, fakehost_memory_limits_path) != 0) {
             ret = NVML_ERROR_UNKNOWN;
