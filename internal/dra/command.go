@@ -116,6 +116,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return create.NVMLQuery(ctk)(ctx, root)
 	}
 	launcher, _ := ctkPath(self) // gpu-ctk becomes the shared claims' MPS daemons
+	// and, through gpu-hook, sets their per-cgroup GPU memory limits.
+	render.CTKPath, render.DriverRoot = launcher, cfg.Driver.Root
 	if len(cfg.DRA.SharedGPUs) > 0 {
 		log.Warn(mps.MemoryLimitsNote)
 	}
