@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // MemoryLimits says whether a fake NVML offers per-cgroup GPU memory limits.
@@ -33,8 +35,8 @@ type MemoryLimit struct {
 	Hard   uint64
 }
 
-// MemoryLimitsSet returns the limits the fake NVML holds now, in the order they were set, also
-// those of cgroups since removed (which NVML no longer reports).
+// MemoryLimitsSet returns the limits in force, in the order they were set: as in NVML, the
+// limits of a cgroup since removed (its directory gone, or made again) are not.
 func (h *Host) MemoryLimitsSet() ([]MemoryLimit, error) {
 	data, err := os.ReadFile(h.NVMLMemoryLimits)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -54,6 +56,11 @@ func (h *Host) MemoryLimitsSet() ([]MemoryLimit, error) {
 		hard, err2 := strconv.ParseUint(f[5], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("fake NVML memory limits: line %q: %w", sc.Text(), err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(f[6], &st); err != nil || f[1] != strconv.FormatUint(st.Dev, 10) || f[2] != strconv.FormatUint(st.Ino, 10) ||
+			f[3] != strconv.FormatUint(uint64(st.Ctim.Sec)*1e9+uint64(st.Ctim.Nsec), 10) {
+			continue // the cgroup is gone, and its limits with it
 		}
 		out = append(out, MemoryLimit{UUID: f[0], Cgroup: f[6], Soft: soft, Hard: hard})
 	}
