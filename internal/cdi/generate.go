@@ -185,6 +185,9 @@ func containerEdits(e edits.Edits, r plan.Render) specsgo.ContainerEdits {
 	if len(e.ProcCaps) > 0 {
 		hooks = append(hooks, r.ProcCapsHook(e.ProcCaps))
 	}
+	for _, l := range e.MemoryLimits {
+		hooks = append(hooks, r.MemoryLimitHooks(l)...)
+	}
 	for _, h := range hooks {
 		hook := &specsgo.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env}
 		if h.Timeout > 0 {

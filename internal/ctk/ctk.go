@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
@@ -31,16 +32,17 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"cdi":     {"generate, check and list Container Device Interface specs (generate, list)", runCDI},
-	"config":  {"print the configuration gpu-runtime uses, or change a key of its file (--set)", runConfig},
-	"doctor":  {"check this host for GPU containers, one line per check, each with its fix", runDoctor},
-	"explain": {"show every edit a container would get, and why, or the error its create would fail with", runExplain},
-	"health":  {"show, watch and change which GPUs gpu-runtime keeps from containers", runHealth},
-	"info":    {"show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo},
-	"loaded":  {"say which running engines have the runtime \"gpu\" loaded, and how to restart them", runLoaded},
-	"mps":     {"run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS},
-	"runtime": {"register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime},
-	"system":  {"set the host up: /dev/char links for the systemd cgroup driver (create-dev-char-symlinks)", runSystem},
+	"cdi":          {"generate, check and list Container Device Interface specs (generate, list)", runCDI},
+	"config":       {"print the configuration gpu-runtime uses, or change a key of its file (--set)", runConfig},
+	"doctor":       {"check this host for GPU containers, one line per check, each with its fix", runDoctor},
+	"explain":      {"show every edit a container would get, and why, or the error its create would fail with", runExplain},
+	"health":       {"show, watch and change which GPUs gpu-runtime keeps from containers", runHealth},
+	"info":         {"show the NVIDIA driver and GPUs gpu-runtime sees (queries NVML)", runInfo},
+	"loaded":       {"say which running engines have the runtime \"gpu\" loaded, and how to restart them", runLoaded},
+	"memory-limit": {"set, clear or show a GPU's per-cgroup memory limit (driver R615 or later; set by gpu-hook for shared claims)", runMemoryLimit},
+	"mps":          {"run MPS shares: one MPS daemon per share of [mps.shares] (start, stop, status)", runMPS},
+	"runtime":      {"register gpu-runtime with docker, containerd or cri-o (configure, unconfigure)", runRuntime},
+	"system":       {"set the host up: /dev/char links for the systemd cgroup driver (create-dev-char-symlinks)", runSystem},
 }
 
 // Run runs gpu-ctk with args, the program name excluded.
@@ -64,13 +66,16 @@ func Run(args []string, stdout, stderr io.Writer) error {
 	return cmd.run(args[1:], stdout, stderr)
 }
 
-// ExitCode is the exit status for Run's error: 0, 2 for ErrUsage, 1 otherwise.
+// ExitCode is the exit status for Run's error: 0, 2 for ErrUsage, ExitNotOffered (3) where the
+// driver offers no per-cgroup GPU memory limits, 1 otherwise.
 func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrUsage):
 		return 2
+	case errors.Is(err, nvmlinfo.ErrMemoryLimitsNotOffered):
+		return ExitNotOffered
 	}
 	return 1
 }

@@ -1,12 +1,15 @@
 package ctk
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/fakehost"
+	"github.com/gpu-runtime/gpu-runtime/internal/nvmlinfo"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 )
 
@@ -183,22 +186,41 @@ func TestSystemUsage(t *testing.T) {
 	}
 }
 
-// TestDoctorSharedGPUs: with dra.shared-gpus set, doctor says once that per-cgroup GPU memory
-// limits are not offered; without it, nothing.
+// TestDoctorSharedGPUs: with dra.shared-gpus set, doctor says once whether the driver offers
+// per-cgroup GPU memory limits, as NVML answers (nvmlinfo's tests check its answers' texts
+// against the fake drivers); without it, nothing.
 func TestDoctorSharedGPUs(t *testing.T) {
 	cfg := config.Default()
-	d := &doctor{cfg: cfg}
+	d := &doctor{cfg: cfg, memoryLimits: func(string) error { t.Error("asked NVML without shared GPUs"); return nil }}
 	d.checkSharedGPUs()
 	if len(d.checks) != 0 {
 		t.Errorf("no shared GPUs: checks %+v", d.checks)
 	}
 	cfg.DRA.SharedGPUs = []string{"0"}
-	d = &doctor{cfg: cfg}
-	d.checkSharedGPUs()
-	want := Check{Check: "shared GPUs", Status: statusWarn,
-		Detail: "dra.shared-gpus = 0: per-cgroup GPU memory limits (nvmlDeviceSetMemoryLimits_v1, driver R615 / CUDA 13.4): not offered by this driver/NVML binding (go-nvml v0.13.3-1 has no such call); a shared claim's memory is limited by its MPS daemon's pinned device memory limit only",
-		Fix:    "none needed: each claim's MPS daemon enforces its memory; per-cgroup limits need an NVML binding with nvmlDeviceSetMemoryLimits_v1"}
-	if len(d.checks) != 1 || d.checks[0] != want {
-		t.Errorf("checks\n got %+v\nwant %+v", d.checks, want)
+	cfg.Driver.Root = "/drv"
+	notOffered := fmt.Errorf("%w: /drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 has no nvmlDeviceSetMemoryLimits_v1; it needs NVIDIA driver R615 (CUDA 13.4) or later", nvmlinfo.ErrMemoryLimitsNotOffered)
+	testCases := []struct {
+		description string
+		answer      error
+		want        Check
+	}{
+		{"offered", nil, Check{Check: "shared GPUs", Status: statusOK,
+			Detail: "dra.shared-gpus = 0: per-cgroup GPU memory limits offered by the driver: each shared claim's consumed memory is also set on its containers' cgroup v2 groups (gpu-hook memory-limit), beside its MPS daemon's pinned device memory limit"}},
+		{"not offered", notOffered, Check{Check: "shared GPUs", Status: statusWarn,
+			Detail: "dra.shared-gpus = 0: per-cgroup GPU memory limits not offered: /drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 has no nvmlDeviceSetMemoryLimits_v1; it needs NVIDIA driver R615 (CUDA 13.4) or later; a shared claim's memory is limited by its MPS daemon's pinned device memory limit only",
+			Fix:    "none needed: each claim's MPS daemon enforces its memory; for per-cgroup limits too, install NVIDIA driver R615 (CUDA 13.4) or later"}},
+		{"NVML fails", errors.New("NVML library not found"), Check{Check: "shared GPUs", Status: statusWarn,
+			Detail: "dra.shared-gpus = 0: per-cgroup GPU memory limits: cannot ask NVML: NVML library not found; a shared claim's memory is limited by its MPS daemon's pinned device memory limit only",
+			Fix:    "see the NVML check: until NVML answers, each claim's MPS daemon alone enforces its memory"}},
+	}
+	for _, tc := range testCases {
+		t.Run(tc.description, func(t *testing.T) {
+			var root string
+			d := &doctor{cfg: cfg, memoryLimits: func(r string) error { root = r; return tc.answer }}
+			d.checkSharedGPUs()
+			if len(d.checks) != 1 || d.checks[0] != tc.want || root != "/drv" {
+				t.Errorf("checks (asked %q)\n got %+v\nwant %+v", root, d.checks, tc.want)
+			}
+		})
 	}
 }

@@ -103,6 +103,10 @@ type doctor struct {
 	cfg        config.Config
 	driver     *discover.Driver // nil when NVML did not answer
 	devices    discover.DeviceNodes
+	// memoryLimits asks whether the driver under root offers per-cgroup GPU memory limits;
+	// nil: nvmlinfo.MemoryLimitsOffered. (One NVML per process: tests of other packages load
+	// the fake drivers; this one's tests replace it.)
+	memoryLimits func(root string) error
 }
 
 func (d *doctor) add(check, status, detail, fix string) {
@@ -152,14 +156,40 @@ func (d *doctor) checkMPS() {
 }
 
 // checkSharedGPUs: where dra.shared-gpus shares GPUs between Kubernetes claims, what
-// enforces a claim's memory — its MPS daemon; the driver's per-cgroup limits are not offered.
+// enforces a claim's memory — its MPS daemon, and the driver's per-cgroup limits where NVML
+// answers that it offers them (d.memoryLimits, nvmlinfo.MemoryLimitsOffered by default).
 func (d *doctor) checkSharedGPUs() {
 	if len(d.cfg.DRA.SharedGPUs) == 0 {
 		return
 	}
-	d.add("shared GPUs", statusWarn, "dra.shared-gpus = "+strings.Join(d.cfg.DRA.SharedGPUs, ", ")+": "+mps.MemoryLimitsNote,
-		"none needed: each claim's MPS daemon enforces its memory; per-cgroup limits need an NVML binding with nvmlDeviceSetMemoryLimits_v1")
+	probe := d.memoryLimits
+	if probe == nil {
+		probe = func(root string) error { return nvmlinfo.MemoryLimitsOffered(root, "") }
+	}
+	// NVML cannot be interrupted: a hung driver leaves the probe behind, the check goes on.
+	done := make(chan error, 1)
+	go func() { done <- probe(d.cfg.Driver.Root) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(memoryLimitsProbeTimeout):
+		err = fmt.Errorf("NVML did not answer within %v", memoryLimitsProbeTimeout)
+	}
+	head := "dra.shared-gpus = " + strings.Join(d.cfg.DRA.SharedGPUs, ", ") + ": "
+	switch {
+	case err == nil:
+		d.add("shared GPUs", statusOK, head+mps.MemoryLimitsApplied, "")
+	case errors.Is(err, nvmlinfo.ErrMemoryLimitsNotOffered):
+		d.add("shared GPUs", statusWarn, head+mps.MemoryLimitsNote(err.Error()),
+			"none needed: each claim's MPS daemon enforces its memory; for per-cgroup limits too, install NVIDIA driver R615 (CUDA 13.4) or later")
+	default:
+		d.add("shared GPUs", statusWarn, head+mps.MemoryLimitsNote("per-cgroup GPU memory limits: cannot ask NVML: "+err.Error()),
+			"see the NVML check: until NVML answers, each claim's MPS daemon alone enforces its memory")
+	}
 }
+
+// memoryLimitsProbeTimeout bounds doctor's question whether the driver offers memory limits.
+const memoryLimitsProbeTimeout = 10 * time.Second
 
 // checkConfig loads the configuration into d.cfg; false when it does not parse. A
 // GPU_RUNTIME_CONFIG of this shell is a warning: the engines start gpu-runtime without it.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/gpuhost"
-	"github.com/gpu-runtime/gpu-runtime/internal/mps"
 	"github.com/gpu-runtime/gpu-runtime/internal/version"
 	"github.com/gpu-runtime/gpu-runtime/pkg/config"
 	"github.com/gpu-runtime/gpu-runtime/pkg/discover"
@@ -116,8 +115,10 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return create.NVMLQuery(ctk)(ctx, root)
 	}
 	launcher, _ := ctkPath(self) // gpu-ctk becomes the shared claims' MPS daemons
+	// and, through gpu-hook, sets their per-cgroup GPU memory limits.
+	render.CTKPath, render.DriverRoot = launcher, cfg.Driver.Root
 	if len(cfg.DRA.SharedGPUs) > 0 {
-		log.Warn(mps.MemoryLimitsNote)
+		logMemoryLimits(log, launcher, cfg.Driver.Root, memoryLimitsProbeTimeout)
 	}
 	d, err := New(Options{Config: cfg, NodeName: *node, CDIDir: *cdiDir, StateDir: *stateDir, Render: render, Log: log, MPSLauncher: launcher,
 		Host: func() (gpuhost.Result, error) {

@@ -80,7 +80,7 @@ func (f *fixture) driver(t testing.TB) *Driver {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	d, err := New(Options{Config: f.cfg, NodeName: "node-a", CDIDir: f.cdiDir, StateDir: f.stateDir, Log: log, MPSLauncher: os.Args[0],
-		Render: plan.Render{HookPath: "/usr/bin/gpu-hook", LDConfig: "/sbin/ldconfig", HookTimeout: 30},
+		Render: plan.Render{HookPath: "/usr/bin/gpu-hook", LDConfig: "/sbin/ldconfig", HookTimeout: 30, CTKPath: "/usr/bin/gpu-ctk", DriverRoot: "/"},
 		Host: func() (gpuhost.Result, error) {
 			return gpuhost.Build(hostCfg, gpuhost.Options{Query: func(context.Context, string) (discover.Driver, error) { return f.nvml, nil },
 				Cache: true, Health: true, Topology: true})

@@ -237,7 +237,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, host plan.Host, start tim
 				return p, err
 			}
 			p.Share = &share
-			nd.Share = &plan.ClaimShare{Name: share.Name, Compute: share.Compute, Memory: share.Memory}
+			nd.Share = &plan.ClaimShare{Name: share.Name, Compute: share.Compute, Memory: share.Memory, MemoryBytes: share.MemoryBytes}
 		}
 		named = append(named, nd)
 	}

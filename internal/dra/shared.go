@@ -34,6 +34,8 @@ type sharedShare struct {
 	// limit ("60G"; "" for none).
 	Compute int    `json:"compute"`
 	Memory  string `json:"memory,omitempty"`
+	// MemoryBytes is the consumed memory in bytes, for the per-cgroup GPU memory limit.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 }
 
 // mpsConfig is the MPS configuration of the claims' shares (one share: s).
@@ -75,7 +77,7 @@ func sharedOf(what string, r resourceapi.DeviceRequestAllocationResult, dev plan
 		if total := int64(dev.GPU.MemoryMiB) << 20; m.Value() <= 0 || total > 0 && m.Value() > total {
 			return s, fmt.Errorf("%s was allocated %s of shared GPU %s's memory: want more than 0 and at most its %dMi", what, m.String(), dev, dev.GPU.MemoryMiB)
 		}
-		s.Memory = mpsLimit(m.Value())
+		s.Memory, s.MemoryBytes = mpsLimit(m.Value()), m.Value()
 	}
 	return s, nil
 }

@@ -142,10 +142,10 @@ func TestPrepareSharedClaims(t *testing.T) {
 	res := prepareOK(t, d, large, small)
 
 	for _, tc := range []struct {
-		uid, other, pct, mem string
+		uid, other, pct, mem, bytes string
 	}{
-		{uidLarge, uidSmall, "80", "60G"},
-		{uidSmall, uidLarge, "20", "16G"},
+		{uidLarge, uidSmall, "80", "60G", "64424509440"},
+		{uidSmall, uidLarge, "20", "16G", "17179869184"},
 	} {
 		log := daemonLog(t, f, tc.uid)
 		for _, line := range []string{
@@ -168,6 +168,22 @@ func TestPrepareSharedClaims(t *testing.T) {
 		id := res[types.UID(tc.uid)].Devices[0].CDIDeviceIDs[0]
 		if id != CDIKind+"="+tc.uid+"-"+gpu0 {
 			t.Errorf("claim %s: CDI device %s", tc.uid, id)
+		}
+		// The consumed memory, also as the per-cgroup GPU memory limit: set at createRuntime,
+		// cleared at poststop.
+		base := []string{"gpu-hook", "memory-limit", "--ctk", "/usr/bin/gpu-ctk", "--driver-root", "/", "--device", f.fh.Options.GPUs[0].UUID, "--timeout", "30"}
+		var hooks []string
+		for _, h := range append(spec.ContainerEdits.Hooks, spec.Devices[0].ContainerEdits.Hooks...) {
+			if len(h.Args) > 1 && h.Args[1] == "memory-limit" {
+				hooks = append(hooks, h.HookName+" "+h.Path+" "+strings.Join(h.Args, " "))
+			}
+		}
+		wantHooks := []string{
+			"createRuntime /usr/bin/gpu-hook " + strings.Join(base, " ") + " --bytes " + tc.bytes,
+			"poststop /usr/bin/gpu-hook " + strings.Join(base, " ") + " --clear",
+		}
+		if !reflect.DeepEqual(hooks, wantHooks) {
+			t.Errorf("claim %s: memory-limit hooks\n got %q\nwant %q", tc.uid, hooks, wantHooks)
 		}
 		root := filepath.Join(f.cfg.DRA.MPSRoot, tc.uid)
 		var mounts []string

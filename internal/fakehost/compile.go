@@ -156,18 +156,24 @@ func mpsControl(arch string) ([]byte, error) {
 }
 
 // nvmlObject returns the compiled csrc/fakenvml.c, which every fake NVML is linked from.
-func nvmlObject(arch string) ([]byte, error) {
-	return cached(arch+"/object:nvml", func() ([]byte, error) {
+// With memoryLimits it has the per-cgroup memory limits calls; without, their symbols are
+// absent, as in drivers before R615.
+func nvmlObject(arch string, memoryLimits bool) ([]byte, error) {
+	key, flags := arch+"/object:nvml", []string{"-pthread", "-c", "fakenvml.c"}
+	if memoryLimits {
+		key, flags = key+"+memory-limits", append(flags, "-DFAKEHOST_MEMORY_LIMITS")
+	}
+	return cached(key, func() ([]byte, error) {
 		inputs := map[string][]byte{"fakenvml.c": nvmlSource, "fakenvml.h": nvmlHeader}
-		return gccBuild(arch, inputs, withCFlags("-pthread", "-c", "fakenvml.c")...)
+		return gccBuild(arch, inputs, withCFlags(flags...)...)
 	})
 }
 
 // nvmlLibrary returns a fake NVML with the data of config, a generated fakenvml_config.c.
-func nvmlLibrary(arch string, config []byte) ([]byte, error) {
+func nvmlLibrary(arch string, memoryLimits bool, config []byte) ([]byte, error) {
 	sum := sha256.Sum256(config)
 	return cached(arch+"/nvml:"+hex.EncodeToString(sum[:]), func() ([]byte, error) {
-		obj, err := nvmlObject(arch)
+		obj, err := nvmlObject(arch, memoryLimits)
 		if err != nil {
 			return nil, err
 		}

@@ -134,6 +134,10 @@ type Options struct {
 	// NVMLEventsPath is the file the fake NVML reads events from (see events.go); empty means
 	// <Dir>/nvml-events. Build creates it, empty, when it does not exist.
 	NVMLEventsPath string
+	// MemoryLimits says whether the fake NVML offers per-cgroup GPU memory limits
+	// (nvmlDeviceSetMemoryLimits_v1, driver R615 / CUDA 13.4); the zero value is an older
+	// driver, whose library has no such symbols.
+	MemoryLimits MemoryLimits
 	// Layout says where the driver libraries and binaries go; the zero value is the
 	// distribution's layout.
 	Layout Layout
@@ -204,6 +208,9 @@ type Host struct {
 	SysRoot string
 	// NVMLEvents is the events file the fake NVML reads (Options.NVMLEventsPath, made absolute).
 	NVMLEvents string
+	// NVMLMemoryLimits is the file where the fake NVML keeps per-cgroup memory limits
+	// (Options.MemoryLimits; read it with MemoryLimitsSet): <Dir>/nvml-memory-limits.
+	NVMLMemoryLimits string
 	// Options are the options the host was built from, with the defaults filled in (MIG UUIDs
 	// and memory) and each GPU's MIG devices in NVML order.
 	Options  Options
@@ -448,17 +455,18 @@ func build(dir string, opts Options, nodes bool) (*Host, error) {
 	}
 	driverRoot := filepath.Join(dir, "driver")
 	h := &Host{
-		Dir:        dir,
-		DriverRoot: driverRoot,
-		DevRoot:    filepath.Join(dir, "devroot"),
-		LibDir:     filepath.Join(driverRoot, opts.LibDir()),
-		BinDir:     filepath.Join(driverRoot, opts.Layout.BinDir()),
-		ProcRoot:   filepath.Join(dir, "procroot"),
-		SysRoot:    filepath.Join(dir, "sysroot"),
-		NVMLEvents: opts.NVMLEventsPath,
-		Options:    opts,
-		UVMMajor:   UVMMajor,
-		CapsMajor:  opts.CapsMajor,
+		Dir:              dir,
+		DriverRoot:       driverRoot,
+		DevRoot:          filepath.Join(dir, "devroot"),
+		LibDir:           filepath.Join(driverRoot, opts.LibDir()),
+		BinDir:           filepath.Join(driverRoot, opts.Layout.BinDir()),
+		ProcRoot:         filepath.Join(dir, "procroot"),
+		SysRoot:          filepath.Join(dir, "sysroot"),
+		NVMLEvents:       opts.NVMLEventsPath,
+		NVMLMemoryLimits: filepath.Join(dir, memoryLimitsFile),
+		Options:          opts,
+		UVMMajor:         UVMMajor,
+		CapsMajor:        opts.CapsMajor,
 	}
 	if h.CapsMajor == 0 {
 		h.CapsMajor = DefaultCapsMajor
@@ -624,7 +632,13 @@ func (h *Host) writeLibraries() error {
 			if eventsPath == filepath.Join(h.Dir, defaultEventsFile) && opts.Layout == LayoutDistribution {
 				eventsPath = "" // the library finds it from its own place (see fakenvml.c)
 			}
-			build = func() ([]byte, error) { return nvmlLibrary(arch, nvmlConfig(opts, eventsPath)) }
+			limitsPath := ""
+			if opts.MemoryLimits != MemoryLimitsAbsent {
+				limitsPath = h.NVMLMemoryLimits
+			}
+			build = func() ([]byte, error) {
+				return nvmlLibrary(arch, opts.MemoryLimits != MemoryLimitsAbsent, nvmlConfig(opts, eventsPath, limitsPath))
+			}
 		case l.Prefix == "libcuda" && l.Capability != "":
 			build = func() ([]byte, error) { return cudaLibrary(arch, soname, opts.CUDAVersion) }
 		}

@@ -19,12 +19,14 @@ import (
 var ErrBypassed = errors.New("container was created without gpu-runtime")
 
 // Usage is gpu-hook's help.
-const Usage = `usage: gpu-hook update-ldcache|proc-caps [flags] (run by gpu-runtime as an OCI hook)
+const Usage = `usage: gpu-hook update-ldcache|proc-caps|memory-limit [flags] (run by gpu-runtime as an OCI hook)
 
 gpu-hook is run by the low-level runtime, with the container's state on stdin, from the hook
 entries gpu-runtime writes into a GPU container's spec:
   update-ldcache  make the injected libraries' links and the container's ld.so.cache
   proc-caps       show a MIG container only its capabilities of the driver's /proc interface
+  memory-limit    set (createRuntime) or clear (poststop, --clear) a shared claim's GPU memory
+                  limit on the container's cgroup v2 group, through gpu-ctk memory-limit
 gpu-hook --version prints the version.
 `
 
@@ -94,6 +96,8 @@ func Run(argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer)
 			return err
 		}
 		return ProcCaps(root, *procRoot, caps)
+	case "memory-limit":
+		return runMemoryLimit(fs, args[1:], stdin, stderr)
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
 }
@@ -130,4 +134,51 @@ func Deadline(seconds int) time.Duration {
 		d = time.Duration(seconds)*time.Second - 2*time.Second
 	}
 	return max(d, 500*time.Millisecond)
+}
+
+// runMemoryLimit parses memory-limit's flags and runs it; a note (nothing done) goes to stderr
+// and the runtime's log, and a failure to clear is logged, not returned: the container is gone.
+func runMemoryLimit(fs *flag.FlagSet, args []string, stdin io.Reader, stderr io.Writer) error {
+	var o MemoryLimitOptions
+	var timeout int
+	fs.StringVar(&o.CTK, "ctk", "", "gpu-ctk, which sets the limit through NVML (absolute path)")
+	fs.StringVar(&o.DriverRoot, "driver-root", "/", "the driver root (driver.root)")
+	fs.StringVar(&o.UUID, "device", "", "the shared GPU's UUID")
+	fs.Uint64Var(&o.Bytes, "bytes", 0, "the limit in bytes: the memory the claim consumed")
+	fs.BoolVar(&o.Clear, "clear", false, "clear the limit set at createRuntime (a poststop hook)")
+	fs.StringVar(&o.StateDir, "state-dir", DefaultMemoryLimitStateDir, "where the cgroup of each limit is kept until it is cleared")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/", "where the host's /proc is (driver.proc-root)")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", "", "where cgroup v2 is mounted (default: found in /proc/self/mountinfo)")
+	fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: gpu-ctk is stopped before it")
+	log := runcLog{now: time.Now}
+	fs.StringVar(&log.path, "log", "", "also append notes to this log file (the low-level runtime's --log)")
+	fs.StringVar(&log.format, "log-format", "text", "the log file's format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var errs []error
+	if !filepath.IsAbs(o.CTK) {
+		errs = append(errs, fmt.Errorf("--ctk %q: want gpu-ctk's absolute path", o.CTK))
+	}
+	if o.UUID == "" {
+		errs = append(errs, errors.New("--device is required"))
+	}
+	if !o.Clear && o.Bytes == 0 {
+		errs = append(errs, errors.New("--bytes is required, above 0"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gpu-hook memory-limit: %w", err)
+	}
+	o.Deadline = Deadline(timeout)
+	note, err := MemoryLimit(stdin, o)
+	if err != nil && o.Clear {
+		note, err = "warning: clear GPU memory limit: "+err.Error(), nil
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, "gpu-hook: "+note)
+		if lerr := log.write("info", "gpu-hook: "+note); lerr != nil {
+			fmt.Fprintln(stderr, "gpu-hook: warning: "+lerr.Error())
+		}
+	}
+	return err
 }

@@ -39,11 +39,15 @@ import (
 )
 
 // MemoryLimitsNote says, once in gpu-kubelet-plugin's log and in gpu-ctk doctor, that the
-// memory a shared claim consumed is enforced by its MPS daemon only: the driver's per-cgroup
-// GPU memory limits (R615 / CUDA 13.4, nvmlDeviceSetMemoryLimits_v1) are not applied, since
-// the NVML binding gpu-runtime is built with (github.com/NVIDIA/go-nvml v0.13.3-1) has no
-// such call.
-const MemoryLimitsNote = "per-cgroup GPU memory limits (nvmlDeviceSetMemoryLimits_v1, driver R615 / CUDA 13.4): not offered by this driver/NVML binding (go-nvml v0.13.3-1 has no such call); a shared claim's memory is limited by its MPS daemon's pinned device memory limit only"
+// memory a shared claim consumed is enforced by its MPS daemon only, and why: the driver's
+// per-cgroup GPU memory limits (R615 / CUDA 13.4, nvmlDeviceSetMemoryLimits_v1) are not
+// offered (why is what NVML answered, or why it could not be asked).
+func MemoryLimitsNote(why string) string {
+	return why + "; a shared claim's memory is limited by its MPS daemon's pinned device memory limit only"
+}
+
+// MemoryLimitsApplied says, in the same places, that the driver offers per-cgroup limits.
+const MemoryLimitsApplied = "per-cgroup GPU memory limits offered by the driver: each shared claim's consumed memory is also set on its containers' cgroup v2 groups (gpu-hook memory-limit), beside its MPS daemon's pinned device memory limit"
 
 // ControlName is the MPS control program of the driver.
 const ControlName = "nvidia-cuda-mps-control"

@@ -78,6 +78,16 @@ type Edits struct {
 	// open these and no other. The runtime refuses spec mounts under /proc, so the planner
 	// turns them into a gpu-hook entry; Apply ignores them.
 	ProcCaps []string
+	// MemoryLimits are per-cgroup GPU memory limits the container gets (a Kubernetes claim of a
+	// shared GPU): the planner renders each as gpu-hook memory-limit hooks, createRuntime to set
+	// it on the container's cgroup, poststop to clear it; Apply ignores them.
+	MemoryLimits []MemoryLimit
+}
+
+// MemoryLimit is a limit of what the container's cgroup may allocate on one GPU.
+type MemoryLimit struct {
+	UUID  string `json:"uuid"`
+	Bytes int64  `json:"bytes"`
 }
 
 // Add appends o's edits to e. A device node or mount at a container path e already has,
@@ -94,6 +104,7 @@ func (e *Edits) Add(o Edits) {
 	e.Hooks = append(e.Hooks, o.Hooks...)
 	e.RemoveHooks = appendNew(e.RemoveHooks, o.RemoveHooks, itself)
 	e.ProcCaps = appendNew(e.ProcCaps, o.ProcCaps, itself)
+	e.MemoryLimits = appendNew(e.MemoryLimits, o.MemoryLimits, func(l MemoryLimit) string { return l.UUID })
 	if e.Annotations == nil && len(o.Annotations) > 0 {
 		e.Annotations = map[string]string{}
 	}

@@ -176,6 +176,9 @@ type ClaimShare struct {
 	Name    string
 	Compute int
 	Memory  string
+	// MemoryBytes is the memory the claim consumed, in bytes (0: none), also applied as a
+	// per-cgroup GPU memory limit where the driver offers it.
+	MemoryBytes int64
 }
 
 // ClaimShareEdits connects a claim's containers to its share as mpsEdits does a share's, for
@@ -190,6 +193,9 @@ func ClaimShareEdits(s ClaimShare, cfg config.MPSConfig) edits.Edits {
 	e.Env = append(e.Env, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", s.Compute))
 	if s.Memory != "" {
 		e.Env = append(e.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0="+s.Memory)
+	}
+	if share := cfg.Shares[s.Name]; s.MemoryBytes > 0 && len(share.Devices) == 1 {
+		e.MemoryLimits = []edits.MemoryLimit{{UUID: share.Devices[0], Bytes: s.MemoryBytes}}
 	}
 	return e
 }

@@ -19,6 +19,8 @@ type Render struct {
 	HookTimeout            int
 	HookLog, HookLogFormat string
 	ProcRoot               string
+	// CTKPath is gpu-ctk and DriverRoot the driver root, for the memory-limit hooks.
+	CTKPath, DriverRoot string
 }
 
 // Rendered returns the plan's edits with its intents written: as hooks, the loader-cache update
@@ -38,7 +40,31 @@ func (p Plan) Rendered(r Render) edits.Edits {
 	if len(e.ProcCaps) > 0 {
 		e.Hooks = append(e.Hooks, r.ProcCapsHook(e.ProcCaps))
 	}
+	for _, l := range e.MemoryLimits {
+		e.Hooks = append(e.Hooks, r.MemoryLimitHooks(l)...)
+	}
 	return e
+}
+
+// MemoryLimitHooks are the hooks of a per-cgroup GPU memory limit: gpu-hook memory-limit at
+// createRuntime, in the runtime's namespaces once the container's cgroup exists, sets it
+// through gpu-ctk (NVML); the same with --clear at poststop clears it. Where the driver does
+// not offer such limits, or the container has no cgroup v2 group, both do nothing.
+func (r Render) MemoryLimitHooks(l edits.MemoryLimit) []edits.Hook {
+	args := []string{HookName, "memory-limit", "--ctk", r.CTKPath, "--driver-root", r.DriverRoot, "--device", l.UUID}
+	if r.ProcRoot != "" {
+		args = append(args, "--proc-root", r.ProcRoot)
+	}
+	if r.HookTimeout > 0 {
+		args = append(args, "--timeout", strconv.Itoa(r.HookTimeout))
+	}
+	set := append(slices.Clone(args), "--bytes", strconv.FormatInt(l.Bytes, 10))
+	unset := append(slices.Clone(args), "--clear")
+	why := fmt.Sprintf("GPU memory limit: the claim consumed %d bytes of shared GPU %s; NVML's per-cgroup limit (driver R615 or later) holds the container's cgroup to it", l.Bytes, l.UUID)
+	return []edits.Hook{
+		{Stage: oci.StageCreateRuntime, Path: r.HookPath, Args: set, Env: HookEnv, Timeout: r.HookTimeout, Why: why},
+		{Stage: oci.StagePoststop, Path: r.HookPath, Args: unset, Env: HookEnv, Timeout: r.HookTimeout, Why: why + "; cleared when the container stops"},
+	}
 }
 
 // LDCacheHook is the loader-cache update as a createContainer hook: gpu-hook update-ldcache,

@@ -1456,3 +1456,171 @@ API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_v1_t *data, 
     }
     return ret;
 }
+
+/* ---- per-cgroup memory limits (driver R615 / CUDA 13.4) ----
+ *
+ * Built only into a fake NVML whose host offers them (-DFAKEHOST_MEMORY_LIMITS; without it the
+ * symbols are absent, as in an older driver). fakehost_memory_limits 2 makes them answer
+ * NVML_ERROR_NOT_SUPPORTED. Limits live in fakehost_memory_limits_path, one line per device and
+ * cgroup: "<uuid>\t<st_dev>\t<st_ino>\t<ctime ns>\t<soft>\t<hard>\t<cgroup path>\n", so that every process
+ * using this library, and the tests, see them. An entry counts only while the cgroup directory
+ * is the one it was set on (same device, inode and change time): "removing the cgroup will also clear any
+ * limits" (nvml.h). The semantics follow nvml.h of go-nvml v0.13.4-1.
+ */
+#ifdef FAKEHOST_MEMORY_LIMITS
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#define NVML_DEVICE_MEMORY_LIMIT_MAX 0xFFFFFFFFFFFFFFFFULL
+#define MEMLIMITS_MAX_LINES 4096
+
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+/* memlimitsCheck validates device and cgroup path shared by Set and Get and stats the cgroup. */
+static nvmlReturn_t memlimitsCheck(nvmlDevice_t device, const char *ns, struct nvmlDevice_st **out, struct stat *st)
+{
+    CHECK_INIT();
+    struct nvmlDevice_st *d = lookup(device);
+    if (d == NULL) {
+        /* nvml.h: "MIG handles are not supported" */
+        return lookupMig(device) != NULL ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (fakehost_memory_limits == 2) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    if (ns == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    int fd = open(ns, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return NVML_ERROR_OPERATING_SYSTEM; /* "if the cgroup path cannot be opened" */
+    }
+    int ok = fstat(fd, st) == 0;
+    close(fd);
+    if (!ok) {
+        return NVML_ERROR_OPERATING_SYSTEM;
+    }
+    *out = d;
+    return NVML_SUCCESS;
+}
+
+/* ctimeNs is when the cgroup directory was made, as far as stat tells: with its device and inode
+ * (which a file system may reuse at once) it tells a cgroup from one made again at its path. */
+static unsigned long long ctimeNs(const struct stat *st)
+{
+    return (unsigned long long)st->st_ctim.tv_sec * 1000000000ULL + (unsigned long long)st->st_ctim.tv_nsec;
+}
+
+/* memlimitsUpdate rewrites the limits file under an exclusive lock: the entry of (uuid, path) is
+ * dropped, then added with soft and hard unless add is 0. Get passes found to read one. */
+static nvmlReturn_t memlimitsAccess(const char *uuid, const struct stat *cg, const char *ns, int write,
+                                    int add, unsigned long long *soft, unsigned long long *hard, int *found)
+{
+    char lockPath[4096 + 8], tmpPath[4096 + 8];
+    snprintf(lockPath, sizeof(lockPath), "%s.lock", fakehost_memory_limits_path);
+    snprintf(tmpPath, sizeof(tmpPath), "%s.tmp", fakehost_memory_limits_path);
+    int lfd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lfd < 0 || flock(lfd, write ? LOCK_EX : LOCK_SH) != 0) {
+        if (lfd >= 0) {
+            close(lfd);
+        }
+        return NVML_ERROR_UNKNOWN;
+    }
+    nvmlReturn_t ret = NVML_SUCCESS;
+    FILE *in = fopen(fakehost_memory_limits_path, "re");
+    FILE *outf = NULL;
+    if (write && (outf = fopen(tmpPath, "we")) == NULL) {
+        ret = NVML_ERROR_UNKNOWN;
+        goto done;
+    }
+    *found = 0;
+    char line[8192];
+    for (int n = 0; in != NULL && n < MEMLIMITS_MAX_LINES && fgets(line, sizeof(line), in) != NULL; n++) {
+        char u[128], p[4096 + 1];
+        unsigned long long dev, ino, ct, s, h;
+        line[strcspn(line, "\n")] = '\0';
+        if (sscanf(line, "%127[^\t]\t%llu\t%llu\t%llu\t%llu\t%llu\t%4096[^\n]", u, &dev, &ino, &ct, &s, &h, p) != 7) {
+            continue;
+        }
+        int same = strcmp(u, uuid) == 0 && strcmp(p, ns) == 0;
+        if (same && !write && dev == (unsigned long long)cg->st_dev && ino == (unsigned long long)cg->st_ino &&
+            ct == ctimeNs(cg)) {
+            *found = 1;
+            *soft = s;
+            *hard = h;
+        }
+        if (write && !same) {
+            fprintf(outf, "%s\n", line);
+        }
+    }
+    if (write) {
+        if (add) {
+            fprintf(outf, "%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%s\n", uuid, (unsigned long long)cg->st_dev,
+                    (unsigned long long)cg->st_ino, ctimeNs(cg), *soft, *hard, ns);
+        }
+        if (fclose(outf) != 0 || rename(tmpPath, fakehost_memory_limits_path) != 0) {
+            ret = NVML_ERROR_UNKNOWN;
+        }
+    }
+done:
+    if (in != NULL) {
+        fclose(in);
+    }
+    close(lfd);
+    return ret;
+}
+
+API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
+{
+    struct nvmlDevice_st *d = NULL;
+    struct stat cg;
+    nvmlReturn_t ret = memlimitsCheck(device, limits != NULL ? limits->nameSpace : NULL, &d, &cg);
+    if (ret != NVML_SUCCESS) {
+        return ret;
+    }
+    if (geteuid() != 0) {
+        return NVML_ERROR_NO_PERMISSION; /* "Requires root/admin permissions." */
+    }
+    unsigned long long soft = limits->softLimit, hard = limits->hardLimit, total = d->memoryMiB << 20;
+    int clear = soft == 0 && hard == NVML_DEVICE_MEMORY_LIMIT_MAX;
+    if (soft > hard || soft > total || (hard != NVML_DEVICE_MEMORY_LIMIT_MAX && hard > total)) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    int found = 0;
+    return memlimitsAccess(d->uuid, &cg, limits->nameSpace, 1, !clear, &soft, &hard, &found);
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits)
+{
+    struct nvmlDevice_st *d = NULL;
+    struct stat cg;
+    nvmlReturn_t ret = memlimitsCheck(device, limits != NULL ? limits->nameSpace : NULL, &d, &cg);
+    if (ret != NVML_SUCCESS) {
+        return ret;
+    }
+    unsigned long long soft = 0, hard = 0;
+    int found = 0;
+    if ((ret = memlimitsAccess(d->uuid, &cg, limits->nameSpace, 0, 0, &soft, &hard, &found)) != NVML_SUCCESS) {
+        return ret;
+    }
+    if (!found) {
+        return NVML_ERROR_NOT_FOUND; /* "if the limits were not found for this device and cgroup" */
+    }
+    limits->softLimit = soft;
+    limits->hardLimit = hard;
+    limits->currentUsed = 0;
+    return NVML_SUCCESS;
+}
+#endif

@@ -86,6 +86,10 @@ extern const int fakehost_cuda_version;       /* 12040 */
 extern const int fakehost_init_error;         /* nvmlInit* returns NVML_ERROR_DRIVER_NOT_LOADED */
 extern const long long fakehost_init_delay_ns; /* nvmlInit* sleeps this long first */
 extern const char fakehost_events_path[];     /* the NVML events file; "" for the default, next to the library */
+/* Per-cgroup memory limits: 0 absent (not compiled in), 1 offered, 2 NOT_SUPPORTED; and where
+ * they are stored (see fakenvml.c). */
+extern const int fakehost_memory_limits;
+extern const char fakehost_memory_limits_path[];
 extern const unsigned int fakehost_gpu_count;
 /* fakehost_gpu_count GPUs ordered by NVML index, then one unused element. */
 extern struct nvmlDevice_st fakehost_devices[];
