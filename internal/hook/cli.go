@@ -147,7 +147,7 @@ func runMemoryLimit(fs *flag.FlagSet, args []string, stdin io.Reader, stderr io.
 	fs.Uint64Var(&o.Bytes, "bytes", 0, "the limit in bytes: the memory the claim consumed")
 	fs.BoolVar(&o.Clear, "clear", false, "clear the limit set at createRuntime (a poststop hook)")
 	fs.StringVar(&o.StateDir, "state-dir", DefaultMemoryLimitStateDir, "where the cgroup of each limit is kept until it is cleared")
-	fs.StringVar(&o.ProcRoot, "proc-root", "/", "where the host's /proc is (driver.proc-root)")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/", "where the host's /proc is, with the container's process (tests)")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "", "where cgroup v2 is mounted (default: found in /proc/self/mountinfo)")
 	fs.IntVar(&timeout, "timeout", 0, "the hook's timeout in seconds: gpu-ctk is stopped before it")
 	log := runcLog{now: time.Now}

@@ -191,3 +191,19 @@ func TestShareCDI(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryLimitHooksReadHostProc: the memory-limit hooks read the container's process in the
+// host's /proc, where runc runs them, never under driver.proc-root (a fake host's /proc
+// files have no processes: the cluster's shared claims failed to start so).
+func TestMemoryLimitHooksReadHostProc(t *testing.T) {
+	r := Render{HookPath: "/usr/bin/gpu-hook", ProcRoot: "/fake/procroot", CTKPath: "/usr/bin/gpu-ctk", DriverRoot: "/"}
+	hooks := r.MemoryLimitHooks(edits.MemoryLimit{UUID: "GPU-1", Bytes: 1 << 30})
+	if len(hooks) != 2 {
+		t.Fatalf("%d hooks, want 2", len(hooks))
+	}
+	for _, h := range hooks {
+		if slices.Contains(h.Args, "--proc-root") {
+			t.Errorf("%s hook %v: reads the container's process under driver.proc-root", h.Stage, h.Args)
+		}
+	}
+}

@@ -51,10 +51,9 @@ func (p Plan) Rendered(r Render) edits.Edits {
 // through gpu-ctk (NVML); the same with --clear at poststop clears it. Where the driver does
 // not offer such limits, or the container has no cgroup v2 group, both do nothing.
 func (r Render) MemoryLimitHooks(l edits.MemoryLimit) []edits.Hook {
+	// No --proc-root: the container's process is read in the host's /proc, where the hook
+	// runs; driver.proc-root is where the driver's /proc files are (a fake host's are elsewhere).
 	args := []string{HookName, "memory-limit", "--ctk", r.CTKPath, "--driver-root", r.DriverRoot, "--device", l.UUID}
-	if r.ProcRoot != "" {
-		args = append(args, "--proc-root", r.ProcRoot)
-	}
 	if r.HookTimeout > 0 {
 		args = append(args, "--timeout", strconv.Itoa(r.HookTimeout))
 	}
