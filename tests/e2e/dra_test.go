@@ -151,27 +151,7 @@ func TestDRAClaimThroughCDI(t *testing.T) {
 
 	// What containerd does with the CDI ids the kubelet passes on.
 	b := e.bundle(t, nil, probe)
-	data, err := os.ReadFile(filepath.Join(b, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	cache, err := cdilib.NewCache(cdilib.WithSpecDirs(cdiDir), cdilib.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if unresolved, err := cache.InjectDevices(&spec, ids...); err != nil {
-		t.Fatalf("CDI injection of %v: %v (unresolved %v)", ids, err, unresolved)
-	}
-	if data, err = json.Marshal(&spec); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	injectCDI(t, b, cdiDir, ids)
 	id := containerID(t)
 	run := exec.Command("runc", "--root", e.stateRoot, "run", "--bundle", b, id)
 	outFile, err := os.OpenFile(filepath.Join(dir, "stdout"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
@@ -203,5 +183,33 @@ func TestDRAClaimThroughCDI(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(cdiDir); len(entries) != 0 {
 		t.Errorf("CDI dir after unprepare: %v", entries)
+	}
+}
+
+// injectCDI applies the CDI devices ids, from the specs in cdiDir, to bundle's config.json with
+// the CDI library, as containerd does with the ids the kubelet passes on.
+func injectCDI(t *testing.T, bundle, cdiDir string, ids []string) {
+	t.Helper()
+	p := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdilib.NewCache(cdilib.WithSpecDirs(cdiDir), cdilib.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unresolved, err := cache.InjectDevices(&spec, ids...); err != nil {
+		t.Fatalf("CDI injection of %v: %v (unresolved %v)", ids, err, unresolved)
+	}
+	if data, err = json.Marshal(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

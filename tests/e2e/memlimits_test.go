@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpu-runtime/gpu-runtime/internal/create"
 	"github.com/gpu-runtime/gpu-runtime/internal/dra"
@@ -78,28 +77,7 @@ func TestSharedClaimMemoryLimit(t *testing.T) {
 	})
 
 	b := e.bundle(t, nil, "sleep 30")
-	data, err := os.ReadFile(filepath.Join(b, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	cache, err := cdilib.NewCache(cdilib.WithSpecDirs(cdiDir), cdilib.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := res[claim.UID].Devices[0].CDIDeviceIDs
-	if unresolved, err := cache.InjectDevices(&spec, ids...); err != nil {
-		t.Fatalf("CDI injection of %v: %v (unresolved %v)", ids, err, unresolved)
-	}
-	if data, err = json.Marshal(&spec); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	injectCDI(t, b, cdiDir, res[claim.UID].Devices[0].CDIDeviceIDs)
 
 	id := containerID(t)
 	// Output to a file, not a pipe: a created container inherits it and would hold a pipe open.
