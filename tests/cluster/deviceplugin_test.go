@@ -198,23 +198,7 @@ func TestDevicePluginMIGMixed(t *testing.T) {
 	if ids := allocated(t, p.name); !slices.Equal(ids, []string{mig.UUID}) {
 		t.Errorf("the kubelet allocated %v, want [%s]", ids, mig.UUID)
 	}
-	want := []string{
-		fmt.Sprintf("/dev/nvidia%d", mig.GPUMinor),
-		fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.GICapMinor),
-		fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.CICapMinor),
-		"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
-	}
-	slices.Sort(want)
-	var got []string
-	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) == 4 && f[0] == "dev" {
-			got = append(got, f[1])
-		}
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Errorf("device nodes in the pod:\n  got  %q\n  want %q\noutput:\n%s", got, want, out)
-	}
+	wantMIGNodes(t, out, mig)
 }
 
 // TestDevicePluginUnhealthyGPU: a GPU `gpu-ctk health mark` took out of service is refused
@@ -279,4 +263,27 @@ func TestDevicePluginMultiTenant(t *testing.T) {
 		}
 		enginetest.WantGPUs(t, c.Host, out, gpuIndex(t, ids[0]))
 	})
+}
+
+// wantMIGNodes: the probe's output (enginetest.CDIProbe) lists exactly the nodes of MIG device
+// mig — its GPU's node and its two capability nodes — and the control and UVM nodes.
+func wantMIGNodes(t *testing.T, out string, mig fakehost.MIGInfo) {
+	t.Helper()
+	want := []string{
+		fmt.Sprintf("/dev/nvidia%d", mig.GPUMinor),
+		fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.GICapMinor),
+		fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.CICapMinor),
+		"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
+	}
+	slices.Sort(want)
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "dev" {
+			got = append(got, f[1])
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("device nodes in the pod:\n  got  %q\n  want %q\noutput:\n%s", got, want, out)
+	}
 }

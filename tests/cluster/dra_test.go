@@ -573,23 +573,7 @@ func TestDRASelection(t *testing.T) {
 		if devs := allocatedDevices(t, p.name); !slices.Equal(devs, []string{deviceName(mig.UUID)}) {
 			t.Fatalf("allocated %v, want the %s MIG device %s", devs, mig.Profile, mig.UUID)
 		}
-		want := []string{
-			fmt.Sprintf("/dev/nvidia%d", mig.GPUMinor),
-			fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.GICapMinor),
-			fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", mig.CICapMinor),
-			"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl",
-		}
-		slices.Sort(want)
-		var got []string
-		for _, l := range strings.Split(out, "\n") {
-			if f := strings.Fields(l); len(f) == 4 && f[0] == "dev" {
-				got = append(got, f[1])
-			}
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("device nodes in the pod:\n  got  %q\n  want %q\noutput:\n%s", got, want, out)
-		}
+		wantMIGNodes(t, out, mig)
 		if !strings.Contains(out, "ldcache-libcuda\n") {
 			t.Errorf("libcuda.so.1 is not in the pod's loader cache:\n%s", out)
 		}
